@@ -1,0 +1,118 @@
+"""runstore: pluggable storage backends for LangGraph agent runtimes.
+
+Everything public is importable from here; heavy modules load on first access so
+``import runstore`` stays cheap and never imports pytest or hypothesis.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# name -> module (relative to this package) that defines it
+_EXPORTS: dict[str, str] = {
+    # selection
+    "open": ".stores",
+    "Stores": ".stores",
+    "Settings": ".settings",
+    "BackendOptions": ".options",
+    "BackendURL": ".urls",
+    # plugins
+    "hookimpl": ".hookspecs",
+    "hookspec": ".hookspecs",
+    "get_backends": ".loader",
+    "register_plugin": ".loader",
+    "BackendSpec": ".registry",
+    "SaverRegistry": ".registry",
+    "EventStoreRegistry": ".registry",
+    "StreamBridgeRegistry": ".registry",
+    "HistoryCacheRegistry": ".registry",
+    "Kind": ".capabilities",
+    "CAPABILITIES": ".capabilities",
+    # protocols and their types
+    "RunEventStore": ".events",
+    "EventRecord": ".events",
+    "StreamBridge": ".streams",
+    "StreamEvent": ".streams",
+    "StreamGap": ".streams",
+    "HEARTBEAT": ".streams",
+    "END": ".streams",
+    "AUTO": ".owner",
+    "owner_scope": ".owner",
+    "current_owner": ".owner",
+    "message_identity": ".identity",
+    # checkpoint modes, accessor and cache
+    "get_thread_state_schema": ".checkpoint.modes",
+    "freeze_checkpoint_channel_mode": ".checkpoint.modes",
+    "freeze_checkpoint_snapshot_frequency": ".checkpoint.modes",
+    "inject_checkpoint_mode": ".checkpoint.modes",
+    "CheckpointStateAccessor": ".checkpoint.accessor",
+    "CachedHistorySaver": ".checkpoint.cache",
+    # errors
+    "RunstoreError": ".errors",
+    "ConfigError": ".errors",
+    "BackendNotFoundError": ".errors",
+    "MissingDriverError": ".errors",
+    "PluginError": ".errors",
+    "DuplicateBackendError": ".errors",
+    "InvalidURLError": ".errors",
+    "OwnerContextMissingError": ".errors",
+    "IncompleteMessageRunLookupError": ".errors",
+    "CheckpointModeError": ".errors",
+    "CheckpointModeMismatchError": ".errors",
+    "CheckpointModeReconfigurationError": ".errors",
+    "SyncCallOnEventLoopError": ".errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runstore' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .capabilities import CAPABILITIES, Kind
+    from .errors import (
+        BackendNotFoundError,
+        CheckpointModeError,
+        CheckpointModeMismatchError,
+        CheckpointModeReconfigurationError,
+        ConfigError,
+        DuplicateBackendError,
+        IncompleteMessageRunLookupError,
+        InvalidURLError,
+        MissingDriverError,
+        OwnerContextMissingError,
+        PluginError,
+        RunstoreError,
+        SyncCallOnEventLoopError,
+    )
+    from .events import EventRecord, RunEventStore
+    from .hookspecs import hookimpl, hookspec
+    from .identity import message_identity
+    from .options import BackendOptions
+    from .owner import AUTO, current_owner, owner_scope
+    from .loader import get_backends, register_plugin
+    from .registry import (
+        BackendSpec,
+        EventStoreRegistry,
+        HistoryCacheRegistry,
+        SaverRegistry,
+        StreamBridgeRegistry,
+    )
+    from .settings import Settings
+    from .stores import Stores, open
+    from .streams import END, HEARTBEAT, StreamBridge, StreamEvent, StreamGap
+    from .urls import BackendURL

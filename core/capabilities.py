@@ -1,0 +1,44 @@
+"""The capability vocabulary backends declare and conformance tests require."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """The kinds of storage a plugin can provide."""
+
+    SAVER = "saver"
+    EVENTS = "events"
+    STREAMS = "streams"
+    HISTORY_CACHE = "history_cache"
+
+
+#: Every capability a backend may declare, with what it promises. The conformance
+#: suite checks the promise for each declared capability.
+CAPABILITIES: dict[str, str] = {
+    "durable": "data survives closing and reopening the backend",
+    "cross_process": "several OS processes may share the backend and stay consistent",
+    "owner_filter": "user_id filters every read and is stored on every write",
+    "copy_thread": "saver implements acopy_thread/copy_thread with the whole parent chain",
+    "prune": "saver implements aprune/prune and keeps delta reconstruction intact",
+    "delete_for_runs": "saver implements adelete_for_runs/delete_for_runs",
+    "delta_history": "saver overrides the delta-history walk natively",
+    "sync_api": "saver implements the synchronous twins of its async methods",
+    "replay": "stream bridge replays retained events to late subscribers",
+}
+
+
+def validate_capabilities(caps: object, *, where: str) -> frozenset[str]:
+    """Return ``caps`` as a frozenset, rejecting names outside `CAPABILITIES`."""
+    from .errors import PluginError
+
+    if isinstance(caps, str):
+        raise PluginError(f"{where}: capabilities must be a collection of names, not a string")
+    names = frozenset(caps)  # type: ignore[call-overload]
+    unknown = sorted(names - CAPABILITIES.keys())
+    if unknown:
+        raise PluginError(
+            f"{where}: unknown capabilities {unknown}; known: {', '.join(sorted(CAPABILITIES))}"
+        )
+    return names

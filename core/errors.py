@@ -1,0 +1,86 @@
+"""The exception hierarchy: every error runstore raises on purpose is a `RunstoreError`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RunstoreError(Exception):
+    """Base class of every error runstore raises deliberately."""
+
+
+class ConfigError(RunstoreError, ValueError):
+    """A configuration key or value is unknown or invalid; the message says what is accepted."""
+
+
+class BackendNotFoundError(RunstoreError, LookupError):
+    """No registered backend serves a URL scheme (or name) for the requested kind."""
+
+    def __init__(self, kind: str, scheme: str, available: Iterable[str]) -> None:
+        self.kind = kind
+        self.scheme = scheme
+        self.available = sorted(set(available))
+        listed = ", ".join(f"{s}://" for s in self.available) or "none"
+        super().__init__(
+            f"no {kind} backend serves the scheme {scheme!r}; installed {kind} backends "
+            f"accept: {listed} (run `runstore backends` to see them all)"
+        )
+
+
+class MissingDriverError(RunstoreError, ImportError):
+    """A backend's optional driver is not installed; the message names the extra to install."""
+
+    def __init__(self, backend: str, module: str, extra: str) -> None:
+        self.backend = backend
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"the {backend} backend needs the {module!r} driver, which is not installed; "
+            f"install it with: pip install 'runstore[{extra}]'"
+        )
+
+
+class PluginError(RunstoreError):
+    """A plugin could not be loaded or registered something invalid."""
+
+
+class DuplicateBackendError(PluginError):
+    """Two plugins registered the same backend name or URL scheme for one kind."""
+
+
+class InvalidURLError(RunstoreError, ValueError):
+    """A backend URL cannot be parsed or carries options the backend does not accept."""
+
+
+class OwnerContextMissingError(RunstoreError, LookupError):
+    """`user_id=AUTO` was used but no owner is set in the request context."""
+
+
+class IncompleteMessageRunLookupError(RunstoreError):
+    """A paged lookup could not prove it saw every candidate row (no safe, decreasing cursor)."""
+
+
+class CheckpointModeError(RunstoreError):
+    """Base for checkpoint channel-mode errors."""
+
+
+class CheckpointModeMismatchError(CheckpointModeError):
+    """A full-mode process touched a thread written in delta mode."""
+
+    def __init__(self, thread_id: str, message: str | None = None) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            message
+            or (
+                f"thread {thread_id!r} was written in delta checkpoint mode, but this process "
+                "runs in full mode; set checkpoint_channel_mode: delta to read it"
+            )
+        )
+
+
+class CheckpointModeReconfigurationError(CheckpointModeError):
+    """The channel mode or snapshot frequency was frozen and a different value was requested."""
+
+
+class SyncCallOnEventLoopError(RunstoreError, RuntimeError):
+    """A synchronous API was called from the thread running the backend's event loop."""

@@ -1,0 +1,144 @@
+"""Plugin discovery: the pluggy manager, the ``runstore`` entry-point group, and loading.
+
+Built-in backends are listed under the same entry-point group as third-party ones,
+so nothing here knows about them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError
+from .registry import Backends, BackendRegistry, PluginInfo
+
+ENTRY_POINT_GROUP = "runstore"
+DISABLE_ENV = "RUNSTORE_DISABLE_PLUGINS"
+
+_HOOKS = {
+    "runstore_register_savers": "savers",
+    "runstore_register_event_stores": "events",
+    "runstore_register_stream_bridges": "streams",
+    "runstore_register_history_caches": "history_caches",
+}
+
+_lock = threading.Lock()
+_manager: pluggy.PluginManager | None = None
+_backends: Backends | None = None
+_infos: dict[str, PluginInfo] = {}
+
+
+def disabled_plugins() -> set[str]:
+    """Plugin names listed in ``RUNSTORE_DISABLE_PLUGINS``."""
+    return {name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()}
+
+
+def _entry_points() -> list[EntryPoint]:
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def _new_manager(extra: tuple[tuple[str, object], ...]) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    blocked = disabled_plugins()
+    for name in blocked:
+        pm.set_blocked(name)
+    _infos.clear()
+    for ep in _entry_points():
+        if ep.name in blocked:
+            continue
+        dist = ep.dist
+        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        if ep.name in _infos:
+            raise PluginError(
+                f"two distributions declare the runstore plugin {ep.name!r}: "
+                f"{_infos[ep.name]} and {info}; uninstall one or disable it with {DISABLE_ENV}"
+            )
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginError(f"could not load runstore plugin {info} ({ep.value}): {exc}") from exc
+        pm.register(plugin, name=ep.name)
+        _infos[ep.name] = info
+    for name, plugin in extra:
+        if name in blocked:
+            continue
+        if pm.get_plugin(name) is not None:
+            raise PluginError(f"plugin name {name!r} is already registered by {_infos[name]}")
+        pm.register(plugin, name=name)
+        _infos[name] = PluginInfo(name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"invalid runstore plugin {exc.plugin!r}: {exc}") from exc
+    return pm
+
+
+def _collect(pm: pluggy.PluginManager) -> Backends:
+    backends = Backends()
+    for hook_name, attr in _HOOKS.items():
+        registry: BackendRegistry[Any] = getattr(backends, attr)
+        # Call each implementation on its own so every registration records its plugin.
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            registry._plugin = _infos.get(plugin_name, PluginInfo(plugin_name))
+            impl.function(**{arg: registry for arg in impl.argnames})
+        registry._plugin = PluginInfo("<direct>")
+    return backends
+
+
+_extra: list[tuple[str, object]] = []
+
+
+def register_plugin(plugin: ModuleType | object, name: str | None = None) -> None:
+    """Register a plugin object in this process (tests, ``--runstore-plugin``) and reload."""
+    plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
+    with _lock:
+        _extra.append((plugin_name, plugin))
+    reset()
+
+
+def unregister_plugin(name: str) -> None:
+    """Undo `register_plugin` for ``name``."""
+    with _lock:
+        _extra[:] = [(n, p) for n, p in _extra if n != name]
+    reset()
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, loading entry points on first use."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = _new_manager(tuple(_extra))
+        return _manager
+
+
+def get_backends() -> Backends:
+    """Every registered backend, loading plugins on first use."""
+    global _backends
+    pm = get_plugin_manager()
+    with _lock:
+        if _backends is None:
+            _backends = _collect(pm)
+        return _backends
+
+
+def plugin_infos() -> dict[str, PluginInfo]:
+    """Loaded plugins by name."""
+    get_plugin_manager()
+    return dict(_infos)
+
+
+def reset() -> None:
+    """Forget loaded plugins so the next lookup reloads them (after env or install changes)."""
+    global _manager, _backends
+    with _lock:
+        _manager = None
+        _backends = None

@@ -1,0 +1,85 @@
+"""`runstore.open`: one entry point that opens a checkpointer, an event store and a bridge."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .options import BackendOptions
+from .loader import get_backends
+from .registry import Backends
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from .events import RunEventStore
+    from .streams import StreamBridge
+
+log = logging.getLogger("runstore")
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The three stores of a runtime, opened together by `runstore.open`."""
+
+    checkpointer: BaseCheckpointSaver[Any]
+    events: RunEventStore
+    streams: StreamBridge
+    settings: Settings
+
+
+@asynccontextmanager
+async def open(  # noqa: A001 - the public name is runstore.open
+    config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+    *,
+    checkpointer: str | None = None,
+    events: str | None = None,
+    streams: str | None = None,
+    backends: Backends | None = None,
+) -> AsyncIterator[Stores]:
+    """Open the configured stores; everything opened is closed when the block exits.
+
+    ``config`` is a mapping shaped like ``runstore.yaml``, a path to such a file, or
+    `Settings`; the keywords pick a backend URL per kind and win over ``config``.
+    With nothing configured you get the embedded default: one sqlite file under
+    ``.runstore/`` for checkpoints and events, and an in-process memory bridge.
+    """
+    settings = Settings.load(config, checkpointer=checkpointer, events=events, streams=streams)
+    registry = backends or get_backends()
+    # Resolve every backend before opening any, so a bad URL opens nothing.
+    saver_spec = registry.savers.for_url(settings.checkpointer)
+    events_spec = registry.events.for_url(settings.events)
+    streams_spec = registry.streams.for_url(settings.streams)
+    _apply_checkpoint_mode(settings)
+    async with BackendOptions.scope(settings) as options:
+        saver = await saver_spec.open(settings.url("checkpointer"), options)
+        saver = await _wrap_checkpointer(saver, options, registry)
+        event_store = await events_spec.open(settings.url("events"), options)
+        options.on_close(event_store.close)
+        bridge = await streams_spec.open(settings.url("streams"), options)
+        options.on_close(bridge.close)
+        log.debug(
+            "runstore opened checkpointer=%s events=%s streams=%s",
+            settings.url("checkpointer"),
+            settings.url("events"),
+            settings.url("streams"),
+        )
+        yield Stores(checkpointer=saver, events=event_store, streams=bridge, settings=settings)
+
+
+def _apply_checkpoint_mode(settings: Settings) -> None:
+    """Freeze the checkpoint channel mode and snapshot frequency from the settings."""
+    # Filled in by the checkpoint-modes work (runstore.checkpoint.modes).
+
+
+async def _wrap_checkpointer(
+    saver: BaseCheckpointSaver[Any], options: BackendOptions, registry: Backends
+) -> BaseCheckpointSaver[Any]:
+    """Wrap the saver in the delta history cache when the settings ask for one."""
+    # Filled in by the history-cache work (runstore.checkpoint.cache).
+    return saver

@@ -1,0 +1,1 @@
+"""runstore's built-in backend plugins; each is loaded through the ``runstore`` entry points."""

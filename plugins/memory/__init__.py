@@ -1,0 +1,87 @@
+"""Built-in plugin ``memory``: in-process saver, event store, stream bridge and history cache.
+
+Nothing here outlives the process; use it for tests and single-process development.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runstore import hookimpl
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.registry import (
+        EventStoreRegistry,
+        HistoryCacheRegistry,
+        SaverRegistry,
+        StreamBridgeRegistry,
+    )
+    from runstore.urls import BackendURL
+
+
+async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+    from .saver import MemorySaver
+
+    return await MemorySaver.open(url, options)
+
+
+async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+    from .events import MemoryEventStore
+
+    return await MemoryEventStore.open(url, options)
+
+
+async def _open_streams(url: BackendURL, options: BackendOptions) -> Any:
+    from .streams import MemoryStreamBridge
+
+    return await MemoryStreamBridge.open(url, options)
+
+
+async def _open_history_cache(url: BackendURL, options: BackendOptions) -> Any:
+    from .cache import MemoryHistoryCache
+
+    return await MemoryHistoryCache.open(url, options)
+
+
+@hookimpl
+def runstore_register_savers(registry: SaverRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory=_open_saver,
+        capabilities=["copy_thread", "prune", "delete_for_runs", "delta_history", "sync_api"],
+        description="in-process checkpoint saver",
+    )
+
+
+@hookimpl
+def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory=_open_events,
+        capabilities=[],
+        description="in-process event store with per-thread indexes",
+    )
+
+
+@hookimpl
+def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory=_open_streams,
+        capabilities=["replay"],
+        description="in-process stream bridge",
+    )
+
+
+@hookimpl
+def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory=_open_history_cache,
+        description="in-process LRU cache of delta history",
+    )

@@ -1,0 +1,96 @@
+"""Built-in plugin ``postgres``: checkpoint saver and event store on PostgreSQL via asyncpg.
+
+``postgresql://user:password@host:5432/db?schema=app``; the optional ``schema``
+option keeps runstore's tables in their own schema. Needs ``runstore[postgres]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from runstore import hookimpl
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.registry import EventStoreRegistry, SaverRegistry
+
+SCHEMES = ["postgresql", "postgres"]
+DRIVERS = ["asyncpg"]
+
+
+async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+    from .saver import PostgresSaver
+
+    return await PostgresSaver.open(url, options)
+
+
+async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+    from .events import PostgresEventStore
+
+    return await PostgresEventStore.open(url, options)
+
+
+@hookimpl
+def runstore_register_savers(registry: SaverRegistry) -> None:
+    registry.add(
+        "postgres",
+        schemes=SCHEMES,
+        factory=_open_saver,
+        capabilities=[
+            "durable",
+            "cross_process",
+            "copy_thread",
+            "prune",
+            "delete_for_runs",
+            "delta_history",
+            "sync_api",
+        ],
+        drivers=DRIVERS,
+        extra="postgres",
+        description="asyncpg checkpoint saver: postgresql://user@host/db",
+    )
+
+
+@hookimpl
+def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
+    registry.add(
+        "postgres",
+        schemes=SCHEMES,
+        factory=_open_events,
+        capabilities=["durable", "cross_process", "owner_filter"],
+        drivers=DRIVERS,
+        extra="postgres",
+        description="SQLAlchemy/asyncpg event store: postgresql://user@host/db",
+    )
+
+
+@hookimpl
+def runstore_conformance_provision(url: BackendURL) -> Any:
+    if url.scheme not in SCHEMES:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def scratch() -> AsyncIterator[BackendURL]:
+        import asyncpg
+
+        schema = f"runstore_conf_{uuid.uuid4().hex[:12]}"
+        dsn = url.without_query("schema").render(hide_password=False)
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f'CREATE SCHEMA "{schema}"')
+        finally:
+            await conn.close()
+        try:
+            yield url.with_query(schema=schema)
+        finally:
+            conn = await asyncpg.connect(dsn)
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            finally:
+                await conn.close()
+
+    return scratch()

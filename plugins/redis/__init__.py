@@ -1,0 +1,84 @@
+"""Built-in plugin ``redis``: stream bridge on Redis Streams and a delta-history cache.
+
+``redis://host:6379/0?prefix=app:`` (``rediss://`` for TLS); the optional ``prefix``
+namespaces every key. Needs ``runstore[redis]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from runstore import hookimpl
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.registry import HistoryCacheRegistry, StreamBridgeRegistry
+
+SCHEMES = ["redis", "rediss"]
+DRIVERS = ["redis"]
+
+
+async def _open_streams(url: BackendURL, options: BackendOptions) -> Any:
+    from .streams import RedisStreamBridge
+
+    return await RedisStreamBridge.open(url, options)
+
+
+async def _open_history_cache(url: BackendURL, options: BackendOptions) -> Any:
+    from .cache import RedisHistoryCache
+
+    return await RedisHistoryCache.open(url, options)
+
+
+@hookimpl
+def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
+    registry.add(
+        "redis",
+        schemes=SCHEMES,
+        factory=_open_streams,
+        capabilities=["cross_process", "replay"],
+        drivers=DRIVERS,
+        extra="redis",
+        description="Redis Streams bridge: redis://host:6379/0",
+    )
+
+
+@hookimpl
+def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
+    registry.add(
+        "redis",
+        schemes=SCHEMES,
+        factory=_open_history_cache,
+        capabilities=["cross_process"],
+        drivers=DRIVERS,
+        extra="redis",
+        description="delta-history cache in Redis",
+    )
+
+
+@hookimpl
+def runstore_conformance_provision(url: BackendURL) -> Any:
+    if url.scheme not in SCHEMES:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def scratch() -> AsyncIterator[BackendURL]:
+        import redis.asyncio as aioredis
+
+        prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
+        try:
+            yield url.with_query(prefix=prefix)
+        finally:
+            client = aioredis.Redis.from_url(url.without_query("prefix").render(hide_password=False))
+            try:
+                keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
+                if keys:
+                    await client.delete(*keys)
+            finally:
+                await client.aclose()
+
+    return scratch()

@@ -1,0 +1,76 @@
+"""Built-in plugin ``sqlite``: checkpoint saver and event store in one sqlite file.
+
+``sqlite:///relative/app.db`` and ``sqlite:////absolute/app.db`` as in SQLAlchemy;
+a saver and an event store on the same file share one connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runstore import hookimpl
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.registry import EventStoreRegistry, SaverRegistry
+
+
+async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+    from .saver import SqliteSaver
+
+    return await SqliteSaver.open(url, options)
+
+
+async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+    from .events import SqliteEventStore
+
+    return await SqliteEventStore.open(url, options)
+
+
+@hookimpl
+def runstore_register_savers(registry: SaverRegistry) -> None:
+    registry.add(
+        "sqlite",
+        schemes=["sqlite"],
+        factory=_open_saver,
+        capabilities=[
+            "durable",
+            "cross_process",
+            "copy_thread",
+            "prune",
+            "delete_for_runs",
+            "delta_history",
+            "sync_api",
+        ],
+        description="aiosqlite checkpoint saver: sqlite:///path/app.db",
+    )
+
+
+@hookimpl
+def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
+    registry.add(
+        "sqlite",
+        schemes=["sqlite"],
+        factory=_open_events,
+        capabilities=["durable", "cross_process", "owner_filter"],
+        description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
+    )
+
+
+@hookimpl
+def runstore_conformance_provision(url: BackendURL) -> Any:
+    if url.scheme != "sqlite":
+        return None
+
+    @contextlib.asynccontextmanager
+    async def scratch() -> AsyncIterator[BackendURL]:
+        with tempfile.TemporaryDirectory(prefix="runstore-sqlite-") as tmp:
+            scratch_url = BackendURL.for_file("sqlite", Path(tmp, "conformance.db"))
+            yield scratch_url.with_query(**dict(url.query))
+
+    return scratch()

@@ -1,0 +1,60 @@
+"""Shared fixtures: test service URLs, isolated per test, and the built-in conformance run.
+
+PostgreSQL and Redis are found through ``RUNSTORE_TEST_POSTGRES_URL`` and
+``RUNSTORE_TEST_REDIS_URL``. Outside CI a test whose service is unreachable skips
+and says why; under ``CI=true`` it fails.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runstore.conformance.harness import Provisioned
+from runstore.urls import BackendURL
+
+POSTGRES_URL = os.environ.get(
+    "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("RUNSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+#: What our own run of the conformance suite checks when no --runstore-backend is given.
+BUILTIN_BACKENDS = ["memory://", "jsonl://", "sqlite://", POSTGRES_URL, REDIS_URL]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("runstore_backend"):
+        config.option.runstore_backend = list(BUILTIN_BACKENDS)
+
+
+def _provisioned(raw: str) -> Iterator[str]:
+    with Provisioned(BackendURL.parse(raw)) as provisioned:
+        yield provisioned.url.render(hide_password=False)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL URL whose ``?schema=`` is a fresh schema, dropped after the test."""
+    yield from _provisioned(POSTGRES_URL)
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis URL whose ``?prefix=`` is fresh; its keys are deleted after the test."""
+    yield from _provisioned(REDIS_URL)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A sqlite URL for a fresh file in the test's temp dir."""
+    return BackendURL.for_file("sqlite", tmp_path / "test.db").render()
+
+
+@pytest.fixture
+def jsonl_url(tmp_path: Path) -> str:
+    """A jsonl URL for a fresh directory in the test's temp dir."""
+    return BackendURL.for_file("jsonl", tmp_path / "events").render()
