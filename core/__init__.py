@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "owner_scope": ".owner",
     "current_owner": ".owner",
     "message_identity": ".identity",
+    "InvalidEventError": ".records",
     # checkpoint modes, accessor and cache
     "get_thread_state_schema": ".checkpoint.modes",
     "freeze_checkpoint_channel_mode": ".checkpoint.modes",

@@ -1,0 +1,473 @@
+"""Shared input validation and normalization for every run event store.
+
+Every backend (memory, JSONL, the SQL stores, third-party ones) funnels its writes
+through `prepare_event` / `prepare_batch` and its read arguments through the
+``check_*`` helpers, so all of them accept and reject exactly the same inputs and
+return identical records. Validation happens before any I/O: a rejected call
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .errors import RunstoreError
+from .events import (
+    AI_MESSAGE_EVENT_TYPES,
+    HIDDEN_CALLER_PREFIX,
+    MAX_CATEGORY_LENGTH,
+    MAX_EVENT_TYPE_LENGTH,
+    MESSAGE_CATEGORY,
+    TRACE_CATEGORY,
+    EventContent,
+    EventRecord,
+)
+
+#: Longest thread/run id, in UTF-8 bytes (a JSONL run file name must stay under 255 bytes).
+MAX_ID_BYTES = 200
+#: Deepest nesting of JSON content/metadata accepted (orjson itself stops at 255).
+MAX_JSON_DEPTH = 128
+#: The keys a `RunEventStore.put_batch` event mapping may carry.
+BATCH_KEYS = frozenset(
+    {"thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at"}
+)
+REQUIRED_BATCH_KEYS = frozenset({"thread_id", "run_id", "event_type", "category"})
+#: Metadata markers set on trace content that was cut to ``run_events.max_trace_content``.
+TRUNCATED_MARKER = "content_truncated"
+ORIGINAL_LENGTH_MARKER = "original_byte_length"
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1  # orjson's range
+
+
+class InvalidEventError(RunstoreError, ValueError, TypeError):
+    """An event or a read argument is invalid; the message says what is accepted.
+
+    Subclasses both `ValueError` and `TypeError` so either ``except`` catches it.
+    """
+
+
+# -- scalars ----------------------------------------------------------------------
+
+
+def _check_text(value: str, what: str) -> None:
+    if "\x00" in value:
+        raise InvalidEventError(
+            f"{what} contains a NUL character (\\x00), which no backend can store "
+            "(PostgreSQL text rejects it); remove or escape it"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEventError(
+            f"{what} contains a lone surrogate (not valid Unicode text); "
+            "only strings that encode to UTF-8 are accepted"
+        ) from None
+
+
+def validate_id(value: Any, what: str = "id") -> str:
+    """Check a thread or run id: a non-empty str of at most `MAX_ID_BYTES` UTF-8 bytes."""
+    if not isinstance(value, str):
+        raise InvalidEventError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidEventError(f"{what} must be a non-empty string")
+    _check_text(value, what)
+    if len(value.encode("utf-8")) > MAX_ID_BYTES:
+        raise InvalidEventError(f"{what} is longer than {MAX_ID_BYTES} UTF-8 bytes")
+    return value
+
+
+def _validate_name(value: Any, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidEventError(f"{what} must be a str, not {type(value).__name__}")
+    if not value or len(value) > limit:
+        raise InvalidEventError(
+            f"{what} must be 1 to {limit} characters long, got {len(value)}: {value[:40]!r}"
+        )
+    _check_text(value, what)
+    return value
+
+
+def validate_event_type(value: Any) -> str:
+    """Check an event type: a str of 1 to `MAX_EVENT_TYPE_LENGTH` characters."""
+    return _validate_name(value, "event_type", MAX_EVENT_TYPE_LENGTH)
+
+
+def validate_category(value: Any) -> str:
+    """Check a category: a str of 1 to `MAX_CATEGORY_LENGTH` characters."""
+    return _validate_name(value, "category", MAX_CATEGORY_LENGTH)
+
+
+# -- JSON values ----------------------------------------------------------------------
+
+_ACCEPTED_JSON = "str, int, finite float, bool, None, list and dict with str keys"
+
+
+def _copy_json(value: Any, where: str, depth: int) -> Any:
+    """Return a fresh copy of a JSON value, rejecting anything JSON cannot round-trip."""
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidEventError(
+            f"{where} nests deeper than {MAX_JSON_DEPTH} levels (or refers to itself)"
+        )
+    if isinstance(value, str):
+        _check_text(value, where)
+        return value
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise InvalidEventError(f"{where} holds an integer outside the 64-bit range: {value}")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEventError(
+                f"{where} holds {value!r}; JSON has no NaN or Infinity, use a finite number or None"
+            )
+        return float(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidEventError(
+                    f"{where} has a {type(key).__name__} key {key!r}; JSON object keys must be str"
+                )
+            _check_text(key, f"a key of {where}")
+            out[key] = _copy_json(item, f"{where}[{key!r}]", depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_copy_json(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise InvalidEventError(
+        f"{where} holds a {type(value).__name__}, which is not JSON; accepted: {_ACCEPTED_JSON}"
+    )
+
+
+def validate_content(content: Any) -> EventContent:
+    """Check event content (a str, or a JSON object/array) and return a private copy."""
+    if isinstance(content, str):
+        _check_text(content, "content")
+        return content
+    if isinstance(content, dict | list):
+        return _copy_json(content, "content", 0)
+    raise InvalidEventError(
+        f"content must be a str, a dict (JSON object) or a list (JSON array), "
+        f"not {type(content).__name__}"
+    )
+
+
+def validate_metadata(metadata: Any) -> dict[str, Any]:
+    """Check metadata (a mapping of JSON values, or ``None`` for ``{}``) and return a copy."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidEventError(
+            f"metadata must be a dict (JSON object) or None, not {type(metadata).__name__}"
+        )
+    return _copy_json(dict(metadata), "metadata", 0)
+
+
+def normalize_created_at(value: Any) -> str:
+    """Return ``created_at`` as UTC ISO-8601; ``None`` is now. Naive or unparsable values fail."""
+    if value is None:
+        return datetime.now(UTC).isoformat()
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidEventError(
+                f"created_at {value[:64]!r} is not ISO-8601; "
+                "use e.g. 2026-01-02T03:04:05.123456+00:00"
+            ) from None
+    else:
+        raise InvalidEventError(
+            f"created_at must be an ISO-8601 str (or an aware datetime), not {type(value).__name__}"
+        )
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise InvalidEventError(
+            f"created_at {value!s:.64} has no timezone; give an offset such as +00:00 or Z"
+        )
+    return parsed.astimezone(UTC).isoformat()
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def dumps(value: Any) -> str:
+    """Encode already-validated JSON data with orjson, as text."""
+    return orjson.dumps(value).decode("utf-8")
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """Encode already-validated JSON data with orjson, as UTF-8 bytes."""
+    return orjson.dumps(value)
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode JSON text or bytes with orjson."""
+    return orjson.loads(data)
+
+
+def truncate_utf8(text: str, max_bytes: int) -> tuple[str, int]:
+    """Cut ``text`` to at most ``max_bytes`` UTF-8 bytes on a character boundary.
+
+    Returns ``(text, original_byte_length)``; the text is unchanged when it fits.
+    """
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text, len(raw)
+    # errors="ignore" only drops the one partial character left at the cut.
+    return raw[:max_bytes].decode("utf-8", errors="ignore"), len(raw)
+
+
+# -- prepared events ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """A validated, normalized event ready to be stored (everything but ``seq`` and owner)."""
+
+    thread_id: str
+    run_id: str
+    event_type: str
+    category: str
+    content: EventContent
+    metadata: dict[str, Any]
+    created_at: str
+
+    @property
+    def content_is_json(self) -> bool:
+        """Whether the content is a JSON object/array (stored encoded) rather than a str."""
+        return not isinstance(self.content, str)
+
+    def content_text(self) -> str:
+        """The content as stored text: the str itself, or its JSON encoding."""
+        return self.content if isinstance(self.content, str) else dumps(self.content)
+
+    def to_record(
+        self, seq: int, *, owner: str | None = None, with_owner: bool = False
+    ) -> EventRecord:
+        """Build the record returned to callers (fresh containers; ``user_id`` if ``with_owner``)."""
+        record: EventRecord = {
+            "thread_id": self.thread_id,
+            "run_id": self.run_id,
+            "event_type": self.event_type,
+            "category": self.category,
+            "content": copy_json_value(self.content),
+            "metadata": copy_json_value(self.metadata),
+            "seq": seq,
+            "created_at": self.created_at,
+        }
+        if with_owner:
+            record["user_id"] = owner
+        return record
+
+
+def copy_json_value(value: Any) -> Any:
+    """A deep copy of validated JSON data (lists and dicts only; scalars are immutable)."""
+    if isinstance(value, dict):
+        return {k: copy_json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json_value(v) for v in value]
+    return value
+
+
+def copy_record(record: EventRecord) -> EventRecord:
+    """A copy of a stored record whose containers the caller may mutate freely."""
+    out = dict(record)
+    out["content"] = copy_json_value(record["content"])
+    out["metadata"] = copy_json_value(record["metadata"])
+    return out  # type: ignore[return-value]
+
+
+def prepare_event(
+    *,
+    thread_id: Any,
+    run_id: Any,
+    event_type: Any,
+    category: Any,
+    content: Any = "",
+    metadata: Any = None,
+    created_at: Any = None,
+    max_trace_content: int = 10240,
+) -> PreparedEvent:
+    """Validate and normalize one event; trace content over ``max_trace_content`` bytes is cut.
+
+    A cut ``trace`` event gets ``metadata[content_truncated] = True`` and
+    ``metadata[original_byte_length]`` (UTF-8 bytes of the str, or of the JSON encoding
+    of structured content, which then becomes the cut JSON text).
+    """
+    thread_id = validate_id(thread_id, "thread_id")
+    run_id = validate_id(run_id, "run_id")
+    event_type = validate_event_type(event_type)
+    category = validate_category(category)
+    content = validate_content(content)
+    meta = validate_metadata(metadata)
+    created = normalize_created_at(created_at)
+    if category == TRACE_CATEGORY:
+        text = content if isinstance(content, str) else dumps(content)
+        cut, original = truncate_utf8(text, max_trace_content)
+        if original > max_trace_content:
+            content = cut
+            meta[TRUNCATED_MARKER] = True
+            meta[ORIGINAL_LENGTH_MARKER] = original
+    return PreparedEvent(thread_id, run_id, event_type, category, content, meta, created)
+
+
+def prepare_batch(
+    events: Any, *, max_trace_content: int = 10240
+) -> list[PreparedEvent]:
+    """Validate a whole `RunEventStore.put_batch` input before anything is written.
+
+    Keys must come from `BATCH_KEYS` (``user_id`` is per batch, not per event) and
+    include `REQUIRED_BATCH_KEYS`; the error names the offending event index.
+    """
+    if isinstance(events, str | bytes | Mapping) or not isinstance(events, Sequence | Iterable):
+        raise InvalidEventError(
+            f"put_batch takes a list of event dicts, not {type(events).__name__}"
+        )
+    prepared: list[PreparedEvent] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, Mapping):
+            raise InvalidEventError(
+                f"put_batch event #{index} must be a dict, not {type(event).__name__}"
+            )
+        unknown = sorted(str(k) for k in set(event) - BATCH_KEYS)
+        if unknown:
+            hint = " (pass user_id= to put_batch itself)" if "user_id" in unknown else ""
+            raise InvalidEventError(
+                f"put_batch event #{index} has unknown key(s) {', '.join(unknown)}{hint}; "
+                f"accepted: {', '.join(sorted(BATCH_KEYS))}"
+            )
+        missing = sorted(REQUIRED_BATCH_KEYS - set(event))
+        if missing:
+            raise InvalidEventError(
+                f"put_batch event #{index} lacks required key(s) {', '.join(missing)}"
+            )
+        try:
+            prepared.append(prepare_event(**event, max_trace_content=max_trace_content))
+        except InvalidEventError as exc:
+            raise InvalidEventError(f"put_batch event #{index}: {exc}") from None
+    return prepared
+
+
+# -- read arguments -------------------------------------------------------------------
+
+
+def check_limit(limit: Any) -> int:
+    """Check a page ``limit``: an int >= 0."""
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise InvalidEventError(f"limit must be an int, not {type(limit).__name__}")
+    if limit < 0:
+        raise InvalidEventError(f"limit must be >= 0, got {limit}")
+    return limit
+
+
+def check_cursor(value: Any, name: str) -> int | None:
+    """Check a seq cursor (``before_seq`` / ``after_seq``): ``None`` or an int."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidEventError(f"{name} must be an int or None, not {type(value).__name__}")
+    return value
+
+
+def check_event_types(event_types: Any) -> frozenset[str] | None:
+    """Check ``event_types``: ``None`` (no filter) or a collection of str (``[]`` matches nothing)."""
+    if event_types is None:
+        return None
+    if isinstance(event_types, str | bytes) or not isinstance(event_types, Iterable):
+        raise InvalidEventError(
+            f"event_types must be a list of str or None, not {type(event_types).__name__}"
+        )
+    types = frozenset(event_types)
+    for item in types:
+        if not isinstance(item, str):
+            raise InvalidEventError(f"event_types holds a {type(item).__name__}; give str values")
+    return types
+
+
+def check_task_id(task_id: Any) -> str | None:
+    """Check a ``task_id`` filter: ``None`` or a str."""
+    if task_id is not None and not isinstance(task_id, str):
+        raise InvalidEventError(f"task_id must be a str or None, not {type(task_id).__name__}")
+    return task_id
+
+
+def normalize_identities(identities: Any) -> set[str]:
+    """The non-empty str identities of a `get_message_seqs` call (a bare str is an error)."""
+    if isinstance(identities, str | bytes):
+        raise InvalidEventError("identities must be a collection of str, not a single str")
+    return {i for i in identities if isinstance(i, str) and i}
+
+
+def normalize_message_ids(message_ids: Any) -> set[str]:
+    """The non-empty str ids of a `find_latest_ai_message_run_ids` call (a bare str is an error)."""
+    if isinstance(message_ids, str | bytes):
+        raise InvalidEventError("message_ids must be a collection of str, not a single str")
+    return {i for i in message_ids if isinstance(i, str) and i}
+
+
+def normalize_run_ids(run_ids: Any) -> set[str] | None:
+    """``None`` (all runs) or the set of str run ids (a bare str is an error)."""
+    if run_ids is None:
+        return None
+    if isinstance(run_ids, str | bytes):
+        raise InvalidEventError("run_ids must be a collection of str, not a single str")
+    return {r for r in run_ids if isinstance(r, str)}
+
+
+# -- record predicates ----------------------------------------------------------------
+
+
+def is_visible_ai_message(record: Mapping[str, Any]) -> bool:
+    """Whether a record is a user-visible AI message (see `get_last_visible_ai_seq_by_run`)."""
+    if record.get("category") != MESSAGE_CATEGORY:
+        return False
+    if record.get("event_type") not in AI_MESSAGE_EVENT_TYPES:
+        return False
+    metadata = record.get("metadata")
+    caller = metadata.get("caller") if isinstance(metadata, Mapping) else None
+    return not (isinstance(caller, str) and caller.startswith(HIDDEN_CALLER_PREFIX))
+
+
+def ai_message_match(record: Any, message_ids: set[str]) -> tuple[str, str] | None:
+    """``(message_id, run_id)`` if ``record`` is an AI message event for one of ``message_ids``."""
+    if not isinstance(record, Mapping) or record.get("category") != MESSAGE_CATEGORY:
+        return None
+    run_id = record.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        return None
+    from .identity import ai_message_id
+
+    message_id = ai_message_id(record.get("content"))
+    if message_id is None or message_id not in message_ids:
+        return None
+    return message_id, run_id
+
+
+def select_page(
+    rows: Sequence[EventRecord],
+    *,
+    limit: int,
+    before_seq: int | None = None,
+    after_seq: int | None = None,
+    newest_first_without_cursor: bool = True,
+) -> list[EventRecord]:
+    """Apply the paging contract to ``rows`` (ascending by seq); the reference for every backend."""
+    import bisect
+
+    seqs = [r["seq"] for r in rows]
+    lo = 0 if after_seq is None else bisect.bisect_right(seqs, after_seq)
+    hi = len(rows) if before_seq is None else bisect.bisect_left(seqs, before_seq)
+    if hi <= lo or limit <= 0:
+        return []
+    if after_seq is not None or not newest_first_without_cursor:
+        return list(rows[lo : min(hi, lo + limit)])
+    return list(rows[max(lo, hi - limit) : hi])
