@@ -1,0 +1,141 @@
+"""Versioned schema migrations shared by every SQL component (event store, savers).
+
+Each component (``"events"``, ``"sqlite-saver"``, ...) keeps its own version in one
+table, ``runstore_schema_versions(component TEXT PRIMARY KEY, version INTEGER)``.
+`ensure_schema` brings a component up to its latest migration on open; it is
+idempotent and safe when several processes open the same database at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..errors import RunstoreError
+from .engine import SCHEMA_LOCK_KEY, WRITE_OPTION, sqlite_write_lock
+
+VERSION_TABLE = "runstore_schema_versions"
+
+#: A migration step: one SQL statement (no trailing ``;`` needed, never two statements
+#: in one string) or an async callable receiving the connection inside the transaction.
+Step = str | Callable[[AsyncConnection], Awaitable[None]]
+
+
+class SchemaVersionError(RunstoreError):
+    """The database holds a newer schema version than this runstore knows (downgrade)."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Version ``version`` of a component: the steps that bring ``version - 1`` to it."""
+
+    version: int
+    steps: Sequence[Step]
+    description: str = ""
+
+
+async def ensure_schema(
+    conn_or_engine: AsyncEngine | AsyncConnection,
+    component: str,
+    migrations: Sequence[Migration],
+) -> int:
+    """Apply the ``migrations`` of ``component`` newer than its stored version; return the version.
+
+    ``migrations`` are numbered 1, 2, 3... in order. All pending ones run in one
+    transaction together with the version update, serialized across processes
+    (PostgreSQL: ``pg_advisory_xact_lock``; sqlite: ``BEGIN IMMEDIATE``), and the
+    stored version is re-read under the lock, so concurrent openers apply each step
+    once. A stored version above the newest migration raises `SchemaVersionError`.
+    An `AsyncConnection` argument must not be inside a transaction; it is committed.
+    """
+    expected = list(range(1, len(migrations) + 1))
+    if [m.version for m in migrations] != expected:
+        raise ValueError(f"migrations of {component!r} must be numbered 1..{len(migrations)}")
+    latest = len(migrations)
+    if isinstance(conn_or_engine, AsyncEngine):
+        lock = sqlite_write_lock(conn_or_engine)
+        async with conn_or_engine.connect() as conn:
+            current = await _read_version(conn, component)
+            if current == latest:
+                return current
+            if lock is None:
+                return await _migrate(conn, component, migrations)
+            async with lock:
+                return await _migrate(conn, component, migrations)
+    conn = conn_or_engine
+    current = await _read_version(conn, component)
+    if current == latest:
+        return current
+    return await _migrate(conn, component, migrations)
+
+
+async def _read_version(conn: AsyncConnection, component: str) -> int | None:
+    """The stored version without locking (``None`` when unknown or the table is missing)."""
+    try:
+        row = (
+            await conn.exec_driver_sql(
+                _param_sql(conn, f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"),
+                (component,),
+            )
+        ).first()
+    except DBAPIError:
+        row = None
+    await conn.rollback()
+    return None if row is None else int(row[0])
+
+
+async def _migrate(conn: AsyncConnection, component: str, migrations: Sequence[Migration]) -> int:
+    await conn.execution_options(**{WRITE_OPTION: True})
+    postgres = conn.dialect.name == "postgresql"
+    async with conn.begin():
+        if postgres:
+            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+        await conn.exec_driver_sql(
+            f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        row = (
+            await conn.exec_driver_sql(
+                _param_sql(conn, f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"),
+                (component,),
+            )
+        ).first()
+        current = 0 if row is None else int(row[0])
+        if current > len(migrations):
+            raise SchemaVersionError(
+                f"the database holds schema version {current} of {component!r}, but this "
+                f"runstore knows only up to {len(migrations)}; upgrade runstore"
+            )
+        for migration in migrations[current:]:
+            for step in migration.steps:
+                if isinstance(step, str):
+                    await conn.exec_driver_sql(step)
+                else:
+                    await step(conn)
+        if current < len(migrations):
+            await conn.exec_driver_sql(
+                _param_sql(
+                    conn,
+                    f"INSERT INTO {VERSION_TABLE} (component, version) VALUES (?, ?) "
+                    "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                ),
+                (component, len(migrations)),
+            )
+    await conn.execution_options(**{WRITE_OPTION: False})
+    return len(migrations)
+
+
+def _param_sql(conn: AsyncConnection, sql: str) -> str:
+    """Rewrite ``?`` placeholders to the driver's style (``$n`` for asyncpg)."""
+    if conn.dialect.paramstyle in ("numeric_dollar",):
+        parts = sql.split("?")
+        out = parts[0]
+        for i, part in enumerate(parts[1:], start=1):
+            out += f"${i}{part}"
+        return out
+    if conn.dialect.paramstyle == "format":
+        return sql.replace("?", "%s")
+    return sql
