@@ -16,7 +16,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .registry import Backends, BackendRegistry, PluginInfo
+from .registry import BackendRegistry, Backends, PluginInfo
 
 ENTRY_POINT_GROUP = "runstore"
 DISABLE_ENV = "RUNSTORE_DISABLE_PLUGINS"

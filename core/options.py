@@ -48,7 +48,7 @@ class BackendOptions:
             self._shared[key] = resource
             if closer is not None:
                 self.on_close(lambda: closer(resource))
-        return self._shared[key]  # type: ignore[no-any-return]
+        return self._shared[key]
 
     async def aclose(self) -> None:
         """Run every registered cleanup."""

@@ -12,11 +12,12 @@ from .errors import BackendNotFoundError, DuplicateBackendError, MissingDriverEr
 from .urls import BackendURL
 
 if TYPE_CHECKING:
-    from langgraph.checkpoint.base import BaseCheckpointSaver
+    # Used in the quoted type arguments of the registries below.
+    from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: F401
 
-    from .events import RunEventStore
+    from .events import RunEventStore  # noqa: F401
     from .options import BackendOptions
-    from .streams import StreamBridge
+    from .streams import StreamBridge  # noqa: F401
 
 T = TypeVar("T")
 
@@ -188,12 +189,13 @@ class Backends:
 
     def of(self, kind: Kind | str) -> BackendRegistry[Any]:
         """Return the registry of ``kind``."""
-        return {
+        registries: dict[Kind, BackendRegistry[Any]] = {
             Kind.SAVER: self.savers,
             Kind.EVENTS: self.events,
             Kind.STREAMS: self.streams,
             Kind.HISTORY_CACHE: self.history_caches,
-        }[Kind(kind)]
+        }
+        return registries[Kind(kind)]
 
     def all(self) -> Iterator[BackendSpec[Any]]:
         """Every backend of every kind."""

@@ -236,7 +236,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], prefix: str) -> Any:
     if unknown:
         where = f"section {prefix.rstrip('.')!r}" if prefix else "the top level"
         raise ConfigError(
-            f"unknown config key {prefix}{unknown[0]!r} in {where}; accepted: "
+            f"unknown config key '{prefix}{unknown[0]}' in {where}; accepted: "
             f"{', '.join(sorted(fields))}"
         )
     kwargs: dict[str, Any] = {}

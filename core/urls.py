@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from collections.abc import Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from .errors import InvalidURLError

@@ -1,0 +1,102 @@
+"""A pytest plugin that streams one JSON line per test outcome, for `runstore check`.
+
+Loaded with ``-p runstore.conformance.report --runstore-report FILE``; the parent
+process tails FILE to draw progress and the final matrix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from .plugin import TARGET_FIXTURES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("runstore").addoption(
+        "--runstore-report", metavar="FILE", dest="runstore_report", default=None,
+        help="append one JSON line per test outcome to FILE",
+    )
+
+
+class _Reporter:
+    def __init__(self, path: Path) -> None:
+        self._fh: IO[str] = path.open("a", encoding="utf-8")
+
+    def emit(self, **record: Any) -> None:
+        self._fh.write(json.dumps(record, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+_reporter: _Reporter | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _reporter
+    path = config.getoption("runstore_report")
+    if path:
+        _reporter = _Reporter(Path(path))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _reporter
+    if _reporter is not None:
+        _reporter.close()
+        _reporter = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _reporter is not None:
+        _reporter.emit(type="collected", count=len(session.items))
+
+
+def _describe(item: pytest.Item) -> dict[str, Any]:
+    callspec = getattr(item, "callspec", None)
+    kind = url = backend = None
+    if callspec is not None:
+        for kind_name, fixture in TARGET_FIXTURES.items():
+            if fixture in callspec.params:
+                kind, url = kind_name, callspec.params[fixture]
+                backend = callspec.id.split("-")[0] if callspec.id else None
+                break
+    module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+    cls = item.cls.__name__ if getattr(item, "cls", None) else ""
+    suite = module.removeprefix("test_") + (f".{cls.removeprefix('Test')}" if cls else "")
+    return {"nodeid": item.nodeid, "kind": kind, "url": url, "backend": backend, "suite": suite}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if _reporter is None:
+        return report
+    failed_setup_or_call = report.failed and report.when in ("setup", "call")
+    if report.when == "call" or report.skipped or failed_setup_or_call or (
+        report.failed and report.when == "teardown"
+    ):
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        reason = None
+        if report.skipped and isinstance(report.longrepr, tuple):
+            reason = report.longrepr[2].removeprefix("Skipped: ")
+        message = None
+        if report.failed:
+            message = getattr(report.longrepr, "reprcrash", None)
+            message = message.message if message is not None else str(report.longrepr)[-2000:]
+        _reporter.emit(
+            type="result",
+            outcome=outcome,
+            when=report.when,
+            duration=round(report.duration, 4),
+            reason=reason,
+            message=message,
+            **_describe(item),
+        )
+    return report

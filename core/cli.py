@@ -1,0 +1,224 @@
+"""The ``runstore`` command: list backends, run the conformance suite, benchmark."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import RunstoreError
+from .urls import redact
+
+# Tables stay readable when piped: rich would otherwise wrap them to 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="runstore")
+def main() -> None:
+    """Pluggable storage backends for LangGraph agent runtimes."""
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def backends(as_json: bool) -> None:
+    """List every registered backend: kind, name, schemes, capabilities, plugin, driver."""
+    from .loader import get_backends
+
+    rows: list[dict[str, Any]] = []
+    for spec in get_backends().all():
+        missing = spec.missing_driver()
+        rows.append(
+            {
+                "kind": str(spec.kind),
+                "name": spec.name,
+                "schemes": list(spec.schemes),
+                "capabilities": sorted(spec.capabilities),
+                "plugin": spec.plugin.name,
+                "distribution": spec.plugin.distribution,
+                "version": spec.plugin.version,
+                "driver_installed": missing is None,
+                "install": None if missing is None else f"pip install 'runstore[{spec.extra}]'",
+                "description": spec.description,
+            }
+        )
+    if as_json:
+        _emit_json(rows)
+        return
+    table = Table(title="runstore backends", show_lines=False)
+    for column in ("kind", "name", "schemes", "capabilities", "plugin", "driver"):
+        table.add_column(column)
+    for row in rows:
+        plugin = row["plugin"]
+        if row["distribution"]:
+            plugin += f" ({row['distribution']} {row['version']})"
+        driver = "[green]installed[/]" if row["driver_installed"] else f"[red]missing[/]: {row['install']}"
+        table.add_row(
+            row["kind"],
+            row["name"],
+            ", ".join(f"{s}://" for s in row["schemes"]),
+            ", ".join(row["capabilities"]) or "-",
+            plugin,
+            driver,
+        )
+    console.print(table)
+
+
+def _default_urls() -> list[str]:
+    from .settings import Settings
+
+    settings = Settings.load()
+    urls: list[str] = []
+    for kind in ("checkpointer", "events", "streams"):
+        value = getattr(settings, kind)
+        if value not in urls:
+            urls.append(value)
+    return urls
+
+
+@main.command()
+@click.argument("urls", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False), help="Also write a JUnit XML report.")
+@click.option("--plugin", "plugins", multiple=True, help="Register a runstore plugin module or .py file first.")
+@click.option("--profile", help="Hypothesis profile: runstore-dev, runstore-ci or runstore-nightly.")
+@click.option("-k", "keyword", help="Only run suite tests matching this pytest -k expression.")
+@click.option("--show-log", is_flag=True, help="Print pytest's output after the matrix.")
+def check(
+    urls: tuple[str, ...],
+    as_json: bool,
+    junit_xml: str | None,
+    plugins: tuple[str, ...],
+    profile: str | None,
+    keyword: str | None,
+    show_log: bool,
+) -> None:
+    """Run the conformance suite against backend URLs (default: the configured backends).
+
+    Server backends are checked in a scratch database, schema or key prefix that is
+    dropped afterwards; file backends in a temporary directory. Your data is not touched.
+    """
+    from .check import run_suite
+    from .loader import get_backends
+    from .urls import BackendURL
+
+    targets = list(urls) or _default_urls()
+    registry = get_backends()
+    for url in targets:
+        parsed = BackendURL.parse(url)
+        if not any(registry.of(kind).serves(parsed) for kind in ("saver", "events", "streams")):
+            registry.events.for_url(parsed)  # raises BackendNotFoundError listing what exists
+    shown = ", ".join(redact(u) for u in targets)
+    if as_json:
+        result = run_suite(targets, plugins=plugins, profile=profile, junit_xml=junit_xml, keyword=keyword)
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        err_console.print(f"runstore check: {shown}")
+        with Progress(
+            TextColumn("[bold]conformance"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task("collecting", total=None)
+
+            def on_progress(done: int, total: int, record: dict[str, Any] | None) -> None:
+                label = ""
+                if record is not None:
+                    label = f"{record.get('kind') or ''}:{record.get('backend') or ''} {record['suite']}"
+                    if record["outcome"] == "failed":
+                        progress.console.print(f"[red]FAILED[/] {record['nodeid']}")
+                progress.update(task, completed=done, total=total or None, description=label)
+
+            result = run_suite(
+                targets, plugins=plugins, profile=profile, junit_xml=junit_xml,
+                keyword=keyword, on_progress=on_progress,
+            )
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        _print_matrix(result)
+        if show_log or (not result.ok and not result.records):
+            console.print(result.log)
+    sys.exit(0 if result.ok else 1)
+
+
+def _print_matrix(result: Any) -> None:
+    matrix = result.matrix()
+    suites = sorted({suite for row in matrix.values() for suite in row})
+    table = Table(title="conformance matrix (passed/failed/skipped)")
+    table.add_column("backend")
+    table.add_column("level")
+    for suite in suites:
+        table.add_column(suite, justify="center")
+    style = {"passed": "green", "failed": "red", "skipped": "yellow"}
+    for backend in sorted(matrix):
+        cells = []
+        for suite in suites:
+            cell = matrix[backend].get(suite)
+            if cell is None:
+                cells.append("")
+                continue
+            text = f"{cell.counts['passed'] + cell.counts['xfailed']}/{cell.counts['failed'] + cell.counts['xpassed']}/{cell.counts['skipped']}"
+            cells.append(f"[{style[cell.status]}]{text}[/]")
+        table.add_row(backend, result.level(backend), *cells)
+    console.print(table)
+    reasons: dict[str, int] = {}
+    for row in matrix.values():
+        for cell in row.values():
+            for reason, count in cell.skip_reasons.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+    for reason, count in sorted(reasons.items()):
+        console.print(f"[yellow]skipped[/] x{count}: {reason}")
+    for row in matrix.values():
+        for cell in row.values():
+            for failure in cell.failures:
+                console.print(f"[red]FAILED[/] {failure['nodeid']}\n    {failure.get('message') or ''}")
+    verdict = "[green]all conformance tests passed[/]" if result.ok else "[red]conformance failures[/]"
+    console.print(f"{result.collected} tests: {verdict}")
+
+
+def _attach_bench() -> None:
+    import importlib
+
+    try:
+        bench = importlib.import_module(".bench.cli", __package__)
+    except ImportError:
+        return
+    main.add_command(bench.bench_group)
+
+
+_attach_bench()
+
+
+def run() -> None:
+    """Console entry point with friendly errors for runstore's own exceptions."""
+    try:
+        main(standalone_mode=True)
+    except RunstoreError as exc:
+        err_console.print(f"[red]error:[/] {redact(str(exc))}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()
