@@ -1,0 +1,504 @@
+"""`JsonlEventStore`: run events as one JSON-lines file per run.
+
+Layout: ``{root}/threads/{thread_id}/runs/{run_id}.jsonl``. Each line is one record
+encoded with orjson, ``seq`` first, terminated by ``\\n``. Lines are split on ``\\n``
+only (orjson never emits a raw newline, while U+2028/U+0085 stay raw inside strings).
+A crash mid-append leaves a torn last line: reads skip it, the next append first
+terminates it with an invalid suffix (so it is never glued to the new line nor
+revived as a record) and seq recovery still counts the seq at its start.
+
+Every file operation runs in a worker thread (one hop per logical operation) while
+an in-process per-thread lock serializes writers and gives readers a consistent
+view. Not safe for several processes on one directory (no ``cross_process``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runstore.errors import InvalidURLError
+from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
+from runstore.identity import message_identity
+from runstore.owner import AUTO, UserId, resolve_owner
+from runstore.records import (
+    InvalidEventError,
+    PreparedEvent,
+    ai_message_match,
+    check_cursor,
+    check_event_types,
+    check_limit,
+    check_task_id,
+    dumps_bytes,
+    is_visible_ai_message,
+    loads,
+    normalize_identities,
+    normalize_message_ids,
+    normalize_run_ids,
+    prepare_batch,
+    prepare_event,
+    select_page,
+    validate_id,
+)
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+T = TypeVar("T")
+
+SUFFIX = ".jsonl"
+#: Appended to a torn last line before the next write: makes the fragment invalid JSON
+#: whatever it held (an unclosed prefix stays unclosed, a complete object gains garbage).
+TORN_TERMINATOR = b" <torn>\n"
+_SEQ_PREFIX = re.compile(rb'^\{"seq":(\d+)')
+_FIELDS = ("thread_id", "run_id", "event_type", "category", "content", "metadata", "seq", "created_at")
+
+
+def validate_path_id(value: Any, what: str) -> str:
+    """Check an id that becomes a path component: no separators, ``..``, NUL, nor over-long."""
+    value = validate_id(value, what)
+    if "/" in value or "\\" in value or (os.altsep and os.altsep in value):
+        raise InvalidEventError(f"{what} {value[:60]!r} contains a path separator")
+    if ".." in value or value == ".":
+        raise InvalidEventError(f"{what} {value[:60]!r} contains '..' or is '.'")
+    return value
+
+
+def _record_from(obj: Any) -> EventRecord | None:
+    """The record a decoded line holds, or ``None`` if the line is not a record."""
+    if not isinstance(obj, dict) or not all(k in obj for k in _FIELDS):
+        return None
+    if not isinstance(obj["seq"], int) or not isinstance(obj["metadata"], dict):
+        return None
+    return {k: obj[k] for k in _FIELDS}  # type: ignore[return-value]
+
+
+def _parse(data: bytes) -> tuple[list[EventRecord], int]:
+    """Records of a run file plus the highest seq seen anywhere in it (torn lines too)."""
+    lines = data.split(b"\n")
+    # The piece after the last "\n" was cut by a crash (or is empty): never a record.
+    tail = lines.pop()
+    records: list[EventRecord] = []
+    top = 0
+    for line in [*lines, tail]:
+        match = _SEQ_PREFIX.match(line)
+        if match:
+            top = max(top, int(match.group(1)))
+    for line in lines:
+        if not line:
+            continue
+        try:
+            record = _record_from(loads(line))
+        except ValueError:
+            continue  # a torn line terminated by a later append
+        if record is not None:
+            records.append(record)
+    return records, top
+
+
+class JsonlEventStore(RunEventStore):
+    """One JSON-lines file per run under a root directory (durable, single process)."""
+
+    def __init__(self, root: Path, *, max_trace_content: int = 10240) -> None:
+        self.root = root
+        self._max_trace = max_trace_content
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        #: thread_id -> last seq used, recovered from disk on the first write
+        self._last_seq: dict[str, int] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> JsonlEventStore:
+        """Open ``jsonl:///dir`` (relative) or ``jsonl:////abs/dir``; the directory is created."""
+        url.check_options(set())
+        path = url.file_path()
+        if path is None:
+            raise InvalidURLError(
+                f"{url} names no directory; use jsonl:///relative/dir or jsonl:////absolute/dir"
+            )
+        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+        return cls(path, max_trace_content=options.settings.run_events.max_trace_content)
+
+    # -- paths and locking ----------------------------------------------------------
+
+    def _thread_dir(self, thread_id: str) -> Path:
+        return self.root / "threads" / thread_id
+
+    def _run_file(self, thread_id: str, run_id: str) -> Path:
+        return self._thread_dir(thread_id) / "runs" / f"{run_id}{SUFFIX}"
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[thread_id] = lock
+        return lock
+
+    async def _locked(self, thread_ids: Iterable[str], fn: Callable[[], T]) -> T:
+        """Run ``fn`` in a worker thread holding the locks of ``thread_ids``.
+
+        If the caller is cancelled, the locks are still held until the worker
+        finishes, so no other writer can interleave with a half-done operation.
+        """
+        if self._closed:
+            raise RuntimeError("this JsonlEventStore is closed")
+        locks = [self._lock(t) for t in sorted(set(thread_ids))]
+        async with contextlib.AsyncExitStack() as stack:
+            for lock in locks:
+                await stack.enter_async_context(lock)
+            future = asyncio.ensure_future(asyncio.to_thread(fn))
+            cancelled = False
+            while True:
+                try:
+                    result = await asyncio.shield(future)
+                    break
+                except asyncio.CancelledError:
+                    if future.done():
+                        raise
+                    cancelled = True
+            if cancelled:
+                raise asyncio.CancelledError
+            return result
+
+    # -- disk helpers (worker thread) -----------------------------------------------
+
+    def _read_run(self, thread_id: str, run_id: str) -> list[EventRecord]:
+        try:
+            data = self._run_file(thread_id, run_id).read_bytes()
+        except FileNotFoundError:
+            return []
+        return _parse(data)[0]
+
+    def _run_files(self, thread_id: str) -> list[Path]:
+        runs = self._thread_dir(thread_id) / "runs"
+        try:
+            return [p for p in runs.iterdir() if p.name.endswith(SUFFIX)]
+        except FileNotFoundError:
+            return []
+
+    def _read_thread(self, thread_id: str) -> tuple[list[EventRecord], int]:
+        """All records of a thread in seq order, plus the highest seq on disk."""
+        records: list[EventRecord] = []
+        top = 0
+        for path in self._run_files(thread_id):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            found, file_top = _parse(data)
+            records.extend(found)
+            top = max(top, file_top)
+        records.sort(key=lambda r: r["seq"])
+        return records, top
+
+    def _next_seq(self, thread_id: str) -> int:
+        if thread_id not in self._last_seq:
+            self._last_seq[thread_id] = self._read_thread(thread_id)[1]
+        return self._last_seq[thread_id] + 1
+
+    def _append_groups(self, groups: dict[Path, list[bytes]]) -> None:
+        """Append each file's lines in one write; on any failure restore every file."""
+        done: list[tuple[Path, int | None]] = []
+        try:
+            for path, lines in groups.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab+") as fh:
+                    size = fh.seek(0, os.SEEK_END)
+                    done.append((path, size))
+                    prefix = b""
+                    if size:
+                        fh.seek(size - 1)
+                        if fh.read(1) != b"\n":
+                            prefix = TORN_TERMINATOR
+                    fh.write(prefix + b"".join(lines))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        except BaseException:
+            for path, size in done:
+                with contextlib.suppress(OSError):
+                    if size:
+                        os.truncate(path, size)
+                    else:
+                        path.unlink()
+            raise
+
+    def _write(self, events: list[PreparedEvent]) -> list[EventRecord]:
+        """Assign seqs and append; the in-memory counters move only after success."""
+        next_seq: dict[str, int] = {}
+        records: list[EventRecord] = []
+        groups: dict[Path, list[bytes]] = {}
+        for event in events:
+            seq = next_seq.get(event.thread_id) or self._next_seq(event.thread_id)
+            next_seq[event.thread_id] = seq + 1
+            record = event.to_record(seq)
+            records.append(record)
+            line = {"seq": seq, **{k: v for k, v in record.items() if k != "seq"}}
+            groups.setdefault(self._run_file(event.thread_id, event.run_id), []).append(
+                dumps_bytes(line) + b"\n"
+            )
+        self._append_groups(groups)
+        for thread_id, seq in next_seq.items():
+            self._last_seq[thread_id] = seq - 1
+        return records
+
+    # -- writes ---------------------------------------------------------------------
+
+    def _prepare(self, **kwargs: Any) -> PreparedEvent:
+        event = prepare_event(**kwargs, max_trace_content=self._max_trace)
+        validate_path_id(event.thread_id, "thread_id")
+        validate_path_id(event.run_id, "run_id")
+        return event
+
+    async def put(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: EventContent = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: str | None = None,
+        user_id: UserId = AUTO,
+    ) -> EventRecord:
+        resolve_owner(user_id)
+        event = self._prepare(
+            thread_id=thread_id,
+            run_id=run_id,
+            event_type=event_type,
+            category=category,
+            content=content,
+            metadata=metadata,
+            created_at=created_at,
+        )
+        records = await self._locked([event.thread_id], lambda: self._write([event]))
+        return records[0]
+
+    async def put_batch(
+        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        prepared = prepare_batch(events, max_trace_content=self._max_trace)
+        for event in prepared:
+            validate_path_id(event.thread_id, "thread_id")
+            validate_path_id(event.run_id, "run_id")
+        if not prepared:
+            return []
+        return await self._locked(
+            [e.thread_id for e in prepared], lambda: self._write(prepared)
+        )
+
+    async def put_if_absent(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: EventContent = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: str | None = None,
+        user_id: UserId = AUTO,
+    ) -> tuple[EventRecord, bool]:
+        resolve_owner(user_id)
+        event = self._prepare(
+            thread_id=thread_id,
+            run_id=run_id,
+            event_type=event_type,
+            category=category,
+            content=content,
+            metadata=metadata,
+            created_at=created_at,
+        )
+
+        def check_and_write() -> tuple[EventRecord, bool]:
+            for record in self._read_run(event.thread_id, event.run_id):
+                if record["event_type"] == event.event_type:
+                    return record, False
+            return self._write([event])[0], True
+
+        return await self._locked([event.thread_id], check_and_write)
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def _thread_records(self, thread_id: str) -> list[EventRecord]:
+        return await self._locked([thread_id], lambda: self._read_thread(thread_id)[0])
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        limit = check_limit(limit)
+        before = check_cursor(before_seq, "before_seq")
+        after = check_cursor(after_seq, "after_seq")
+        records = await self._thread_records(thread_id)
+        messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
+        return select_page(messages, limit=limit, before_seq=before, after_seq=after)
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        validate_path_id(run_id, "run_id")
+        types = check_event_types(event_types)
+        task = check_task_id(task_id)
+        limit = check_limit(limit)
+        after = check_cursor(after_seq, "after_seq")
+        if limit == 0 or types == frozenset():
+            return []
+        records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
+        out: list[EventRecord] = []
+        for record in records:
+            if after is not None and record["seq"] <= after:
+                continue
+            if types is not None and record["event_type"] not in types:
+                continue
+            if task is not None and record["metadata"].get("task_id") != task:
+                continue
+            out.append(record)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 500,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        validate_path_id(run_id, "run_id")
+        limit = check_limit(limit)
+        before = check_cursor(before_seq, "before_seq")
+        after = check_cursor(after_seq, "after_seq")
+        records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
+        messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
+        return select_page(messages, limit=limit, before_seq=before, after_seq=after)
+
+    async def count_messages(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        records = await self._thread_records(thread_id)
+        return sum(1 for r in records if r["category"] == MESSAGE_CATEGORY)
+
+    async def get_last_visible_ai_seq_by_run(
+        self,
+        thread_id: str,
+        *,
+        run_ids: Iterable[str] | None = None,
+        user_id: UserId = AUTO,
+    ) -> dict[str, int]:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        wanted = normalize_run_ids(run_ids)
+        if wanted is not None and not wanted:
+            return {}
+        records = await self._thread_records(thread_id)
+        result: dict[str, int] = {}
+        for record in records:
+            if (wanted is None or record["run_id"] in wanted) and is_visible_ai_message(record):
+                result[record["run_id"]] = record["seq"]
+        return result
+
+    async def get_message_seqs(
+        self, thread_id: str, identities: Iterable[str], *, user_id: UserId = AUTO
+    ) -> dict[str, int]:
+        resolve_owner(user_id)
+        wanted = normalize_identities(identities)
+        if not wanted:
+            return {}
+        validate_path_id(thread_id, "thread_id")
+        records = await self._thread_records(thread_id)
+        result: dict[str, int] = {}
+        for record in records:
+            if record["category"] != MESSAGE_CATEGORY:
+                continue
+            identity = message_identity(record["content"])
+            if identity in wanted and identity not in result:
+                result[identity] = record["seq"]
+                if len(result) == len(wanted):
+                    break
+        return result
+
+    async def find_latest_ai_message_run_ids(
+        self, thread_id: str, message_ids: Iterable[str], *, user_id: UserId = AUTO
+    ) -> dict[str, str]:
+        """One locked read of the whole thread (a consistent snapshot), newest first."""
+        resolve_owner(user_id)
+        pending = normalize_message_ids(message_ids)
+        if not pending:
+            return {}
+        validate_path_id(thread_id, "thread_id")
+        records = await self._thread_records(thread_id)
+        result: dict[str, str] = {}
+        for record in reversed(records):
+            match = ai_message_match(record, pending)
+            if match is not None:
+                result[match[0]] = match[1]
+                pending.discard(match[0])
+                if not pending:
+                    break
+        return result
+
+    # -- deletes --------------------------------------------------------------------
+
+    async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+
+        def delete() -> int:
+            count = len(self._read_thread(thread_id)[0])
+            shutil.rmtree(self._thread_dir(thread_id), ignore_errors=True)
+            self._last_seq.pop(thread_id, None)
+            return count
+
+        return await self._locked([thread_id], delete)
+
+    async def delete_by_run(self, thread_id: str, run_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        validate_path_id(thread_id, "thread_id")
+        validate_path_id(run_id, "run_id")
+
+        def delete() -> int:
+            count = len(self._read_run(thread_id, run_id))
+            with contextlib.suppress(FileNotFoundError):
+                self._run_file(thread_id, run_id).unlink()
+            # The next seq follows the highest seq left on disk (same rule as SQL).
+            self._last_seq.pop(thread_id, None)
+            return count
+
+        return await self._locked([thread_id], delete)
+
+    async def close(self) -> None:
+        self._closed = True

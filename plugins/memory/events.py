@@ -1,0 +1,340 @@
+"""`MemoryEventStore`: the in-process run event store, indexed per thread and per run."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
+from runstore.identity import message_identity
+from runstore.owner import AUTO, UserId, resolve_owner
+from runstore.records import (
+    PreparedEvent,
+    check_cursor,
+    check_event_types,
+    check_limit,
+    check_task_id,
+    copy_record,
+    is_visible_ai_message,
+    normalize_identities,
+    normalize_run_ids,
+    prepare_batch,
+    prepare_event,
+    validate_id,
+)
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+
+@dataclass
+class _Rows:
+    """Records in seq order plus their seqs, for O(log n) cursor lookups."""
+
+    seqs: list[int] = field(default_factory=list)
+    rows: list[EventRecord] = field(default_factory=list)
+
+    def append(self, record: EventRecord) -> None:
+        self.seqs.append(record["seq"])
+        self.rows.append(record)
+
+    def page(self, limit: int, before: int | None, after: int | None) -> list[EventRecord]:
+        lo = 0 if after is None else bisect.bisect_right(self.seqs, after)
+        hi = len(self.rows) if before is None else bisect.bisect_left(self.seqs, before)
+        if hi <= lo or limit <= 0:
+            return []
+        if after is not None:
+            return self.rows[lo : min(hi, lo + limit)]
+        return self.rows[max(lo, hi - limit) : hi]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class _Thread:
+    """One thread's events and the indexes every read uses."""
+
+    last_seq: int = 0
+    messages: _Rows = field(default_factory=_Rows)
+    runs: dict[str, _Rows] = field(default_factory=dict)
+    run_messages: dict[str, _Rows] = field(default_factory=dict)
+    #: (run_id, event_type) -> earliest record, for put_if_absent
+    keys: dict[tuple[str, str], EventRecord] = field(default_factory=dict)
+    #: message identity -> earliest seq
+    identities: dict[str, int] = field(default_factory=dict)
+
+    def add(self, record: EventRecord) -> None:
+        self.last_seq = record["seq"]
+        run_id = record["run_id"]
+        self.runs.setdefault(run_id, _Rows()).append(record)
+        self.keys.setdefault((run_id, record["event_type"]), record)
+        if record["category"] == MESSAGE_CATEGORY:
+            self.messages.append(record)
+            self.run_messages.setdefault(run_id, _Rows()).append(record)
+            identity = message_identity(record["content"])
+            if identity is not None:
+                self.identities.setdefault(identity, record["seq"])
+
+    def rebuild_without_run(self, run_id: str) -> int:
+        """Drop a run and rebuild the thread-wide indexes (O(thread); deletes are rare)."""
+        removed = self.runs.pop(run_id, None)
+        if removed is None:
+            return 0
+        remaining = sorted(
+            (r for rows in self.runs.values() for r in rows.rows), key=lambda r: r["seq"]
+        )
+        fresh = _Thread()
+        for record in remaining:
+            fresh.add(record)
+        self.messages, self.runs, self.run_messages = fresh.messages, fresh.runs, fresh.run_messages
+        self.keys, self.identities = fresh.keys, fresh.identities
+        # The next seq follows the highest remaining one (same rule as the SQL stores).
+        self.last_seq = fresh.last_seq
+        return len(removed)
+
+
+class MemoryEventStore(RunEventStore):
+    """In-process event store: per-thread indexes make a message page O(log n + page)
+    and a run's events O(run). Nothing survives the process; ``user_id`` is resolved
+    (so a missing owner context still fails) and otherwise ignored."""
+
+    def __init__(self, *, max_trace_content: int = 10240) -> None:
+        self._threads: dict[str, _Thread] = {}
+        self._max_trace = max_trace_content
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> MemoryEventStore:
+        """Open a fresh, empty store for ``memory://`` (no URL options)."""
+        url.check_options(set())
+        return cls(max_trace_content=options.settings.run_events.max_trace_content)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this MemoryEventStore is closed")
+
+    def _append(self, event: PreparedEvent) -> EventRecord:
+        thread = self._threads.setdefault(event.thread_id, _Thread())
+        record = event.to_record(thread.last_seq + 1)
+        thread.add(record)
+        return record
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def put(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: EventContent = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: str | None = None,
+        user_id: UserId = AUTO,
+    ) -> EventRecord:
+        resolve_owner(user_id)
+        self._check_open()
+        event = prepare_event(
+            thread_id=thread_id,
+            run_id=run_id,
+            event_type=event_type,
+            category=category,
+            content=content,
+            metadata=metadata,
+            created_at=created_at,
+            max_trace_content=self._max_trace,
+        )
+        return copy_record(self._append(event))
+
+    async def put_batch(
+        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        self._check_open()
+        prepared = prepare_batch(events, max_trace_content=self._max_trace)
+        # Everything is validated first and nothing below awaits, so the batch is
+        # atomic and each thread's block is contiguous.
+        return [copy_record(self._append(event)) for event in prepared]
+
+    async def put_if_absent(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: EventContent = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: str | None = None,
+        user_id: UserId = AUTO,
+    ) -> tuple[EventRecord, bool]:
+        resolve_owner(user_id)
+        self._check_open()
+        event = prepare_event(
+            thread_id=thread_id,
+            run_id=run_id,
+            event_type=event_type,
+            category=category,
+            content=content,
+            metadata=metadata,
+            created_at=created_at,
+            max_trace_content=self._max_trace,
+        )
+        thread = self._threads.get(event.thread_id)
+        existing = thread.keys.get((event.run_id, event.event_type)) if thread else None
+        if existing is not None:
+            return copy_record(existing), False
+        return copy_record(self._append(event)), True
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_id(thread_id, "thread_id")
+        limit = check_limit(limit)
+        before = check_cursor(before_seq, "before_seq")
+        after = check_cursor(after_seq, "after_seq")
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        return [copy_record(r) for r in thread.messages.page(limit, before, after)]
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        event_types: Sequence[str] | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_id(thread_id, "thread_id")
+        validate_id(run_id, "run_id")
+        types = check_event_types(event_types)
+        task = check_task_id(task_id)
+        limit = check_limit(limit)
+        after = check_cursor(after_seq, "after_seq")
+        thread = self._threads.get(thread_id)
+        rows = thread.runs.get(run_id) if thread else None
+        if rows is None or limit == 0 or types == frozenset():
+            return []
+        start = 0 if after is None else bisect.bisect_right(rows.seqs, after)
+        out: list[EventRecord] = []
+        for record in rows.rows[start:]:
+            if types is not None and record["event_type"] not in types:
+                continue
+            if task is not None and record["metadata"].get("task_id") != task:
+                continue
+            out.append(copy_record(record))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 500,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        user_id: UserId = AUTO,
+    ) -> list[EventRecord]:
+        resolve_owner(user_id)
+        validate_id(thread_id, "thread_id")
+        validate_id(run_id, "run_id")
+        limit = check_limit(limit)
+        before = check_cursor(before_seq, "before_seq")
+        after = check_cursor(after_seq, "after_seq")
+        thread = self._threads.get(thread_id)
+        rows = thread.run_messages.get(run_id) if thread else None
+        if rows is None:
+            return []
+        return [copy_record(r) for r in rows.page(limit, before, after)]
+
+    async def count_messages(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        validate_id(thread_id, "thread_id")
+        thread = self._threads.get(thread_id)
+        return len(thread.messages) if thread else 0
+
+    async def get_last_visible_ai_seq_by_run(
+        self,
+        thread_id: str,
+        *,
+        run_ids: Iterable[str] | None = None,
+        user_id: UserId = AUTO,
+    ) -> dict[str, int]:
+        resolve_owner(user_id)
+        validate_id(thread_id, "thread_id")
+        wanted = normalize_run_ids(run_ids)
+        if wanted is not None and not wanted:
+            return {}
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return {}
+        result: dict[str, int] = {}
+        runs = thread.run_messages if wanted is None else {
+            r: thread.run_messages[r] for r in wanted if r in thread.run_messages
+        }
+        for run_id, rows in runs.items():
+            for record in reversed(rows.rows):
+                if is_visible_ai_message(record):
+                    result[run_id] = record["seq"]
+                    break
+        return result
+
+    async def get_message_seqs(
+        self, thread_id: str, identities: Iterable[str], *, user_id: UserId = AUTO
+    ) -> dict[str, int]:
+        resolve_owner(user_id)
+        wanted = normalize_identities(identities)
+        if not wanted:
+            return {}
+        validate_id(thread_id, "thread_id")
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return {}
+        return {i: thread.identities[i] for i in wanted if i in thread.identities}
+
+    # -- deletes --------------------------------------------------------------------
+
+    async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        self._check_open()
+        validate_id(thread_id, "thread_id")
+        thread = self._threads.pop(thread_id, None)
+        return sum(len(rows) for rows in thread.runs.values()) if thread else 0
+
+    async def delete_by_run(self, thread_id: str, run_id: str, *, user_id: UserId = AUTO) -> int:
+        resolve_owner(user_id)
+        self._check_open()
+        validate_id(thread_id, "thread_id")
+        validate_id(run_id, "run_id")
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return 0
+        removed = thread.rebuild_without_run(run_id)
+        if not thread.runs:
+            del self._threads[thread_id]
+        return removed
+
+    async def close(self) -> None:
+        self._closed = True
+        self._threads.clear()
