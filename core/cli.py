@@ -198,6 +198,24 @@ def _print_matrix(result: Any) -> None:
     console.print(f"{result.collected} tests: {verdict}")
 
 
+@main.command("new-plugin")
+@click.argument("name")
+@click.option("--kind", type=click.Choice(["events", "streams"]), default="events", show_default=True,
+              help="Which kind of backend the skeleton implements.")
+@click.option("--directory", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Where to create the runstore-NAME project.")
+def new_plugin(name: str, kind: str, directory: str) -> None:
+    """Write a minimal third-party plugin project: entry point, backend skeleton, CI test."""
+    from pathlib import Path
+
+    from .scaffold import new_plugin as scaffold
+
+    written = scaffold(name, Path(directory), kind=kind)
+    root = written[0].parent
+    console.print(f"created {root} ({len(written)} files)")
+    console.print(f"next: cd {root} && pip install -e '.[test]' && runstore check {name.replace('_', '-')}://")
+
+
 def _attach_bench() -> None:
     import importlib
 

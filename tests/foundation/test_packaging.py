@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
-import venv
 from pathlib import Path
 
-import pytest
+from .conftest import FreshEnv
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [
     "runstore", "runstore.checkpoint", "runstore.sql", "runstore.bench", "runstore.plugins",
     "runstore.plugins.memory", "runstore.plugins.jsonl", "runstore.plugins.sqlite",
@@ -19,33 +16,7 @@ PACKAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True, capture_output=True, text=True,
-    )
-    (wheel,) = out.glob("runstore-*.whl")
-    return wheel
-
-
-def test_wheel_installs_and_imports_from_anywhere(wheel: Path, tmp_path: Path) -> None:
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    target = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    # Dependencies come from our environment through a path entry (not a site dir, so the
-    # editable finder of the development install stays out); runstore itself from the wheel.
-    Path(target, "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--target", target, str(wheel)],
-        check=True, capture_output=True, text=True,
-    )
+def test_wheel_installs_and_imports_from_anywhere(fresh_env: FreshEnv, tmp_path: Path) -> None:
     code = (
         "import importlib, runstore\n"
         f"for name in {PACKAGES!r}: importlib.import_module(name)\n"
@@ -54,10 +25,10 @@ def test_wheel_installs_and_imports_from_anywhere(wheel: Path, tmp_path: Path) -
     )
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=run_dir)
+    out = fresh_env.run("-c", code, cwd=run_dir)
     assert out.returncode == 0, out.stderr
     location, backends = out.stdout.splitlines()
-    assert location.startswith(target), f"runstore imported from {location}, not the wheel"
+    assert location.startswith(str(fresh_env.purelib)), f"runstore imported from {location}, not the wheel"
     assert backends == "['jsonl', 'memory', 'postgres', 'sqlite']"
 
 

@@ -1,0 +1,221 @@
+"""`runstore new-plugin`: write a minimal third-party plugin project to start from.
+
+The backend skeleton is generated from the protocol's abstract methods, so it always
+matches the contract of the installed runstore.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+KINDS = {
+    "events": ("events", "RunEventStore", "runstore_register_event_stores", "EventStoreRegistry"),
+    "streams": ("streams", "StreamBridge", "runstore_register_stream_bridges", "StreamBridgeRegistry"),
+}
+
+_HEADER = {
+    "events": (
+        "from collections.abc import Iterable, Mapping, Sequence\n"
+        "from typing import Any\n\n"
+        "from runstore import BackendOptions, BackendURL, RunEventStore\n"
+        "from runstore.events import EventContent, EventRecord\n"
+        "from runstore.owner import AUTO, UserId\n"
+    ),
+    "streams": (
+        "from collections.abc import AsyncIterator\n"
+        "from typing import Any\n\n"
+        "from runstore import BackendOptions, BackendURL, StreamBridge\n"
+        "from runstore.streams import StreamItem\n"
+    ),
+}
+
+
+def _protocol(kind: str) -> type[Any]:
+    from . import events, streams
+
+    return {"events": events.RunEventStore, "streams": streams.StreamBridge}[kind]
+
+
+def _method_source(name: str, fn: Any) -> str:
+    signature = inspect.signature(fn)
+    params: list[str] = []
+    star_done = False
+    for param in signature.parameters.values():
+        if param.kind is param.KEYWORD_ONLY and not star_done:
+            params.append("*")
+            star_done = True
+        text = param.name
+        if param.annotation is not inspect.Parameter.empty:
+            text += f": {param.annotation}"
+        if param.default is not inspect.Parameter.empty:
+            text += f" = {param.default!r}"
+        params.append(text)
+    returns = ""
+    if signature.return_annotation is not inspect.Signature.empty:
+        returns = f" -> {signature.return_annotation}"
+    prefix = "async def" if inspect.iscoroutinefunction(fn) else "def"
+    doc = (inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else ""
+    body = f'raise NotImplementedError("{name}: not implemented yet")'
+    head = f"    {prefix} {name}({', '.join(params)}){returns}:"
+    if len(head) > 88:
+        inner = "".join(f"        {p},\n" for p in params)
+        head = f"    {prefix} {name}(\n{inner}    ){returns}:"
+    lines = [head]
+    if doc:
+        lines.append(f'        """{doc}"""')
+    lines.append(f"        {body}")
+    return "\n".join(lines)
+
+
+def backend_skeleton(kind: str, class_name: str) -> str:
+    """Source of a backend class whose every abstract method raises NotImplementedError."""
+    protocol = _protocol(kind)
+    methods = [
+        _method_source(name, getattr(protocol, name))
+        for name in sorted(getattr(protocol, "__abstractmethods__", ()))
+    ]
+    opener = textwrap.dedent(
+        f'''
+            @classmethod
+            async def open(cls, url: BackendURL, options: BackendOptions) -> {class_name}:
+                """Open the backend for ``url``; runstore calls this through the registry."""
+                url.check_options(set())
+                return cls()
+        '''
+    )
+    return (
+        f'"""The {kind} backend. Fill in each method; `runstore check` tells you what is left."""\n\n'
+        "from __future__ import annotations\n\n"
+        f"{_HEADER[kind]}\n\n"
+        f"class {class_name}({protocol.__name__}):\n"
+        f'    """A runstore {protocol.__name__}."""\n'
+        + textwrap.indent(opener, "    ").rstrip()
+        + "\n\n"
+        + "\n\n".join(methods)
+        + "\n"
+    )
+
+
+def new_plugin(name: str, directory: Path, *, kind: str = "events") -> list[Path]:
+    """Write the project ``runstore-NAME`` under ``directory``; return the files written."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        raise ConfigError(
+            f"plugin name {name!r} must be a lowercase identifier ([a-z][a-z0-9_]*); "
+            "it becomes the URL scheme and the package suffix"
+        )
+    if kind not in KINDS:
+        raise ConfigError(f"unknown kind {kind!r}; accepted: {', '.join(KINDS)}")
+    module, protocol, hook, registry = KINDS[kind]
+    package = f"runstore_{name}"
+    class_name = "".join(part.title() for part in name.split("_")) + protocol.removeprefix("Run")
+    root = directory / f"runstore-{name.replace('_', '-')}"
+    if root.exists() and any(root.iterdir()):
+        raise ConfigError(f"{root} exists and is not empty; choose another directory")
+    scheme = name.replace("_", "-")
+    files = {
+        "pyproject.toml": f'''\
+            [build-system]
+            requires = ["setuptools>=69"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "runstore-{scheme}"
+            version = "0.1.0"
+            description = "A runstore {kind} backend: {scheme}://"
+            requires-python = ">=3.11"
+            dependencies = ["runstore"]
+
+            [project.optional-dependencies]
+            test = ["runstore[conformance]"]
+
+            # runstore finds the plugin through this entry point.
+            [project.entry-points.runstore]
+            {name} = "{package}"
+
+            [tool.setuptools]
+            packages = ["{package}"]
+
+            [tool.pytest.ini_options]
+            testpaths = ["tests"]
+
+            # The conformance suite reads this: the URLs to check, and known failures
+            # as data (each becomes a strict xfail), e.g.
+            # xfail = {{ "test_events.py::*::test_something*" = "why" }}
+            [tool.runstore.conformance]
+            backends = ["{scheme}://"]
+        ''',
+        f"{package}/__init__.py": f'''\
+            """runstore plugin `{name}`: registers the {scheme}:// {kind} backend."""
+
+            from __future__ import annotations
+
+            from typing import Any
+
+            import runstore
+
+
+            async def _open(url: runstore.BackendURL, options: runstore.BackendOptions) -> Any:
+                from .{module} import {class_name}
+
+                return await {class_name}.open(url, options)
+
+
+            @runstore.hookimpl
+            def {hook}(registry: runstore.{registry}) -> None:
+                registry.add(
+                    "{name}",
+                    schemes=["{scheme}"],
+                    factory=_open,
+                    # Declare only what you implement; the suite verifies each one.
+                    capabilities=[],
+                    description="{scheme}:// {kind} backend",
+                )
+        ''',
+        f"{package}/{module}.py": None,
+        "tests/test_conformance.py": f'''\
+            """Run runstore's conformance suite against {scheme}:// (see [tool.runstore.conformance])."""
+
+            from runstore.conformance.test_{kind} import *  # noqa: F403
+        ''',
+        ".github/workflows/conformance.yml": f'''\
+            name: runstore conformance
+            on: [push, pull_request]
+            jobs:
+              conformance:
+                runs-on: ubuntu-latest
+                steps:
+                  - uses: actions/checkout@v4
+                  - uses: actions/setup-python@v5
+                    with:
+                      python-version: "3.11"
+                  - run: pip install -e '.[test]'
+                  - run: runstore check {scheme}:// --profile runstore-ci --junit-xml conformance.xml
+        ''',
+        "README.md": f'''\
+            # runstore-{scheme}
+
+            A [runstore](https://pypi.org/project/runstore/) {kind} backend for `{scheme}://` URLs.
+
+            ```bash
+            pip install -e '.[test]'
+            runstore backends              # lists {name}
+            runstore check {scheme}://     # the conformance matrix
+            pytest                         # the same suite under pytest
+            ```
+        ''',
+    }
+    written: list[Path] = []
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = backend_skeleton(kind, class_name) if content is None else textwrap.dedent(content)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
