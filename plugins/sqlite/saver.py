@@ -1,0 +1,885 @@
+"""`SqliteSaver`: a LangGraph checkpoint saver on one sqlite file (aiosqlite + stdlib sqlite3).
+
+Every logical operation is one function run on the aiosqlite worker thread against
+the raw ``sqlite3`` connection (one thread hop, one transaction), instead of one
+hop per statement. The async side borrows one connection from the SQLAlchemy
+engine it shares with the sqlite event store (`runstore.sql.engine.shared_engine`);
+the sync twins run the very same functions on a stdlib ``sqlite3`` connection to
+the same file, from the calling thread. See docs/savers.md for schema and decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from runstore.checkpoint import codec
+from runstore.checkpoint.saverbase import ensure_off_loop
+from runstore.sql.migrations import Migration, ensure_schema
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+R = TypeVar("R")
+
+__all__ = ["SCHEMA_COMPONENT", "SCHEMA_MIGRATIONS", "SqliteSaver"]
+
+#: Component name of this saver's schema in ``runstore_schema_versions``.
+SCHEMA_COMPONENT = "sqlite-saver"
+
+CHECKPOINTS = "runstore_checkpoints"
+BLOBS = "runstore_checkpoint_blobs"
+WRITES = "runstore_checkpoint_writes"
+
+SCHEMA_MIGRATIONS: list[Migration] = [
+    Migration(
+        1,
+        [
+            f"""CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                checkpoint_id TEXT NOT NULL,
+                parent_checkpoint_id TEXT,
+                run_id TEXT,
+                type TEXT NOT NULL,
+                checkpoint BLOB NOT NULL,
+                metadata TEXT NOT NULL DEFAULT '{{}}',
+                value_versions TEXT NOT NULL DEFAULT '{{}}',
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+            )""",
+            f"""CREATE TABLE IF NOT EXISTS {BLOBS} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                channel TEXT NOT NULL,
+                version TEXT NOT NULL,
+                type TEXT NOT NULL,
+                blob BLOB,
+                PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+            )""",
+            f"""CREATE TABLE IF NOT EXISTS {WRITES} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                checkpoint_id TEXT NOT NULL,
+                task_id TEXT NOT NULL,
+                idx INTEGER NOT NULL,
+                task_path TEXT NOT NULL DEFAULT '',
+                channel TEXT NOT NULL,
+                type TEXT NOT NULL,
+                value BLOB,
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+            )""",
+        ],
+        "checkpoints, channel blobs and pending writes",
+    ),
+    Migration(
+        2,
+        [
+            f"CREATE INDEX IF NOT EXISTS {CHECKPOINTS}_run_id "
+            f"ON {CHECKPOINTS} (run_id) WHERE run_id IS NOT NULL",
+        ],
+        "run_id index for delete_for_runs",
+    ),
+]
+
+_PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: Checkpoints fetched per worker-thread hop while iterating `alist`.
+_LIST_PAGE = 100
+#: Requested channels answered per delta-history statement (bits of a 64-bit mask).
+_MAX_MASK_CHANNELS = 62
+#: Upper bound on the parent links one delta-history statement follows (cycle guard).
+_MAX_DEPTH = 1_000_000
+
+_SELECT_RECORD = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
+    f"metadata, value_versions FROM {CHECKPOINTS} c"
+)
+_SELECT_BLOBS = (
+    f"SELECT j.key, b.type, b.blob FROM json_each(?) j JOIN {BLOBS} b "
+    "ON b.thread_id = ? AND b.checkpoint_ns = ? AND b.channel = j.key AND b.version = j.value"
+)
+_SELECT_WRITES = (
+    f"SELECT task_id, channel, type, value, task_path, idx FROM {WRITES} "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+_INSERT_CHECKPOINT = f"INSERT OR REPLACE INTO {CHECKPOINTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_BLOB = f"INSERT OR REPLACE INTO {BLOBS} VALUES (?, ?, ?, ?, ?, ?)"
+_BLOB_EXISTS = (
+    f"SELECT 1 FROM {BLOBS} WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND channel = ? AND version = ?"
+)
+_INSERT_WRITE_FIRST = f"INSERT OR IGNORE INTO {WRITES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_WRITE_LAST = f"INSERT OR REPLACE INTO {WRITES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+# One statement answers the whole delta history. `chain` follows parent links from
+# the target (depth 0); `seen` is a bit mask of the requested channels already held
+# by a shallower ancestor (depths 1..depth-1), so a row contributes channel `bit`
+# while `seen & bit = 0`: its writes, and its blob when it holds a value. Recursion
+# stops once every channel is seen. CROSS JOIN pins the chain as the outer loop, so
+# each step is one primary-key probe.
+_DELTA_SQL = f"""
+WITH RECURSIVE
+  req(bit, ch) AS (SELECT 1 << CAST(key AS INTEGER), value FROM json_each(:channels)),
+  chain(depth, cid, parent, vv, seen) AS (
+    SELECT 0, checkpoint_id, parent_checkpoint_id, value_versions, 0
+      FROM {CHECKPOINTS}
+     WHERE thread_id = :thread_id AND checkpoint_ns = :ns
+       AND checkpoint_id = coalesce(:checkpoint_id, (
+             SELECT max(checkpoint_id) FROM {CHECKPOINTS}
+              WHERE thread_id = :thread_id AND checkpoint_ns = :ns))
+    UNION ALL
+    SELECT chain.depth + 1, c.checkpoint_id, c.parent_checkpoint_id, c.value_versions,
+           chain.seen | CASE WHEN chain.depth = 0 THEN 0 ELSE (
+               SELECT coalesce(sum(req.bit), 0) FROM req JOIN json_each(chain.vv) j
+                   ON j.key = req.ch) END
+      FROM chain CROSS JOIN {CHECKPOINTS} c
+        ON c.thread_id = :thread_id AND c.checkpoint_ns = :ns
+       AND c.checkpoint_id = chain.parent
+     WHERE chain.seen != :full AND chain.depth < :max_depth
+  )
+SELECT chain.depth, req.ch, {codec.HISTORY_WRITE}, w.task_id, w.task_path, w.idx, w.type, w.value
+  FROM chain CROSS JOIN req CROSS JOIN {WRITES} w
+    ON w.thread_id = :thread_id AND w.checkpoint_ns = :ns
+   AND w.checkpoint_id = chain.cid AND w.channel = req.ch
+ WHERE chain.depth > 0 AND (chain.seen & req.bit) = 0
+UNION ALL
+SELECT chain.depth, req.ch, {codec.HISTORY_SEED}, NULL, NULL, NULL, b.type, b.blob
+  FROM chain CROSS JOIN req CROSS JOIN json_each(chain.vv) j CROSS JOIN {BLOBS} b
+    ON b.thread_id = :thread_id AND b.checkpoint_ns = :ns
+   AND b.channel = req.ch AND b.version = j.value
+ WHERE chain.depth > 0 AND (chain.seen & req.bit) = 0 AND j.key = req.ch
+"""
+
+
+# --- functions run on a sqlite3 connection (worker thread or sync caller) ---------
+
+
+def _write_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
+    """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction (the file's write lock up front)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _read_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
+    """Run ``body`` in a deferred transaction, so its statements see one snapshot."""
+    conn.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
+RecordRow = tuple[str, str, str, str | None, str, bytes, str, str]
+#: A fetched checkpoint: its record row, its blob rows and its write rows.
+Fetched = tuple[RecordRow, list[tuple[str, str, bytes]], list[tuple[Any, ...]]]
+
+
+def _fetch_parts(conn: sqlite3.Connection, record: RecordRow) -> Fetched:
+    thread_id, ns, cid = record[0], record[1], record[2]
+    blobs = conn.execute(_SELECT_BLOBS, (record[7], thread_id, ns)).fetchall()
+    writes = conn.execute(_SELECT_WRITES, (thread_id, ns, cid)).fetchall()
+    return record, blobs, writes
+
+
+def _op_get(
+    conn: sqlite3.Connection, thread_id: str, ns: str, checkpoint_id: str | None
+) -> Fetched | None:
+    def body() -> Fetched | None:
+        if checkpoint_id:
+            record = conn.execute(
+                f"{_SELECT_RECORD} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            ).fetchone()
+        else:
+            record = conn.execute(
+                f"{_SELECT_RECORD} WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id, ns),
+            ).fetchone()
+        return None if record is None else _fetch_parts(conn, record)
+
+    return _read_tx(conn, body)
+
+
+def _op_list_page(
+    conn: sqlite3.Connection,
+    where: list[str],
+    params: list[Any],
+    after: tuple[str, str, str] | None,
+    page: int,
+) -> list[Fetched]:
+    clauses = list(where)
+    args = list(params)
+    if after is not None:
+        clauses.append("(c.checkpoint_id, c.thread_id, c.checkpoint_ns) < (?, ?, ?)")
+        args.extend(after)
+    sql = _SELECT_RECORD
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    sql += " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT ?"
+    args.append(page)
+
+    def body() -> list[Fetched]:
+        return [_fetch_parts(conn, record) for record in conn.execute(sql, args).fetchall()]
+
+    return _read_tx(conn, body)
+
+
+def _op_put(
+    conn: sqlite3.Connection, encoded: codec.EncodedCheckpoint, serde: SerializerProtocol
+) -> None:
+    row = encoded.row
+
+    def body() -> None:
+        conn.execute(_INSERT_CHECKPOINT, row)
+        if encoded.blobs:
+            conn.executemany(_INSERT_BLOB, encoded.blobs)
+        for channel, version in encoded.carried.items():
+            # Normally stored by the put that created this version; only a hand-made
+            # checkpoint gets here without it, and then its value must not be lost.
+            if (
+                conn.execute(
+                    _BLOB_EXISTS, (row.thread_id, row.checkpoint_ns, channel, version)
+                ).fetchone()
+                is None
+            ):
+                conn.execute(
+                    _INSERT_BLOB,
+                    codec.encode_blob(
+                        serde,
+                        row.thread_id,
+                        row.checkpoint_ns,
+                        channel,
+                        version,
+                        encoded.carried_values[channel],
+                    ),
+                )
+
+    _write_tx(conn, body)
+
+
+def _op_put_writes(conn: sqlite3.Connection, encoded: codec.EncodedWrites) -> None:
+    def body() -> None:
+        if encoded.first_wins:
+            conn.executemany(_INSERT_WRITE_FIRST, encoded.first_wins)
+        if encoded.last_wins:
+            conn.executemany(_INSERT_WRITE_LAST, encoded.last_wins)
+
+    _write_tx(conn, body)
+
+
+def _op_delete_thread(conn: sqlite3.Connection, thread_id: str) -> None:
+    def body() -> None:
+        for table in (CHECKPOINTS, BLOBS, WRITES):
+            conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    _write_tx(conn, body)
+
+
+def _op_copy_thread(conn: sqlite3.Connection, source: str, target: str) -> None:
+    def body() -> None:
+        conn.execute(
+            f"INSERT OR REPLACE INTO {CHECKPOINTS} SELECT ?, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, type, checkpoint, metadata, value_versions "
+            f"FROM {CHECKPOINTS} WHERE thread_id = ?",
+            (target, source),
+        )
+        conn.execute(
+            f"INSERT OR REPLACE INTO {BLOBS} SELECT ?, checkpoint_ns, channel, version, type, "
+            f"blob FROM {BLOBS} WHERE thread_id = ?",
+            (target, source),
+        )
+        conn.execute(
+            f"INSERT OR REPLACE INTO {WRITES} SELECT ?, checkpoint_ns, checkpoint_id, task_id, "
+            f"idx, task_path, channel, type, value FROM {WRITES} WHERE thread_id = ?",
+            (target, source),
+        )
+
+    _write_tx(conn, body)
+
+
+class _Graph:
+    """The checkpoints of one (thread, namespace), for pruning decisions."""
+
+    def __init__(
+        self, rows: list[tuple[str, str | None, str | None, str, bytes, str]], serde: Any
+    ) -> None:
+        import orjson
+
+        self.parent: dict[str, str | None] = {}
+        self.run_id: dict[str, str | None] = {}
+        self.valued: dict[str, set[str]] = {}
+        self.unvalued: dict[str, list[str]] = {}
+        for cid, parent, run_id, type_, record, value_versions in rows:
+            self.parent[cid] = parent
+            self.run_id[cid] = run_id
+            valued = set(orjson.loads(value_versions))
+            self.valued[cid] = valued
+            versions = serde.loads_typed((type_, record)).get("channel_versions") or {}
+            self.unvalued[cid] = [ch for ch in versions if ch not in valued]
+
+    def needed(self, checkpoint_id: str) -> list[str]:
+        """Ancestors (nearest first) a delta reconstruction at ``checkpoint_id`` reads."""
+        remaining = set(self.unvalued.get(checkpoint_id, ()))
+        chain: list[str] = []
+        seen: set[str] = set()
+        current = self.parent.get(checkpoint_id) if remaining else None
+        while current is not None and remaining and current in self.parent:
+            if current in seen:
+                break
+            seen.add(current)
+            chain.append(current)
+            remaining -= self.valued[current]
+            current = self.parent[current]
+        return chain
+
+
+def _load_graph(conn: sqlite3.Connection, thread_id: str, ns: str, serde: Any) -> _Graph:
+    rows = conn.execute(
+        "SELECT checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint, value_versions "
+        f"FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ?",
+        (thread_id, ns),
+    ).fetchall()
+    return _Graph(rows, serde)
+
+
+def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[str]) -> None:
+    """Delete checkpoints ``doomed`` with their writes, then blobs no survivor holds."""
+    if not doomed:
+        return
+    import orjson
+
+    ids = orjson.dumps(list(doomed)).decode()
+    for table in (CHECKPOINTS, WRITES):
+        conn.execute(
+            f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? "
+            "AND checkpoint_id IN (SELECT value FROM json_each(?))",
+            (thread_id, ns, ids),
+        )
+    conn.execute(
+        f"DELETE FROM {BLOBS} WHERE thread_id = ? AND checkpoint_ns = ? AND NOT EXISTS ("
+        f"SELECT 1 FROM {CHECKPOINTS} c, json_each(c.value_versions) j "
+        f"WHERE c.thread_id = {BLOBS}.thread_id AND c.checkpoint_ns = {BLOBS}.checkpoint_ns "
+        f"AND j.key = {BLOBS}.channel AND j.value = {BLOBS}.version)",
+        (thread_id, ns),
+    )
+
+
+def _op_prune(
+    conn: sqlite3.Connection, thread_ids: Sequence[str], strategy: str, serde: Any
+) -> None:
+    def body() -> None:
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                for table in (CHECKPOINTS, BLOBS, WRITES):
+                    conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+                continue
+            namespaces = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT DISTINCT checkpoint_ns FROM {CHECKPOINTS} WHERE thread_id = ?",
+                    (thread_id,),
+                )
+            ]
+            for ns in namespaces:
+                graph = _load_graph(conn, thread_id, ns, serde)
+                latest = max(graph.parent)
+                keep = {latest, *graph.needed(latest)}
+                _remove(conn, thread_id, ns, [cid for cid in graph.parent if cid not in keep])
+                # Writes whose checkpoint was never stored cannot be reached from the kept one.
+                conn.execute(
+                    f"DELETE FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = ? "
+                    f"AND checkpoint_id NOT IN (SELECT checkpoint_id FROM {CHECKPOINTS} "
+                    "WHERE thread_id = ? AND checkpoint_ns = ?)",
+                    (thread_id, ns, thread_id, ns),
+                )
+
+    _write_tx(conn, body)
+
+
+def _op_delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str], serde: Any) -> None:
+    import orjson
+
+    wanted = orjson.dumps(list(run_ids)).decode()
+
+    def body() -> None:
+        pairs = conn.execute(
+            f"SELECT DISTINCT thread_id, checkpoint_ns FROM {CHECKPOINTS} "
+            "WHERE run_id IN (SELECT value FROM json_each(?))",
+            (wanted,),
+        ).fetchall()
+        wanted_set = set(run_ids)
+        for thread_id, ns in pairs:
+            graph = _load_graph(conn, thread_id, ns, serde)
+            doomed = {cid for cid, run in graph.run_id.items() if run in wanted_set}
+            for cid in graph.parent:
+                if cid not in doomed:
+                    doomed.difference_update(graph.needed(cid))
+            _remove(conn, thread_id, ns, sorted(doomed))
+
+    _write_tx(conn, body)
+
+
+def _op_delta(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    channels: list[str],
+) -> list[tuple[Any, ...]]:
+    import orjson
+
+    def body() -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        for start in range(0, len(channels), _MAX_MASK_CHANNELS):
+            chunk = channels[start : start + _MAX_MASK_CHANNELS]
+            params = {
+                "channels": orjson.dumps(chunk).decode(),
+                "thread_id": thread_id,
+                "ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "full": (1 << len(chunk)) - 1,
+                "max_depth": _MAX_DEPTH,
+            }
+            rows.extend(conn.execute(_DELTA_SQL, params).fetchall())
+        return rows
+
+    if len(channels) <= _MAX_MASK_CHANNELS:
+        return body()
+    return _read_tx(conn, body)
+
+
+# --- the saver ------------------------------------------------------------------
+
+
+def _where(
+    config: RunnableConfig | None,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+) -> tuple[list[str], list[Any]]:
+    """SQL conditions (sqlite JSON1 dialect) and parameters for `alist`."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if config is not None:
+        configurable = config.get("configurable") or {}
+        if configurable.get("thread_id") is not None:
+            clauses.append("c.thread_id = ?")
+            params.append(str(configurable["thread_id"]))
+        if configurable.get("checkpoint_ns") is not None:
+            clauses.append("c.checkpoint_ns = ?")
+            params.append(configurable["checkpoint_ns"])
+        if checkpoint_id := configurable.get("checkpoint_id"):
+            clauses.append("c.checkpoint_id = ?")
+            params.append(checkpoint_id)
+    for term in codec.metadata_filter_terms(filter):
+        probe = "SELECT 1 FROM json_each(c.metadata) m WHERE m.key = ?"
+        if term.kind == "null":
+            clauses.append(f"NOT EXISTS ({probe} AND m.type != 'null')")
+            params.append(term.key)
+        elif term.kind == "number":
+            clauses.append(f"EXISTS ({probe} AND m.type IN ('integer', 'real') AND m.atom = ?)")
+            params.extend((term.key, term.value))
+        elif term.kind == "bool":
+            clauses.append(f"EXISTS ({probe} AND m.type = ?)")
+            params.extend((term.key, term.json_type))
+        elif term.kind == "text":
+            clauses.append(f"EXISTS ({probe} AND m.type = 'text' AND m.atom = ?)")
+            params.extend((term.key, term.value))
+        else:
+            clauses.append(f"EXISTS ({probe} AND m.type = ? AND m.value = ?)")
+            params.extend((term.key, term.json_type, term.value))
+    if before is not None and (before_id := get_checkpoint_id(before)):
+        clauses.append("c.checkpoint_id < ?")
+        params.append(before_id)
+    return clauses, params
+
+
+def _thread_ns(config: RunnableConfig) -> tuple[str, str, str | None]:
+    configurable = config["configurable"]
+    return (
+        str(configurable["thread_id"]),
+        str(configurable.get("checkpoint_ns") or ""),
+        configurable.get("checkpoint_id") or None,
+    )
+
+
+def _connect_sync(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path,
+        timeout=busy_timeout_ms / 1000.0,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    return conn
+
+
+class SqliteSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpoint saver on a sqlite file: ``sqlite:///path/app.db``.
+
+    Open it with `SqliteSaver.open` (or through `runstore.open`); it shares its
+    SQLAlchemy engine with a sqlite event store on the same file. Async methods
+    run one worker-thread hop each; sync twins use a stdlib ``sqlite3`` connection
+    from the calling thread and refuse to run on the saver's event loop thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        serde: SerializerProtocol | None = None,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._engine: AsyncEngine | None = None
+        self._sa_conn: AsyncConnection | None = None
+        self._aconn: Any = None
+        self._raw: sqlite3.Connection | None = None
+        self._write_lock: asyncio.Lock | None = None
+        self._sync_conn: sqlite3.Connection | None = None
+        self._sync_lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        url: BackendURL,
+        options: BackendOptions,
+        *,
+        serde: SerializerProtocol | None = None,
+    ) -> SqliteSaver:
+        """Open (creating or upgrading the schema) the saver for ``url``; closed with ``options``."""
+        from runstore.errors import InvalidURLError
+        from runstore.sql.engine import shared_engine, sqlite_write_lock
+
+        url.check_options(frozenset())
+        path = url.file_path()
+        if path is None:
+            raise InvalidURLError(
+                f"{url} names no file; use sqlite:///relative/app.db or sqlite:////abs/app.db"
+            )
+        engine = await shared_engine(url, options)
+        await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
+        cfg = options.settings.sqlite
+        saver = cls(
+            path=path.expanduser().resolve(),
+            serde=serde,
+            synchronous=cfg.synchronous,
+            busy_timeout_ms=cfg.busy_timeout_ms,
+        )
+        await saver._attach(engine, sqlite_write_lock(engine))
+        options.on_close(saver.aclose)
+        return saver
+
+    async def _attach(self, engine: AsyncEngine, write_lock: asyncio.Lock | None) -> None:
+        # One pooled connection stays checked out for the saver's lifetime: its aiosqlite
+        # worker thread is where every async operation runs as a single function call.
+        sa_conn = await engine.connect()
+        try:
+            fairy = await sa_conn.get_raw_connection()
+            aconn = fairy.driver_connection
+            raw = aconn._conn  # the sqlite3.Connection owned by the aiosqlite thread
+            if not callable(getattr(aconn, "_execute", None)):
+                raise RuntimeError("unsupported aiosqlite version: Connection._execute is missing")
+        except BaseException:
+            await sa_conn.close()
+            raise
+        self._engine = engine
+        self._sa_conn = sa_conn
+        self._aconn = aconn
+        self._raw = raw
+        self._write_lock = write_lock
+        self._loop = asyncio.get_running_loop()
+
+    async def aclose(self) -> None:
+        """Return the pooled connection and close the sync connection (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sa_conn is not None:
+            await self._sa_conn.close()
+            self._sa_conn = None
+        with self._sync_lock:
+            if self._sync_conn is not None:
+                self._sync_conn.close()
+                self._sync_conn = None
+
+    async def __aenter__(self) -> SqliteSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- plumbing ----------------------------------------------------------------
+
+    async def _hop(self, fn: Callable[..., R], *args: Any) -> R:
+        if self._closed or self._aconn is None:
+            raise RuntimeError("SqliteSaver is closed")
+        result: R = await self._aconn._execute(fn, self._raw, *args)
+        return result
+
+    async def _write_hop(self, fn: Callable[..., R], *args: Any) -> R:
+        # In-process writers queue on the engine's asyncio lock (shared with the event
+        # store) rather than on sqlite's busy_timeout polling.
+        if self._write_lock is None:
+            return await self._hop(fn, *args)
+        async with self._write_lock:
+            return await self._hop(fn, *args)
+
+    def _sync(self, method: str, fn: Callable[..., R], *args: Any) -> R:
+        ensure_off_loop(self._loop, method, type(self).__name__)
+        if self._closed:
+            raise RuntimeError("SqliteSaver is closed")
+        with self._sync_lock:
+            if self._sync_conn is None:
+                self._sync_conn = _connect_sync(self.path, self.synchronous, self.busy_timeout_ms)
+            return fn(self._sync_conn, *args)
+
+    def _decode(self, fetched: Fetched) -> CheckpointTuple:
+        record, blobs, writes = fetched
+        return codec.decode_checkpoint(
+            self.serde,
+            thread_id=record[0],
+            checkpoint_ns=record[1],
+            checkpoint_id=record[2],
+            parent_checkpoint_id=record[3],
+            type=record[4],
+            checkpoint=record[5],
+            metadata=record[6],
+            blobs=blobs,
+            writes=writes,
+        )
+
+    def _history(
+        self, channels: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> dict[str, DeltaChannelHistory]:
+        return codec.assemble_delta_history(self.serde, channels, rows)
+
+    # -- async API ---------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (latest of the thread without ``checkpoint_id``)."""
+        fetched = await self._hop(_op_get, *_thread_ns(config))
+        return None if fetched is None else self._decode(fetched)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints matching ``config``/``filter``/``before``, newest first, at most ``limit``."""
+        where, params = _where(config, filter, before)
+        remaining = limit
+        after: tuple[str, str, str] | None = None
+        while remaining is None or remaining > 0:
+            page = _LIST_PAGE if remaining is None else min(_LIST_PAGE, remaining)
+            fetched = await self._hop(_op_list_page, where, params, after, page)
+            for item in fetched:
+                yield self._decode(item)
+            if len(fetched) < page:
+                return
+            if remaining is not None:
+                remaining -= len(fetched)
+            last = fetched[-1][0]
+            after = (last[2], last[0], last[1])
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` (record + blobs of ``new_versions``) under ``config``'s parent."""
+        encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
+        await self._write_hop(_op_put, encoded, self.serde)
+        return encoded.config
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store pending writes of ``task_id`` (first write wins; special channels last wins)."""
+        encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
+        if encoded.first_wins or encoded.last_wins:
+            await self._write_hop(_op_put_writes, encoded)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, blob and write of ``thread_id``."""
+        await self._write_hop(_op_delete_thread, str(thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint (whole parent chain), blob and write to another thread.
+
+        On a checkpoint id present in both threads the source's copy wins.
+        """
+        await self._write_hop(_op_copy_thread, str(source_thread_id), str(target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: per namespace keep the latest checkpoint and every ancestor its
+        delta reconstruction reads (with their writes); ``delete``: drop the threads."""
+        if strategy not in _PRUNE_STRATEGIES:
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
+            )
+        await self._write_hop(_op_prune, [str(t) for t in thread_ids], strategy, self.serde)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete checkpoints (and writes) whose ``run_id`` is in ``run_ids``, keeping
+        ancestors a surviving checkpoint's delta reconstruction still reads."""
+        if run_ids:
+            await self._write_hop(_op_delete_for_runs, [str(r) for r in run_ids], self.serde)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per-channel writes and seed along the target's parent chain, in one statement."""
+        if not channels:
+            return {}
+        wanted = list(dict.fromkeys(channels))
+        rows = await self._hop(_op_delta, *_thread_ns(config), wanted)
+        return self._history(channels, rows)
+
+    # -- sync twins --------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Sync twin of `aget_tuple` (not on the saver's event loop thread)."""
+        fetched = self._sync("get_tuple", _op_get, *_thread_ns(config))
+        return None if fetched is None else self._decode(fetched)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Sync twin of `alist` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "list", type(self).__name__)
+        where, params = _where(config, filter, before)
+        return self._list_sync(where, params, limit)
+
+    def _list_sync(
+        self, where: list[str], params: list[Any], limit: int | None
+    ) -> Iterator[CheckpointTuple]:
+        remaining = limit
+        after: tuple[str, str, str] | None = None
+        while remaining is None or remaining > 0:
+            page = _LIST_PAGE if remaining is None else min(_LIST_PAGE, remaining)
+            fetched = self._sync("list", _op_list_page, where, params, after, page)
+            for item in fetched:
+                yield self._decode(item)
+            if len(fetched) < page:
+                return
+            if remaining is not None:
+                remaining -= len(fetched)
+            last = fetched[-1][0]
+            after = (last[2], last[0], last[1])
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Sync twin of `aput` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "put", type(self).__name__)
+        encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
+        self._sync("put", _op_put, encoded, self.serde)
+        return encoded.config
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Sync twin of `aput_writes` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "put_writes", type(self).__name__)
+        encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
+        if encoded.first_wins or encoded.last_wins:
+            self._sync("put_writes", _op_put_writes, encoded)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Sync twin of `adelete_thread` (not on the saver's event loop thread)."""
+        self._sync("delete_thread", _op_delete_thread, str(thread_id))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Sync twin of `acopy_thread` (not on the saver's event loop thread)."""
+        self._sync("copy_thread", _op_copy_thread, str(source_thread_id), str(target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Sync twin of `aprune` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "prune", type(self).__name__)
+        if strategy not in _PRUNE_STRATEGIES:
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
+            )
+        self._sync("prune", _op_prune, [str(t) for t in thread_ids], strategy, self.serde)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Sync twin of `adelete_for_runs` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "delete_for_runs", type(self).__name__)
+        if run_ids:
+            self._sync(
+                "delete_for_runs", _op_delete_for_runs, [str(r) for r in run_ids], self.serde
+            )
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Sync twin of `aget_delta_channel_history` (not on the saver's event loop thread)."""
+        ensure_off_loop(self._loop, "get_delta_channel_history", type(self).__name__)
+        if not channels:
+            return {}
+        wanted = list(dict.fromkeys(channels))
+        rows = self._sync("get_delta_channel_history", _op_delta, *_thread_ns(config), wanted)
+        return self._history(channels, rows)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A new channel version string after ``current`` (stock-saver compatible shape)."""
+        return codec.next_version(current)
