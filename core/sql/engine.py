@@ -99,7 +99,7 @@ def engine_key(url: BackendURL) -> tuple[str, str]:
     keep = url.without_query(*RUNSTORE_QUERY_OPTIONS)
     if schema is not None:
         keep = keep.with_query(schema=schema)
-    return ("sqlalchemy-engine", "postgresql" + keep.render(hide_password=False)[len(url.scheme):])
+    return ("sqlalchemy-engine", "postgresql" + keep.render(hide_password=False)[len(url.scheme) :])
 
 
 async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine:

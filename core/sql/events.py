@@ -66,6 +66,8 @@ IDENTITY_CHUNK = 200
 #: First key of the two-int advisory lock on a thread (the second is hashtext(thread_id)),
 #: so our locks never collide with other users of single-bigint advisory locks.
 PG_LOCK_NAMESPACE = 0x52534556  # "RSEV"
+#: URL options of a PostgreSQL store (``schema``: the search_path, created if missing).
+PG_URL_OPTIONS = frozenset({"schema"})
 
 metadata_obj = MetaData()
 events_table = Table(
@@ -234,7 +236,7 @@ class SqlEventStore(RunEventStore):
     the file's write lock; PostgreSQL: a transaction advisory lock on the thread).
     """
 
-    #: URL query options the store accepts (PostgreSQL: ``schema``).
+    #: Extra URL query options a subclass accepts (PostgreSQL always accepts ``schema``).
     url_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, engine: AsyncEngine, *, max_trace_content: int = 10240) -> None:
@@ -249,9 +251,9 @@ class SqlEventStore(RunEventStore):
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqlEventStore:
         """Open (creating or upgrading the schema) on the engine shared for ``url``."""
         url = BackendURL.parse(url)
-        url.check_options(cls.url_options)
-        engine = await shared_engine(url, options)
         dialect = dialect_of(url)
+        url.check_options(cls.url_options | (PG_URL_OPTIONS if dialect == "postgresql" else set()))
+        engine = await shared_engine(url, options)
         migrations = POSTGRES_MIGRATIONS if dialect == "postgresql" else SQLITE_MIGRATIONS
         await ensure_schema(engine, COMPONENT, migrations)
         store = cls(engine, max_trace_content=options.settings.run_events.max_trace_content)
@@ -601,7 +603,7 @@ class SqlEventStore(RunEventStore):
         async with write_connection(self._engine) as conn:
             await self._dialect.lock_threads(conn, (thread_id,))
             result = await conn.execute(delete(events_table).where(*where))
-            return int(result.rowcount)  # type: ignore[attr-defined]
+            return int(result.rowcount)
 
 
 def _record(row: Any) -> EventRecord:

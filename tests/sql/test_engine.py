@@ -1,0 +1,82 @@
+"""runstore.sql.engine: one configured engine per database, shared and disposed by its options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runstore.errors import InvalidURLError
+from runstore.options import BackendOptions
+from runstore.settings import Settings
+from runstore.sql.engine import engine_key, shared_engine
+from runstore.urls import BackendURL
+
+
+async def test_sqlite_engine_is_shared_and_raw_connections_are_configured(tmp_path) -> None:
+    settings = Settings().merged({"sqlite": {"synchronous": "full", "busy_timeout_ms": 1234}})
+    url = BackendURL.for_file("sqlite", tmp_path / "sub" / "a.db")
+    async with BackendOptions.scope(settings) as options:
+        engine = await shared_engine(url, options)
+        assert await shared_engine(url, options) is engine
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            # Raw users (the sqlite saver) inherit the pragmas and driver autocommit.
+            assert raw.isolation_level is None
+            for pragma, expected in (
+                ("journal_mode", "wal"),
+                ("busy_timeout", 1234),
+                ("synchronous", 2),
+            ):
+                cursor = await raw.execute(f"PRAGMA {pragma}")
+                assert (await cursor.fetchone())[0] == expected, pragma
+        assert (tmp_path / "sub" / "a.db").exists()
+    # Disposed on close: the pool holds no connection any more.
+    assert engine.pool.checkedin() == 0
+
+
+def test_engine_key_ignores_spelling_of_one_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = BackendURL.parse("sqlite:///data/x.db")
+    absolute = BackendURL.for_file("sqlite", tmp_path / "data" / "x.db")
+    assert engine_key(relative) == engine_key(absolute)
+
+
+def test_sqlite_without_path_is_a_clear_error() -> None:
+    with pytest.raises(InvalidURLError, match="names no file"):
+        engine_key(BackendURL.parse("sqlite://"))
+
+
+def test_postgres_key_keeps_schema_only() -> None:
+    a = engine_key(BackendURL.parse("postgresql://u:pw@h:5432/db?schema=a"))
+    b = engine_key(BackendURL.parse("postgres://u:pw@h:5432/db?schema=b"))
+    assert a != b
+    assert a[1].startswith("postgresql://") and "schema=a" in a[1]
+
+
+async def test_postgres_schema_created_and_search_path_on_raw_connections(
+    postgres_url: str,
+) -> None:
+    url = BackendURL.parse(postgres_url).with_query(
+        schema=BackendURL.parse(postgres_url).option("schema") + "_x"
+    )
+    schema = url.option("schema")
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(url, options)
+        try:
+            async with engine.connect() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                assert await raw.fetchval("SELECT current_schema()") == schema
+        finally:
+            async with engine.begin() as conn:
+                await conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
+    code = (
+        "import sys, runstore.plugins.postgres.events, runstore.sql.events;"
+        "assert 'asyncpg' not in sys.modules, 'asyncpg imported at module import'"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

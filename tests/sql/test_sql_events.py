@@ -1,0 +1,355 @@
+"""SQL-specific behaviour of the sqlite and PostgreSQL event stores (the suite covers the contract)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+import runstore.sql.events as sql_events
+from runstore.records import InvalidEventError
+from runstore.sql.events import SqlEventStore, identity_patterns
+
+from .conftest import Opener
+
+
+def ids() -> tuple[str, str]:
+    return f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
+
+
+class StatementCounter:
+    """Counts statements sent to the driver through SQLAlchemy."""
+
+    def __init__(self, store: SqlEventStore) -> None:
+        self.statements: list[str] = []
+        self._engine = store.engine.sync_engine
+
+    def _on(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self.statements.append(statement)
+
+    def __enter__(self) -> StatementCounter:
+        event.listen(self._engine, "before_cursor_execute", self._on)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self._engine, "before_cursor_execute", self._on)
+
+
+@pytest.fixture
+def decode_counter(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every content string get_message_seqs decodes."""
+    seen: list[Any] = []
+    real = sql_events.loads
+
+    def counting(data: Any) -> Any:
+        seen.append(data)
+        return real(data)
+
+    monkeypatch.setattr(sql_events, "loads", counting)
+    return seen
+
+
+def ai(msg_id: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "ai", "id": msg_id, "content": "hi", **extra}
+
+
+async def test_get_message_seqs_prefilters_in_sql(
+    store: SqlEventStore, decode_counter: list[Any]
+) -> None:
+    thread, run = ids()
+    await store.put_batch(
+        [
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "llm.ai.response",
+                "category": "message",
+                "content": ai(f"m{i}"),
+            }
+            for i in range(300)
+        ],
+        user_id=None,
+    )
+    with StatementCounter(store) as counter:
+        assert await store.get_message_seqs(thread, ["message:missing"], user_id=None) == {}
+    assert decode_counter == [], "a missing identity must not decode any row"
+    assert len(counter.statements) == 1, "one statement per get_message_seqs call"
+    decode_counter.clear()
+    assert await store.get_message_seqs(thread, ["message:m7", "message:m250"], user_id=None) == {
+        "message:m7": 8,
+        "message:m250": 251,
+    }
+    # Only candidates are decoded (m7 also prefixes m70..m79 etc.; far fewer than 300).
+    assert 2 <= len(decode_counter) <= 20
+
+
+async def test_like_wildcards_in_identities_are_escaped(
+    store: SqlEventStore, decode_counter: list[Any]
+) -> None:
+    thread, run = ids()
+    contents = [
+        ai("a%c"),
+        ai("abc"),
+        ai("a_c"),
+        ai("axc"),
+        {"type": "tool", "tool_call_id": "x\\_y%", "content": ""},
+        {"type": "tool", "tool_call_id": "xZyQ", "content": ""},
+        ai('q"\\%'),
+    ]
+    await store.put_batch(
+        [
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "m",
+                "category": "message",
+                "content": c,
+            }
+            for c in contents
+        ],
+        user_id=None,
+    )
+    decode_counter.clear()
+    found = await store.get_message_seqs(
+        thread, ["message:a%c", "message:a_c", "tool:x\\_y%", 'message:q"\\%'], user_id=None
+    )
+    assert found == {"message:a%c": 1, "message:a_c": 3, "tool:x\\_y%": 5, 'message:q"\\%': 7}
+    # Escaped wildcards match literally: abc, axc and xZyQ are never even candidates.
+    assert len(decode_counter) == 4
+    assert identity_patterns("message:a%c") == ['%"id":"a\\%c%']
+
+
+async def test_human_user_suffix_and_earliest_seq(store: SqlEventStore) -> None:
+    thread, run = ids()
+    await store.put(
+        thread_id=thread,
+        run_id=run,
+        event_type="user",
+        category="message",
+        content={"type": "human", "id": "h1__user"},
+        user_id=None,
+    )
+    await store.put(
+        thread_id=thread,
+        run_id=run,
+        event_type="user",
+        category="message",
+        content={"type": "human", "id": "h1"},
+        user_id=None,
+    )
+    assert await store.get_message_seqs(thread, ["message:h1"], user_id=None) == {"message:h1": 1}
+
+
+async def test_put_batch_is_all_or_nothing_after_a_failure_mid_batch(store: SqlEventStore) -> None:
+    thread, run = ids()
+    # A trigger fails the third row inside the database, after two rows were inserted.
+    async with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            await conn.exec_driver_sql(
+                "CREATE TRIGGER boom BEFORE INSERT ON runstore_events WHEN NEW.content = 'boom' "
+                "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            )
+        else:
+            await conn.exec_driver_sql(
+                "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.content = 'boom' THEN RAISE EXCEPTION 'injected failure'; END IF; "
+                "RETURN NEW; END $$"
+            )
+            await conn.exec_driver_sql(
+                "CREATE TRIGGER boom BEFORE INSERT ON runstore_events FOR EACH ROW EXECUTE FUNCTION boom()"
+            )
+    batch = [
+        {"thread_id": thread, "run_id": run, "event_type": "e", "category": "message", "content": c}
+        for c in ("one", "two", "boom", "four")
+    ]
+    with pytest.raises(Exception, match="injected failure"):
+        await store.put_batch(batch, user_id=None)
+    assert await store.count_messages(thread, user_id=None) == 0
+    assert await store.list_events(thread, run, user_id=None) == []
+    retried = await store.put_batch([e for e in batch if e["content"] != "boom"], user_id=None)
+    assert [r["seq"] for r in retried] == [1, 2, 3]
+
+
+async def test_invalid_batch_writes_nothing(store: SqlEventStore) -> None:
+    thread, run = ids()
+    with pytest.raises(InvalidEventError):
+        await store.put_batch(
+            [
+                {"thread_id": thread, "run_id": run, "event_type": "e", "category": "message"},
+                {
+                    "thread_id": thread,
+                    "run_id": run,
+                    "event_type": "e",
+                    "category": "message",
+                    "content": {"x": float("nan")},
+                },
+            ],
+            user_id=None,
+        )
+    assert await store.count_messages(thread, user_id=None) == 0
+
+
+async def test_content_round_trip_and_trace_truncation(open_store: Opener) -> None:
+    store = await open_store(run_events={"max_trace_content": 10})
+    thread, run = ids()
+    big = "é" * 6  # 12 bytes: cut on a character boundary at 10 bytes
+    records = await store.put_batch(
+        [
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "t",
+                "category": "trace",
+                "content": big,
+            },
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "t",
+                "category": "trace",
+                "content": {"k": "vvvvvvvvvv"},
+            },
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "m",
+                "category": "message",
+                "content": "[1, 2]",
+            },
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "m",
+                "category": "message",
+                "content": ["x\u2028y", {"n": 1.5, "b": None}],
+                "metadata": {"task_id": "k1"},
+            },
+        ],
+        user_id=None,
+    )
+    stored = await store.list_events(thread, run, user_id=None)
+    assert stored == records
+    assert stored[0]["content"] == "é" * 5
+    assert stored[0]["metadata"] == {"content_truncated": True, "original_byte_length": 12}
+    assert (
+        stored[1]["content"] == '{"k":"vvvv' and stored[1]["metadata"]["content_truncated"] is True
+    )
+    assert stored[2]["content"] == "[1, 2]", "a str that looks like JSON stays a str"
+    assert stored[3]["content"] == ["x\u2028y", {"n": 1.5, "b": None}]
+    assert await store.list_events(thread, run, task_id="k1", user_id=None) == [records[3]]
+
+
+async def test_large_message_and_metacharacter_ids_round_trip(store: SqlEventStore) -> None:
+    thread = "t'; DROP TABLE runstore_events; --%_\\"
+    run = '../r"x'
+    content = "x" * (10 * 1024 * 1024)
+    record = await store.put(
+        thread_id=thread,
+        run_id=run,
+        event_type="e",
+        category="message",
+        content=content,
+        user_id=None,
+    )
+    page = await store.list_messages(thread, user_id=None)
+    assert page == [record] and len(page[0]["content"]) == len(content)
+    assert await store.delete_by_thread(thread, user_id=None) == 1
+
+
+async def test_owner_filter_applies_to_every_method(store: SqlEventStore) -> None:
+    thread, run = ids()
+    for owner in ("alice", "bob"):
+        await store.put(
+            thread_id=thread,
+            run_id=run,
+            event_type="llm.ai.response",
+            category="message",
+            content=ai(f"m-{owner}"),
+            user_id=owner,
+        )
+    assert [r["user_id"] for r in await store.list_messages(thread, user_id="alice")] == ["alice"]
+    assert len(await store.list_messages(thread, user_id=None)) == 2
+    assert await store.count_messages(thread, user_id="bob") == 1
+    assert len(await store.list_events(thread, run, user_id="bob")) == 1
+    assert len(await store.list_messages_by_run(thread, run, user_id="bob")) == 1
+    assert await store.get_last_visible_ai_seq_by_run(thread, user_id="alice") == {run: 1}
+    assert await store.get_message_seqs(thread, ["message:m-bob"], user_id="alice") == {}
+    assert await store.find_latest_ai_message_run_ids(thread, ["m-bob"], user_id="alice") == {}
+    # put_if_absent's existence check ignores the owner.
+    record, created = await store.put_if_absent(
+        thread_id=thread,
+        run_id=run,
+        event_type="llm.ai.response",
+        category="message",
+        user_id="carol",
+    )
+    assert not created and record["user_id"] == "alice"
+    assert await store.delete_by_run(thread, run, user_id="carol") == 0
+    assert await store.delete_by_thread(thread, user_id="alice") == 1
+    assert await store.count_messages(thread, user_id=None) == 1
+
+
+async def test_visible_ai_and_task_filters_run_in_sql(store: SqlEventStore) -> None:
+    thread, run = ids()
+    await store.put_batch(
+        [
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "llm.ai.response",
+                "category": "message",
+                "content": ai("a"),
+            },
+            {
+                "thread_id": thread,
+                "run_id": run,
+                "event_type": "llm.ai.response",
+                "category": "message",
+                "content": ai("b"),
+                "metadata": {"caller": "middleware:title"},
+            },
+            {
+                "thread_id": thread,
+                "run_id": "r2",
+                "event_type": "ai_message",
+                "category": "message",
+                "content": ai("c"),
+                "metadata": {"caller": "agent"},
+            },
+            {
+                "thread_id": thread,
+                "run_id": "r3",
+                "event_type": "llm.ai.response",
+                "category": "trace",
+                "content": ai("d"),
+            },
+        ],
+        user_id=None,
+    )
+    assert await store.get_last_visible_ai_seq_by_run(thread, user_id=None) == {run: 1, "r2": 3}
+    assert await store.get_last_visible_ai_seq_by_run(
+        thread, run_ids=["r2", "r3"], user_id=None
+    ) == {"r2": 3}
+    assert await store.get_last_visible_ai_seq_by_run(thread, run_ids=[], user_id=None) == {}
+
+
+async def test_sqlite_message_pages_use_the_message_index(sqlite_url: str) -> None:
+    from runstore.options import BackendOptions
+    from runstore.plugins.sqlite.events import SqliteEventStore
+    from runstore.urls import BackendURL
+
+    async with BackendOptions.scope() as options:
+        store = await SqliteEventStore.open(BackendURL.parse(sqlite_url), options)
+        async with store.engine.connect() as conn:
+            for sql in (
+                "SELECT seq FROM runstore_events WHERE thread_id = 'a' AND category = 'message' "
+                "AND seq < 10 ORDER BY seq DESC LIMIT 50",
+                "SELECT seq FROM runstore_events WHERE thread_id = 'a' AND category = 'message' "
+                "AND seq > 10 ORDER BY seq LIMIT 50",
+            ):
+                plan = " ".join(
+                    str(r[-1]) for r in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql)
+                )
+                assert "runstore_events_messages" in plan and "TEMP B-TREE" not in plan, plan
