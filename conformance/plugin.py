@@ -9,9 +9,6 @@ not installed (handy while writing one).
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import importlib.util
-import os
 import pkgutil
 import sys
 import tomllib
@@ -140,18 +137,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _register_plugin(spec: str) -> None:
-    from runstore.loader import register_plugin
+    from runstore.errors import PluginError
+    from runstore.loader import register_plugin_spec
 
-    if spec.endswith(".py") or os.sep in spec:
-        path = Path(spec).resolve()
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        if module_spec is None or module_spec.loader is None:
-            raise pytest.UsageError(f"--runstore-plugin: cannot load {spec}")
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        register_plugin(module, name=path.stem)
-    else:
-        register_plugin(importlib.import_module(spec), name=spec)
+    try:
+        register_plugin_spec(spec)
+    except PluginError as exc:
+        raise pytest.UsageError(f"--runstore-plugin: {exc}") from None
 
 
 def named_backends(config: pytest.Config) -> list[str]:

@@ -109,15 +109,20 @@ def check(
     dropped afterwards; file backends in a temporary directory. Your data is not touched.
     """
     from .check import run_suite
-    from .loader import get_backends
+    from .errors import BackendNotFoundError
+    from .loader import get_backends, register_plugin_spec
     from .urls import BackendURL
 
+    for plugin in plugins:
+        register_plugin_spec(plugin)
     targets = list(urls) or _default_urls()
     registry = get_backends()
+    kinds = ("saver", "events", "streams")
     for url in targets:
         parsed = BackendURL.parse(url)
-        if not any(registry.of(kind).serves(parsed) for kind in ("saver", "events", "streams")):
-            registry.events.for_url(parsed)  # raises BackendNotFoundError listing what exists
+        if not any(registry.of(kind).serves(parsed) for kind in kinds):
+            schemes = {s for kind in kinds for spec in registry.of(kind) for s in spec.schemes}
+            raise BackendNotFoundError("runstore", parsed.scheme, schemes)
     shown = ", ".join(redact(u) for u in targets)
     if as_json:
         result = run_suite(targets, plugins=plugins, profile=profile, junit_xml=junit_xml, keyword=keyword)

@@ -104,6 +104,32 @@ def register_plugin(plugin: ModuleType | object, name: str | None = None) -> Non
     reset()
 
 
+def register_plugin_spec(spec: str) -> ModuleType:
+    """Import and register a plugin given as a dotted module name or a ``.py`` file path."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    if spec.endswith(".py") or os.sep in spec:
+        path = Path(spec).resolve()
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None or not path.is_file():
+            raise PluginError(f"cannot load runstore plugin file {spec}: not a readable .py file")
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise PluginError(f"could not load runstore plugin file {spec}: {exc}") from exc
+        register_plugin(module, name=path.stem)
+        return module
+    try:
+        module = importlib.import_module(spec)
+    except ImportError as exc:
+        raise PluginError(f"could not import runstore plugin module {spec!r}: {exc}") from exc
+    register_plugin(module, name=spec)
+    return module
+
+
 def unregister_plugin(name: str) -> None:
     """Undo `register_plugin` for ``name``."""
     with _lock:
