@@ -626,6 +626,11 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         self._write_lock = write_lock
         self._loop = asyncio.get_running_loop()
 
+    @property
+    def engine(self) -> AsyncEngine | None:
+        """The SQLAlchemy engine shared with a sqlite event store on the same file."""
+        return self._engine
+
     async def aclose(self) -> None:
         """Return the pooled connection and close the sync connection (idempotent)."""
         if self._closed:

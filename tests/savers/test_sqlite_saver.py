@@ -1,0 +1,585 @@
+"""sqlite-specific tests of `SqliteSaver` (the shared contract lives in the conformance suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, StateGraph
+
+from runstore.checkpoint.modes import get_thread_state_schema
+from runstore.errors import SyncCallOnEventLoopError
+from runstore.options import BackendOptions
+from runstore.plugins.sqlite.saver import (
+    SCHEMA_COMPONENT,
+    SCHEMA_MIGRATIONS,
+    SqliteSaver,
+)
+from runstore.settings import Settings
+from runstore.sql.migrations import SchemaVersionError, ensure_schema
+from runstore.urls import BackendURL
+
+
+@pytest.fixture
+async def opened(sqlite_url: str) -> AsyncIterator[tuple[SqliteSaver, BackendOptions]]:
+    options = BackendOptions()
+    saver = await SqliteSaver.open(BackendURL.parse(sqlite_url), options)
+    try:
+        yield saver, options
+    finally:
+        await options.aclose()
+
+
+def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+async def put_chain(
+    saver: SqliteSaver, thread: str, values: list[dict[str, Any]], run_id: str = "run"
+) -> list[str]:
+    """Put a linear chain; ``values[i]`` is checkpoint i's channel_values (channel ``a``)."""
+    ids: list[str] = []
+    version: str | None = None
+    parent: str | None = None
+    for i, held in enumerate(values):
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = dict(held)
+        checkpoint["channel_versions"] = {"a": version}
+        out = await saver.aput(
+            cfg(thread, parent), checkpoint, {"step": i, "run_id": run_id}, {"a": version}
+        )
+        parent = out["configurable"]["checkpoint_id"]
+        await saver.aput_writes(out, [("a", f"w{i}")], "task", "")
+        ids.append(parent)
+    return ids
+
+
+def delta_graph(saver: Any, frequency: int = 3) -> Any:
+    schema = get_thread_state_schema("delta", frequency)
+
+    async def agent(state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "messages": [AIMessage(content=f"ai{len(state['messages'])}", id=str(uuid.uuid4()))]
+        }
+
+    builder = StateGraph(schema)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    return builder.compile(checkpointer=saver)
+
+
+async def run_turns(graph: Any, config: dict[str, Any], n: int) -> None:
+    for i in range(n):
+        await graph.ainvoke(
+            {"messages": [HumanMessage(content=f"h{i}", id=str(uuid.uuid4()))]}, config
+        )
+
+
+# --------------------------------------------------------------------------- sync twins
+
+
+async def test_sync_twins_on_the_loop_thread_raise(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    config = cfg("t")
+    calls = [
+        lambda: saver.get_tuple(config),
+        lambda: saver.list(config),
+        lambda: saver.put(config, empty_checkpoint(), {}, {}),
+        lambda: saver.put_writes(cfg("t", "x"), [("a", 1)], "task"),
+        lambda: saver.delete_thread("t"),
+        lambda: saver.copy_thread("t", "u"),
+        lambda: saver.prune(["t"]),
+        lambda: saver.delete_for_runs(["r"]),
+        lambda: saver.get_delta_channel_history(config=config, channels=["a"]),
+    ]
+    for call in calls:
+        with pytest.raises(SyncCallOnEventLoopError, match="event loop thread"):
+            call()
+
+
+async def test_sync_api_from_another_thread(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    ids = await put_chain(saver, "t-sync", [{"a": [0]}, {}, {}])
+
+    def in_thread() -> dict[str, Any]:
+        head = saver.get_tuple(cfg("t-sync"))
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("t-sync"))]
+        history = saver.get_delta_channel_history(config=cfg("t-sync"), channels=["a"])
+        # writes from this thread are visible to the async side too
+        version = saver.get_next_version(None, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": ["sync"]}
+        checkpoint["channel_versions"] = {"a": version}
+        put = saver.put(cfg("t-sync2"), checkpoint, {"source": "sync"}, {"a": version})
+        saver.put_writes(put, [("a", "x")], "task")
+        saver.copy_thread("t-sync2", "t-sync3")
+        return {"head": head, "listed": listed, "history": history}
+
+    got = await asyncio.to_thread(in_thread)
+    assert got["head"].config["configurable"]["checkpoint_id"] == ids[-1]
+    assert got["listed"] == list(reversed(ids))
+    assert got["history"] == {
+        "a": {"writes": [("task", "a", "w0"), ("task", "a", "w1")], "seed": [0]}
+    }
+    copied = await saver.aget_tuple(cfg("t-sync3"))
+    assert copied is not None
+    assert copied.checkpoint["channel_values"] == {"a": ["sync"]}
+    assert copied.pending_writes == [("task", "a", "x")]
+
+
+# --------------------------------------------------------------------------- durability
+
+
+async def test_reopen_keeps_everything(sqlite_url: str) -> None:
+    url = BackendURL.parse(sqlite_url)
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        ids = await put_chain(saver, "t-durable", [{"a": [1]}, {}, {"a": [3]}])
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        head = await saver.aget_tuple(cfg("t-durable"))
+        assert head is not None
+        assert head.config["configurable"]["checkpoint_id"] == ids[-1]
+        assert head.checkpoint["channel_values"] == {"a": [3]}
+        assert head.pending_writes == [("task", "a", "w2")]
+        middle = await saver.aget_tuple(cfg("t-durable", ids[1]))
+        assert middle is not None and middle.checkpoint["channel_values"] == {}
+
+
+async def test_real_graph_survives_reopen_in_delta_mode(sqlite_url: str) -> None:
+    url = BackendURL.parse(sqlite_url)
+    config = {"configurable": {"thread_id": "t-graph"}}
+    async with BackendOptions.scope() as options:
+        graph = delta_graph(await SqliteSaver.open(url, options))
+        await run_turns(graph, config, 5)
+        before = (await graph.aget_state(config)).values["messages"]
+    async with BackendOptions.scope() as options:
+        graph = delta_graph(await SqliteSaver.open(url, options))
+        after = (await graph.aget_state(config)).values["messages"]
+    assert [m.content for m in after] == [m.content for m in before]
+    assert len(after) == 10
+
+
+# --------------------------------------------------------------------------- processes
+
+_WRITER = textwrap.dedent(
+    """
+    import asyncio, json, os, sys
+    from langgraph.checkpoint.base import empty_checkpoint
+    from runstore.options import BackendOptions
+    from runstore.plugins.sqlite.saver import SqliteSaver
+    from runstore.urls import BackendURL
+
+    async def main():
+        job = json.loads(os.environ["JOB"])
+        async with BackendOptions.scope() as options:
+            saver = await SqliteSaver.open(BackendURL.parse(job["url"]), options)
+            for thread in (job["own"], job["shared"]):
+                parent, version = None, None
+                for i in range(job["n"]):
+                    version = saver.get_next_version(version, None)
+                    ck = empty_checkpoint()
+                    ck["channel_values"] = {"a": [job["name"], i]}
+                    ck["channel_versions"] = {"a": version}
+                    c = {"configurable": {"thread_id": thread, "checkpoint_ns": job["name"]}}
+                    if parent:
+                        c["configurable"]["checkpoint_id"] = parent
+                    out = await saver.aput(c, ck, {"writer": job["name"]}, {"a": version})
+                    await saver.aput_writes(out, [("a", i)], "task")
+                    parent = out["configurable"]["checkpoint_id"]
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_two_processes_write_one_file_concurrently(sqlite_url: str) -> None:
+    n = 40
+
+    def spawn(name: str) -> subprocess.Popen[str]:
+        job = {"url": sqlite_url, "name": name, "own": f"own-{name}", "shared": "shared", "n": n}
+        env = dict(os.environ, JOB=json.dumps(job))
+        return subprocess.Popen(
+            [sys.executable, "-c", _WRITER], env=env, stderr=subprocess.PIPE, text=True
+        )
+
+    procs = [spawn("p1"), spawn("p2")]
+    for proc in procs:
+        _, err = await asyncio.to_thread(proc.communicate, timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(BackendURL.parse(sqlite_url), options)
+        for name in ("p1", "p2"):
+            own = [t async for t in saver.alist(cfg(f"own-{name}", ns=name))]
+            assert len(own) == n
+            shared = [t async for t in saver.alist(cfg("shared", ns=name))]
+            assert len(shared) == n
+            assert all(t.metadata["writer"] == name for t in shared)
+            head = shared[0]
+            assert head.checkpoint["channel_values"] == {"a": [name, n - 1]}
+            assert head.pending_writes == [("task", "a", n - 1)]
+
+
+# --------------------------------------------------------------------------- schema
+
+
+async def test_schema_upgrades_from_version_1(sqlite_url: str) -> None:
+    from runstore.sql.engine import shared_engine
+
+    url = BackendURL.parse(sqlite_url)
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(url, options)
+        assert await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS[:1]) == 1
+    path = url.file_path()
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "runstore_checkpoints_run_id" not in indexes
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        await put_chain(saver, "t-upgrade", [{"a": [1]}], run_id="r-up")
+        await saver.adelete_for_runs(["r-up"])
+        assert await saver.aget_tuple(cfg("t-upgrade")) is None
+    conn = sqlite3.connect(path)
+    try:
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        version = conn.execute(
+            "SELECT version FROM runstore_schema_versions WHERE component = ?", (SCHEMA_COMPONENT,)
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    assert "runstore_checkpoints_run_id" in indexes
+    assert version == len(SCHEMA_MIGRATIONS)
+
+
+async def test_newer_schema_is_refused(sqlite_url: str) -> None:
+    url = BackendURL.parse(sqlite_url)
+    async with BackendOptions.scope() as options:
+        await SqliteSaver.open(url, options)
+    path = url.file_path()
+    assert path is not None
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE runstore_schema_versions SET version = 99 WHERE component = ?",
+            (SCHEMA_COMPONENT,),
+        )
+    conn.close()
+    async with BackendOptions.scope() as options:
+        with pytest.raises(SchemaVersionError, match="upgrade runstore"):
+            await SqliteSaver.open(url, options)
+
+
+# --------------------------------------------------------------------------- serde
+
+
+class _XorCipher:
+    """A toy cipher (not secure): enough to prove the saver stores only ciphertext."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    def _xor(self, data: bytes) -> bytes:
+        return bytes(b ^ self.key[i % len(self.key)] for i, b in enumerate(data))
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", self._xor(plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return self._xor(ciphertext)
+
+
+async def test_encrypted_serde_round_trip(sqlite_url: str) -> None:
+    url = BackendURL.parse(sqlite_url)
+    serde = EncryptedSerializer(_XorCipher(b"k3y!"), JsonPlusSerializer())
+    secret = "top-secret-value-" + uuid.uuid4().hex
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options, serde=serde)
+        version = saver.get_next_version(None, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": [secret]}
+        checkpoint["channel_versions"] = {"a": version}
+        out = await saver.aput(cfg("t-enc"), checkpoint, {}, {"a": version})
+        await saver.aput_writes(out, [("a", secret + "-write")], "task")
+        got = await saver.aget_tuple(cfg("t-enc"))
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"a": [secret]}
+        assert got.pending_writes == [("task", "a", secret + "-write")]
+        history = await saver.aget_delta_channel_history(config=cfg("t-enc"), channels=["a"])
+        assert history == {"a": {"writes": []}}
+    path = url.file_path()
+    assert path is not None
+    conn = sqlite3.connect(path)
+    try:
+        types = {r[0] for r in conn.execute("SELECT type FROM runstore_checkpoint_blobs")}
+        types |= {r[0] for r in conn.execute("SELECT type FROM runstore_checkpoint_writes")}
+        stored = b"".join(
+            r[0] for r in conn.execute("SELECT blob FROM runstore_checkpoint_blobs")
+        ) + b"".join(r[0] for r in conn.execute("SELECT value FROM runstore_checkpoint_writes"))
+    finally:
+        conn.close()
+    assert all("+xor" in t for t in types), types
+    assert secret.encode() not in stored
+
+
+# --------------------------------------------------------------------------- sharing
+
+
+async def test_shares_engine_with_event_store(sqlite_url: str) -> None:
+    from runstore.plugins.sqlite.events import SqliteEventStore
+
+    url = BackendURL.parse(sqlite_url)
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        store = await SqliteEventStore.open(url, options)
+        assert saver.engine is not None and saver.engine is store.engine
+        await put_chain(saver, "t-share", [{"a": [1]}])
+        assert await saver.aget_tuple(cfg("t-share")) is not None
+
+
+async def test_runstore_open_shares_one_engine(sqlite_url: str) -> None:
+    import runstore
+
+    async with runstore.open(
+        checkpointer=sqlite_url, events=sqlite_url, streams="memory://"
+    ) as stores:
+        saver = stores.checkpointer
+        while not isinstance(saver, SqliteSaver) and hasattr(saver, "inner"):
+            saver = saver.inner
+        assert isinstance(saver, SqliteSaver)
+        assert saver.engine is getattr(stores.events, "engine", None)
+
+
+async def test_synchronous_setting_is_applied(sqlite_url: str) -> None:
+    url = BackendURL.parse(sqlite_url)
+    for name, level in (("normal", 1), ("full", 2)):
+        settings = Settings().merged({"sqlite": {"synchronous": name}})
+        async with BackendOptions.scope(settings) as options:
+            saver = await SqliteSaver.open(url, options)
+            got = await saver._hop(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
+            assert got == level
+            mode = await saver._hop(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+            assert mode == "wal"
+
+
+# --------------------------------------------------------------------------- hops
+
+
+async def test_each_operation_is_one_worker_thread_hop(opened: tuple[SqliteSaver, Any]) -> None:
+    """Every async operation is a single call onto the aiosqlite thread (DESIGN §7)."""
+    saver, _ = opened
+    ids = await put_chain(saver, "t-hops", [{"a": [0]}, {}, {}])
+    original = saver._aconn._execute
+    calls = 0
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(fn, *args, **kwargs)
+
+    saver._aconn._execute = counting
+    try:
+        version = saver.get_next_version(None, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": [9]}
+        checkpoint["channel_versions"] = {"a": version}
+        operations = [
+            saver.aget_tuple(cfg("t-hops")),
+            saver.aget_tuple(cfg("t-hops", ids[0])),
+            saver.aput(cfg("t-hops", ids[-1]), checkpoint, {}, {"a": version}),
+            saver.aput_writes(cfg("t-hops", ids[-1]), [("a", 1), ("__error__", "x")], "t2"),
+            saver.aget_delta_channel_history(config=cfg("t-hops"), channels=["a", "b"]),
+            saver.acopy_thread("t-hops", "t-hops2"),
+            saver.aprune(["t-hops2"]),
+            saver.adelete_for_runs(["nope"]),
+            saver.adelete_thread("t-hops2"),
+        ]
+        for op in operations:
+            calls = 0
+            await op
+            assert calls == 1
+        calls = 0
+        assert len([t async for t in saver.alist(cfg("t-hops"), limit=3)]) == 3
+        assert calls == 1
+    finally:
+        saver._aconn._execute = original
+
+
+# --------------------------------------------------------------------------- delta
+
+
+async def test_native_delta_history_matches_base_walk_with_forks(
+    opened: tuple[SqliteSaver, Any],
+) -> None:
+    saver, _ = opened
+    graph = delta_graph(saver, frequency=3)
+    config = {"configurable": {"thread_id": "t-fork"}}
+    await run_turns(graph, config, 4)
+    history = [s async for s in graph.aget_state_history(config)]
+    fork_from = history[len(history) // 2].config
+    forked = await graph.aupdate_state(
+        fork_from, {"messages": [HumanMessage(content="fork", id="fork-1")]}
+    )
+    await graph.ainvoke(None, forked)
+    await run_turns(graph, config, 2)
+    async for snapshot in saver.alist(cfg("t-fork")):
+        for channels in (["messages"], ["messages", "__start__", "agent", "nope"]):
+            native = await saver.aget_delta_channel_history(
+                config=snapshot.config, channels=channels
+            )
+            walked = await BaseCheckpointSaver.aget_delta_channel_history(
+                saver, config=snapshot.config, channels=channels
+            )
+            assert native == walked, snapshot.config
+
+
+async def test_prune_keep_latest_keeps_reconstruction(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    graph = delta_graph(saver, frequency=4)
+    config = {"configurable": {"thread_id": "t-prune"}}
+    await run_turns(graph, config, 5)
+    before = [m.content for m in (await graph.aget_state(config)).values["messages"]]
+    total = len([t async for t in saver.alist(cfg("t-prune"))])
+    await saver.aprune(["t-prune"])
+    kept = len([t async for t in saver.alist(cfg("t-prune"))])
+    assert 1 <= kept < total
+    after = [m.content for m in (await graph.aget_state(config)).values["messages"]]
+    assert after == before
+    await run_turns(graph, config, 1)
+    assert len((await graph.aget_state(config)).values["messages"]) == len(before) + 2
+    await saver.aprune(["t-prune"], strategy="delete")
+    assert await saver.aget_tuple(cfg("t-prune")) is None
+    with pytest.raises(ValueError, match="keep_latest"):
+        await saver.aprune(["t-prune"], strategy="bogus")
+
+
+async def test_copy_thread_keeps_delta_state(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    graph = delta_graph(saver, frequency=3)
+    await run_turns(graph, {"configurable": {"thread_id": "t-src"}}, 4)
+    await saver.acopy_thread("t-src", "t-dst")
+    src = (await graph.aget_state({"configurable": {"thread_id": "t-src"}})).values["messages"]
+    dst = (await graph.aget_state({"configurable": {"thread_id": "t-dst"}})).values["messages"]
+    assert [m.content for m in dst] == [m.content for m in src]
+
+
+async def test_list_filters_in_sql(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    thread = "t-filter"
+    version = None
+    parent = None
+    metas = [
+        {"source": "input", "step": -1, "flag": True, "tags": {"b": 1, "a": [1, 2]}},
+        {"source": "loop", "step": 0, "flag": False, "n": None},
+        {"source": "loop", "step": 1, "flag": 1, "score": 1.5},
+    ]
+    ids = []
+    for meta in metas:
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        out = await saver.aput(cfg(thread, parent), checkpoint, meta, {})
+        parent = out["configurable"]["checkpoint_id"]
+        ids.append(parent)
+
+    async def steps(**kw: Any) -> list[int]:
+        return [t.metadata["step"] async for t in saver.alist(cfg(thread), **kw)]
+
+    assert await steps(filter={"source": "loop"}) == [1, 0]
+    assert await steps(filter={"step": 0}) == [0]
+    assert await steps(filter={"flag": True}) == [-1]
+    assert await steps(filter={"flag": 1}) == [1]
+    assert await steps(filter={"tags": {"a": [1, 2], "b": 1}}) == [-1]
+    assert await steps(filter={"n": None}) == [1, 0, -1]
+    assert await steps(filter={"score": 1.5}) == [1]
+    assert await steps(filter={"source": "loop", "step": 1}) == [1]
+    assert await steps(filter={"missing": "x"}) == []
+    assert await steps(before=cfg(thread, ids[2])) == [0, -1]
+    assert await steps(before=cfg(thread, ids[2]), limit=1) == [0]
+    assert await steps(limit=0) == []
+    assert [t.metadata["step"] async for t in saver.alist(None, filter={"step": 0})] == [0]
+
+
+async def test_many_checkpoints_page_through_list(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    ids = await put_chain(saver, "t-page", [{} for _ in range(250)])
+    listed = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(cfg("t-page"))]
+    assert listed == list(reversed(ids))
+    limited = [t async for t in saver.alist(cfg("t-page"), limit=150)]
+    assert len(limited) == 150
+
+    def sync_list() -> list[str]:
+        return [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("t-page"))]
+
+    assert await asyncio.to_thread(sync_list) == list(reversed(ids))
+
+
+async def test_concurrent_sync_and_async_writers(opened: tuple[SqliteSaver, Any]) -> None:
+    saver, _ = opened
+    errors: list[BaseException] = []
+
+    def sync_writer() -> None:
+        try:
+            version = None
+            parent = None
+            for _ in range(30):
+                version = saver.get_next_version(version, None)
+                ck = empty_checkpoint()
+                ck["channel_values"] = {"a": 1}
+                ck["channel_versions"] = {"a": version}
+                out = saver.put(cfg("t-sync-w", parent), ck, {}, {"a": version})
+                parent = out["configurable"]["checkpoint_id"]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=sync_writer)
+    thread.start()
+    await put_chain(saver, "t-async-w", [{"a": [i]} for i in range(30)])
+    await asyncio.to_thread(thread.join)
+    assert not errors
+    assert len([t async for t in saver.alist(cfg("t-sync-w"))]) == 30
+    assert len([t async for t in saver.alist(cfg("t-async-w"))]) == 30
+
+
+def test_opening_requires_a_file() -> None:
+    from runstore.errors import InvalidURLError
+
+    async def main() -> None:
+        async with BackendOptions.scope() as options:
+            with pytest.raises(InvalidURLError):
+                await SqliteSaver.open(BackendURL.parse("sqlite://"), options)
+            with pytest.raises(InvalidURLError, match="unknown option"):
+                await SqliteSaver.open(BackendURL.parse("sqlite:///x.db?foo=1"), options)
+
+    asyncio.run(main())
+
+
+def test_plain_ids_survive_path_with_spaces(tmp_path: Path) -> None:
+    url = BackendURL.for_file("sqlite", tmp_path / "dir with space" / "a b.db")
+
+    async def main() -> None:
+        async with BackendOptions.scope() as options:
+            saver = await SqliteSaver.open(url, options)
+            await put_chain(saver, "t", [{"a": [1]}])
+            assert await saver.aget_tuple(cfg("t")) is not None
+
+    asyncio.run(main())
