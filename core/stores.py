@@ -73,13 +73,33 @@ async def open(  # noqa: A001 - the public name is runstore.open
 
 
 def _apply_checkpoint_mode(settings: Settings) -> None:
-    """Freeze the checkpoint channel mode and snapshot frequency from the settings."""
-    # Filled in by the checkpoint-modes work (runstore.checkpoint.modes).
+    """Freeze the checkpoint channel mode and snapshot frequency from the settings.
+
+    The settings' values count as explicit: a process already frozen at another
+    mode or frequency raises `CheckpointModeReconfigurationError`.
+    """
+    from .checkpoint import modes
+
+    modes.set_config_settings(settings)
+    modes.freeze_checkpoint_channel_mode(settings.checkpoint_channel_mode)
+    modes.freeze_checkpoint_snapshot_frequency(settings.checkpoint_delta.snapshot_frequency)
 
 
 async def _wrap_checkpointer(
     saver: BaseCheckpointSaver[Any], options: BackendOptions, registry: Backends
 ) -> BaseCheckpointSaver[Any]:
-    """Wrap the saver in the delta history cache when the settings ask for one."""
-    # Filled in by the history-cache work (runstore.checkpoint.cache).
-    return saver
+    """Wrap the saver in the delta history cache when the settings ask for one.
+
+    Only in delta mode: full-mode checkpoints store every value, so nothing ever
+    asks for delta history. ``checkpoint_cache.max_entries: 0`` disables the cache.
+    """
+    settings = options.settings
+    if settings.checkpoint_channel_mode != "delta" or settings.checkpoint_cache.max_entries <= 0:
+        return saver
+    from .checkpoint.cache import CachedHistorySaver, open_history_cache
+
+    cache = await open_history_cache(settings, options, registry)
+    if cache is None:
+        return saver
+    options.on_close(cache.close)
+    return CachedHistorySaver(saver, cache)

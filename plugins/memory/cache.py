@@ -1,0 +1,85 @@
+"""In-process LRU cache of delta history (``checkpoint_cache.type: memory``).
+
+Entries are deep-copied on write and on read: LangGraph hands a replayed seed list
+and message objects straight to the caller's state, and a caller mutating them must
+never change what the next reader gets.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import DeltaChannelHistory
+
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+
+class MemoryHistoryCache:
+    """LRU of at most ``max_entries`` history entries, keyed by (thread, entry key)."""
+
+    def __init__(self, max_entries: int = 128) -> None:
+        self.max_entries = max(1, int(max_entries))
+        self._entries: OrderedDict[tuple[str, str], DeltaChannelHistory] = OrderedDict()
+        self._by_thread: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> MemoryHistoryCache:
+        """Open from ``memory://`` and ``checkpoint_cache.max_entries``."""
+        url.check_options(set())
+        return cls(options.settings.checkpoint_cache.max_entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, thread_id: str, key: str) -> DeltaChannelHistory | None:
+        with self._lock:
+            entry = self._entries.get((thread_id, key))
+            if entry is None:
+                return None
+            self._entries.move_to_end((thread_id, key))
+        return copy.deepcopy(entry)
+
+    async def set(self, thread_id: str, key: str, entry: DeltaChannelHistory) -> None:
+        stored = copy.deepcopy(entry)
+        with self._lock:
+            self._entries[(thread_id, key)] = stored
+            self._entries.move_to_end((thread_id, key))
+            self._by_thread.setdefault(thread_id, set()).add(key)
+            while len(self._entries) > self.max_entries:
+                (old_thread, old_key), _ = self._entries.popitem(last=False)
+                keys = self._by_thread.get(old_thread)
+                if keys is not None:
+                    keys.discard(old_key)
+                    if not keys:
+                        del self._by_thread[old_thread]
+
+    def purge_thread_sync(self, thread_id: str) -> None:
+        """Drop every entry of ``thread_id`` (usable from sync saver calls)."""
+        with self._lock:
+            for key in self._by_thread.pop(thread_id, ()):
+                self._entries.pop((thread_id, key), None)
+
+    async def purge_thread(self, thread_id: str) -> None:
+        self.purge_thread_sync(thread_id)
+
+    def clear_sync(self) -> None:
+        """Drop everything."""
+        with self._lock:
+            self._entries.clear()
+            self._by_thread.clear()
+
+    async def clear(self) -> None:
+        self.clear_sync()
+
+    async def close(self) -> None:
+        self.clear_sync()
+
+    def stats(self) -> dict[str, Any]:
+        """Size and bound of the LRU."""
+        return {"entries": len(self._entries), "max_entries": self.max_entries}

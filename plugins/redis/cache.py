@@ -1,0 +1,145 @@
+"""Delta-history cache in Redis (``checkpoint_cache.type: redis``).
+
+One hash per thread, ``{prefix}{key_prefix}{thread_id}``, with a field per entry and
+a TTL of ``checkpoint_cache.ttl_seconds`` refreshed on every write; purging a thread
+deletes its hash. Values are the saver's own serializer output. Any Redis error
+(connection refused, timeout, a bad value) is a miss or a skipped write, never an
+exception and never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import DeltaChannelHistory, SerializerProtocol
+
+    from runstore.options import BackendOptions
+
+log = logging.getLogger("runstore.plugins.redis.cache")
+
+DEFAULT_KEY_PREFIX = "runstore:history:"
+_SEP = b"\x00"
+
+
+class RedisHistoryCache:
+    """History entries in Redis hashes; failures degrade to misses."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "",
+        key_prefix: str | None = None,
+        ttl_seconds: int = 86400,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        self.client = client
+        self.prefix = f"{prefix}{key_prefix if key_prefix is not None else DEFAULT_KEY_PREFIX}"
+        self.ttl_seconds = max(1, int(ttl_seconds))
+        self._serde = serde
+        self.errors = 0
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
+        """Open from ``redis://host:port/db?prefix=P`` and the ``checkpoint_cache`` settings.
+
+        No connection is made here: an unreachable server shows up as misses.
+        """
+        import redis.asyncio as aioredis
+
+        url.check_options({"prefix"})
+        settings = options.settings
+        client = aioredis.Redis.from_url(
+            url.without_query("prefix").render(hide_password=False),
+            max_connections=settings.redis.max_connections,
+            socket_connect_timeout=2.0,
+            socket_timeout=5.0,
+        )
+        cache = cls(
+            client,
+            prefix=url.option("prefix", "") or "",
+            key_prefix=settings.checkpoint_cache.key_prefix,
+            ttl_seconds=settings.checkpoint_cache.ttl_seconds,
+        )
+        return cache
+
+    def bind_serde(self, serde: SerializerProtocol) -> None:
+        """Serialize entries with the wrapped saver's serializer."""
+        self._serde = serde
+
+    def _serializer(self) -> SerializerProtocol:
+        if self._serde is None:
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            self._serde = JsonPlusSerializer()
+        return self._serde
+
+    def _key(self, thread_id: str) -> str:
+        return f"{self.prefix}{thread_id}"
+
+    def _encode(self, entry: DeltaChannelHistory) -> bytes:
+        payload: dict[str, Any] = {"w": [list(w) for w in entry["writes"]]}
+        if "seed" in entry:
+            payload["s"] = entry["seed"]
+        type_, data = self._serializer().dumps_typed(payload)
+        return type_.encode() + _SEP + data
+
+    def _decode(self, raw: bytes) -> DeltaChannelHistory:
+        type_, _, data = raw.partition(_SEP)
+        payload = self._serializer().loads_typed((type_.decode(), data))
+        entry: DeltaChannelHistory = {"writes": [tuple(w) for w in payload["w"]]}  # type: ignore[misc]
+        if "s" in payload:
+            entry["seed"] = payload["s"]
+        return entry
+
+    def _failed(self, op: str, exc: BaseException) -> None:
+        self.errors += 1
+        # The exception text may carry connection details; log only its type.
+        log.debug("redis history cache %s failed (%s); degrading to a miss", op, type(exc).__name__)
+
+    async def get(self, thread_id: str, key: str) -> DeltaChannelHistory | None:
+        try:
+            raw = await self.client.hget(self._key(thread_id), key)
+            if raw is None:
+                return None
+            return self._decode(raw)
+        except Exception as exc:
+            self._failed("get", exc)
+            return None
+
+    async def set(self, thread_id: str, key: str, entry: DeltaChannelHistory) -> None:
+        try:
+            raw = self._encode(entry)
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hset(self._key(thread_id), key, raw)
+                pipe.expire(self._key(thread_id), self.ttl_seconds)
+                await pipe.execute()
+        except Exception as exc:
+            self._failed("set", exc)
+
+    async def purge_thread(self, thread_id: str) -> None:
+        try:
+            await self.client.delete(self._key(thread_id))
+        except Exception as exc:
+            self._failed("purge", exc)
+
+    async def clear(self) -> None:
+        try:
+            pattern = self.prefix.replace("\\", "\\\\")
+            for ch in "*?[]":
+                pattern = pattern.replace(ch, "\\" + ch)
+            keys = [k async for k in self.client.scan_iter(match=pattern + "*", count=500)]
+            if keys:
+                await self.client.delete(*keys)
+        except Exception as exc:
+            self._failed("clear", exc)
+
+    async def close(self) -> None:
+        try:
+            await self.client.aclose()
+        except Exception as exc:
+            self._failed("close", exc)
