@@ -22,13 +22,28 @@ POSTGRES_URL = os.environ.get(
 REDIS_URL = os.environ.get("RUNSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 #: What our own run of the conformance suite checks when no --runstore-backend is given.
-BUILTIN_BACKENDS = ["memory://", "jsonl://", "sqlite://", POSTGRES_URL, REDIS_URL]
+#: ``langgraph-memory://`` is LangGraph's stock InMemorySaver, a reference peer for the
+#: saver suite (test-only plugin in tests/reference/langgraph_memory.py).
+BUILTIN_BACKENDS = [
+    "memory://",
+    "jsonl://",
+    "sqlite://",
+    POSTGRES_URL,
+    REDIS_URL,
+    "langgraph-memory://",
+]
+#: Test-only runstore plugins our default run registers (reference peers).
+TEST_PLUGINS = [str(Path(__file__).parent / "reference" / "langgraph_memory.py")]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("runstore_backend"):
         config.option.runstore_backend = list(BUILTIN_BACKENDS)
+        config.option.runstore_plugin = [
+            *(config.getoption("runstore_plugin") or []),
+            *TEST_PLUGINS,
+        ]
 
 
 def _provisioned(raw: str) -> Iterator[str]:

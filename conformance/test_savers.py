@@ -1,0 +1,778 @@
+"""The checkpoint saver contract, as generated tests.
+
+Every test takes ``saver_target`` (see `runstore.conformance.harness`). Tests that
+need an optional capability are marked ``@pytest.mark.requires(...)``. Assertion
+messages name the contract that broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import maybe_add_typed_methods
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
+
+from runstore.errors import SyncCallOnEventLoopError
+
+from .savers_model import (
+    MISSING_CHANNEL,
+    PATHS,
+    TASKS,
+    Tree,
+    WritesModel,
+    checkpoint_trees,
+    config_for,
+    describe_history_mismatch,
+    fold,
+    make_checkpoint,
+    new_checkpoint_id,
+    new_thread_id,
+    write_tree,
+    write_tree_sync,
+)
+
+Saver = BaseCheckpointSaver[Any]
+
+
+async def _collect(saver: Saver, config: Any, **kwargs: Any) -> list[Any]:
+    return [item async for item in saver.alist(config, **kwargs)]
+
+
+def _ids(items: list[Any]) -> list[str]:
+    return [item.config["configurable"]["checkpoint_id"] for item in items]
+
+
+def _norm_writes(writes: Any) -> list[tuple[Any, ...]]:
+    return [tuple(w) for w in writes or []]
+
+
+async def _check_node(
+    saver: Saver,
+    tree: Tree,
+    index: int,
+    thread_id: str | None = None,
+    *,
+    check_parent: bool = True,
+) -> None:
+    """get_tuple of one node matches the model: values, parent, metadata, pending writes."""
+    node = tree.nodes[index]
+    got = await saver.aget_tuple(tree.config(index, thread_id))
+    assert got is not None, f"contract: get_tuple finds stored checkpoint {node.id} (node {index})"
+    assert got.config["configurable"]["checkpoint_id"] == node.id, (
+        "contract: get_tuple returns the config of the checkpoint it found"
+    )
+    assert got.checkpoint["channel_values"] == tree.channel_values(index), (
+        f"node {index}: channel_values {got.checkpoint['channel_values']!r} != "
+        f"{tree.channel_values(index)!r} (contract: channel_values are exactly what was put at "
+        "each channel's version; a value is never carried forward from an older version)"
+    )
+    assert got.checkpoint["channel_versions"] == node.versions, (
+        "contract: channel_versions come back as put"
+    )
+    expected_parent = tree.nodes[node.parent].id if node.parent is not None else None
+    got_parent = (got.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    assert not check_parent or got_parent == expected_parent, (
+        f"node {index}: parent {got_parent} != {expected_parent} (contract: parent_config is the "
+        "checkpoint named by the config passed to put)"
+    )
+    for key, value in node.metadata.items():
+        assert got.metadata.get(key) == value, f"contract: metadata[{key!r}] round-trips"
+    assert _norm_writes(got.pending_writes) == node.writes.ordered(), (
+        f"node {index}: pending_writes {got.pending_writes!r} != {node.writes.ordered()!r} "
+        "(contract: pending_writes in writes_sort_key order; first write wins per "
+        "(task_id, idx), special negative slots: last write wins)"
+    )
+
+
+def _check_history(tree: Tree, index: int, channels: list[str], got: Mapping[str, Any]) -> None:
+    expected = tree.history(index, channels)
+    normalized = {
+        ch: {**dict(entry), "writes": _norm_writes(entry.get("writes"))} for ch, entry in got.items()
+    }
+    problem = describe_history_mismatch(tree, index, normalized, expected)
+    if not problem:
+        for ch in channels:
+            entry = normalized.get(ch)
+            exp = expected[ch]
+            if entry is None or entry["writes"] != exp["writes"] or (
+                ("seed" in entry, entry.get("seed")) != ("seed" in exp, exp.get("seed"))
+            ):
+                problem = f"channel {ch!r}: {entry!r} != {exp!r} (contract: delta history)"
+                break
+    assert not problem, f"{problem}\n{tree.spec.describe()}"
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_put_then_get_roundtrip(saver_target: Any) -> None:
+    """A put checkpoint comes back by id and as the latest, with metadata and values."""
+
+    async def body(saver: Saver) -> None:
+        thread = new_thread_id()
+        first, second = new_checkpoint_id(), new_checkpoint_id()
+        v1 = saver.get_next_version(None, None)
+        values = {"messages": ["hi", {"k": [1, 2.5, None]}], "count": 3}
+        cfg = await saver.aput(
+            config_for(thread),
+            make_checkpoint(first, values, {"messages": v1, "count": v1}),
+            {"source": "input", "step": -1, "custom": "x"},
+            {"messages": v1, "count": v1},
+        )
+        assert cfg["configurable"]["checkpoint_id"] == first, (
+            "contract: put returns the config of the stored checkpoint"
+        )
+        assert cfg["configurable"]["thread_id"] == thread
+        v2 = saver.get_next_version(v1, None)
+        await saver.aput(
+            cfg,
+            make_checkpoint(second, {**values, "count": 4}, {"messages": v1, "count": v2}),
+            {"source": "loop", "step": 0},
+            {"count": v2},
+        )
+        latest = await saver.aget_tuple(config_for(thread))
+        assert latest is not None and latest.checkpoint["id"] == second, (
+            "contract: get_tuple without checkpoint_id returns the latest checkpoint"
+        )
+        assert latest.checkpoint["channel_values"] == {**values, "count": 4}, (
+            "contract: unchanged channels resolve to the value stored at their version"
+        )
+        assert latest.parent_config is not None
+        assert latest.parent_config["configurable"]["checkpoint_id"] == first
+        one = await saver.aget_tuple(config_for(thread, first))
+        assert one is not None and one.checkpoint["channel_values"] == values
+        assert one.metadata.get("custom") == "x" and one.metadata.get("step") == -1
+        assert one.parent_config is None, "contract: a root checkpoint has no parent_config"
+        assert await saver.aget_tuple(config_for(thread, new_checkpoint_id())) is None, (
+            "contract: get_tuple of an unknown checkpoint id is None"
+        )
+        assert await saver.aget_tuple(config_for(new_thread_id())) is None, (
+            "contract: get_tuple of an unknown thread is None"
+        )
+        other_ns = await saver.aget_tuple(config_for(thread, ns="child:1"))
+        assert other_ns is None, "contract: checkpoint namespaces are separate"
+
+    saver_target.run(body)
+
+
+def test_tree_get_tuple_matches_model(saver_target: Any) -> None:
+    """Every node of a generated tree reads back exactly as the model says."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees())
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await write_tree(saver, spec)
+                for i in range(len(tree.nodes)):
+                    await _check_node(saver, tree, i)
+                listed = _ids(await _collect(saver, config_for(tree.thread_id)))
+                assert listed == sorted((n.id for n in tree.nodes), reverse=True), (
+                    "contract: list returns every checkpoint of the thread, newest first"
+                )
+
+            session.run(body())
+
+        check()
+
+
+def test_list_filter_before_limit(saver_target: Any) -> None:
+    """list honours thread, metadata filter, exclusive `before` and `limit` together."""
+    with saver_target.session() as session:
+
+        @given(
+            steps=st.lists(st.sampled_from(["x", "y", "z"]), min_size=1, max_size=8),
+            flt=st.sampled_from([None, "x", "y", "z"]),
+            before=st.one_of(st.none(), st.integers(0, 8)),
+            limit=st.one_of(st.none(), st.integers(0, 9)),
+        )
+        def check(steps: list[str], flt: str | None, before: int | None, limit: int | None) -> None:
+            async def body() -> None:
+                saver = session.backend
+                thread, tag = new_thread_id(), new_thread_id("tag")
+                other = new_thread_id()
+                ids: list[str] = []
+                parent: str | None = None
+                for i, kind in enumerate(steps):
+                    cid = new_checkpoint_id()
+                    for tid in (thread, other):
+                        await saver.aput(
+                            config_for(tid, parent),
+                            make_checkpoint(cid, {}, {}),
+                            {"source": "loop", "step": i, "kind": kind, "tag": tag},
+                            {},
+                        )
+                    ids.append(cid)
+                    parent = cid
+                expected = list(reversed(ids))
+                kinds = dict(zip(ids, steps, strict=True))
+                kwargs: dict[str, Any] = {}
+                if flt is not None:
+                    kwargs["filter"] = {"kind": flt}
+                    expected = [c for c in expected if kinds[c] == flt]
+                if before is not None and before < len(ids):
+                    kwargs["before"] = config_for(thread, ids[before])
+                    expected = [c for c in expected if c < ids[before]]
+                if limit is not None:
+                    kwargs["limit"] = limit
+                    expected = expected[:limit]
+                got = _ids(await _collect(saver, config_for(thread), **kwargs))
+                assert got == expected, (
+                    f"list({kwargs}) -> {got} != {expected} (contract: list filters by metadata "
+                    "equality, before is exclusive, limit caps the newest-first result)"
+                )
+                anywhere = _ids(await _collect(saver, None, filter={"tag": tag, "step": 0}))
+                assert sorted(anywhere) == sorted([ids[0], ids[0]]), (
+                    "contract: list(None, filter=...) searches every thread"
+                )
+                only = await _collect(saver, config_for(thread, ids[-1]))
+                assert _ids(only) == [ids[-1]], (
+                    "contract: list with a checkpoint_id in config returns that checkpoint only"
+                )
+
+            session.run(body())
+
+        check()
+
+
+def test_put_writes_idempotent_and_sorted(saver_target: Any) -> None:
+    """put_writes: first write wins per (task_id, idx), special slots last-write-wins,
+    pending_writes in writes_sort_key order."""
+    channel = st.sampled_from(["messages", "other", ERROR, INTERRUPT, RESUME, SCHEDULED])
+    batches = st.lists(
+        st.tuples(
+            st.sampled_from(TASKS),
+            st.sampled_from(PATHS),
+            st.lists(st.tuples(channel, st.integers(0, 1000)), min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+    with saver_target.session() as session:
+
+        @given(calls=batches)
+        def check(calls: list[tuple[str, str, list[tuple[str, int]]]]) -> None:
+            async def body() -> None:
+                saver = session.backend
+                thread, cid = new_thread_id(), new_checkpoint_id()
+                cfg = await saver.aput(config_for(thread), make_checkpoint(cid, {}, {}), {}, {})
+                model = WritesModel()
+                for task_id, task_path, writes in calls:
+                    await saver.aput_writes(cfg, writes, task_id, task_path)
+                    model.put(task_id, task_path, writes)
+                got = await saver.aget_tuple(config_for(thread, cid))
+                assert got is not None
+                expected = model.ordered()
+                actual = _norm_writes(got.pending_writes)
+                if sorted(map(repr, actual)) == sorted(map(repr, expected)):
+                    assert actual == expected, (
+                        f"{actual} != {expected} (contract: pending_writes in writes_sort_key "
+                        "order: task_path, task_id, idx)"
+                    )
+                assert actual == expected, (
+                    f"{actual} != {expected} (contract: put_writes is first-write-wins per "
+                    "(task_id, idx) for normal channels, last-write-wins for special slots)"
+                )
+                listed = await _collect(saver, config_for(thread))
+                assert _norm_writes(listed[0].pending_writes) == expected, (
+                    "contract: list returns the same pending_writes as get_tuple"
+                )
+
+            session.run(body())
+
+        check()
+
+
+def test_delete_thread(saver_target: Any) -> None:
+    """delete_thread removes one thread's checkpoints and writes and nothing else."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=5))
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                doomed = await write_tree(saver, spec)
+                kept = await write_tree(saver, spec)
+                await saver.adelete_thread(doomed.thread_id)
+                assert await saver.aget_tuple(config_for(doomed.thread_id)) is None, (
+                    "contract: delete_thread removes every checkpoint of the thread"
+                )
+                assert await _collect(saver, config_for(doomed.thread_id)) == []
+                history = await saver.aget_delta_channel_history(
+                    config=doomed.config(len(doomed.nodes) - 1), channels=["a"]
+                )
+                assert _norm_writes(history["a"]["writes"]) == [] and "seed" not in history["a"]
+                for i in range(len(kept.nodes)):
+                    await _check_node(saver, kept, i)
+
+            session.run(body())
+
+        check()
+
+
+# --------------------------------------------------------------------------- delta history
+
+
+def test_delta_history_parity(saver_target: Any) -> None:
+    """aget_delta_channel_history equals the reference parent-link walk on generated trees."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees())
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await write_tree(saver, spec)
+                note(spec.describe())
+                got = await saver.aget_delta_channel_history(
+                    config=tree.config(spec.target), channels=spec.query
+                )
+                _check_history(tree, spec.target, spec.query, got)
+                leaf = len(tree.nodes) - 1
+                got_leaf = await saver.aget_delta_channel_history(
+                    config=tree.config(leaf), channels=tree.spec.channels
+                )
+                _check_history(tree, leaf, tree.spec.channels, got_leaf)
+                empty = await saver.aget_delta_channel_history(
+                    config=tree.config(leaf), channels=[]
+                )
+                assert dict(empty) == {}, "contract: no channels requested -> empty mapping"
+
+            session.run(body())
+
+        check()
+
+
+def test_delta_history_fork_sees_no_sibling(saver_target: Any) -> None:
+    """A fork written after its sibling branch sees only its own ancestors' writes."""
+
+    async def body(saver: Saver) -> None:
+        from .savers_model import NodeSpec, TreeSpec
+
+        nodes = [
+            NodeSpec(None, {"a": "snapshot"}, [("task-a", "~", ["a"])]),
+            NodeSpec(0, {"a": "delta"}, [("task-a", "~", ["a", "a"])]),  # sibling branch
+            NodeSpec(1, {"a": "delta"}, [("task-b", "~", ["a"])]),
+            NodeSpec(0, {"a": "delta"}, [("task-c", "~", ["a"])]),  # the fork, written last
+            NodeSpec(3, {"a": "delta"}, [("task-a", "~", ["a"])]),
+        ]
+        tree = await write_tree(saver, TreeSpec(["a"], nodes, 4, ["a"]))
+        got = await saver.aget_delta_channel_history(config=tree.config(4), channels=["a"])
+        _check_history(tree, 4, ["a"], got)
+
+    saver_target.run(body)
+
+
+def test_delta_history_stops_at_plain_seed_and_snapshot(saver_target: Any) -> None:
+    """Per channel the walk stops at its own nearest valued ancestor (snapshot or plain
+    pre-delta value), includes that ancestor's writes and excludes the target's."""
+
+    async def body(saver: Saver) -> None:
+        from .savers_model import NodeSpec, TreeSpec
+
+        nodes = [
+            NodeSpec(None, {"a": "plain", "b": "delta"}, [("t", "~", ["a", "b"])]),
+            NodeSpec(0, {"a": "delta", "b": "snapshot"}, [("t", "~", ["a", "b"])]),
+            NodeSpec(1, {"a": "delta", "b": "delta"}, [("t", "~", ["a", "b"])]),
+            NodeSpec(2, {"a": "delta", "b": "delta"}, [("t", "~", ["a", "b"])]),
+        ]
+        query = ["a", "b", MISSING_CHANNEL]
+        tree = await write_tree(saver, TreeSpec(["a", "b"], nodes, 3, query))
+        got = await saver.aget_delta_channel_history(config=tree.config(3), channels=query)
+        _check_history(tree, 3, query, got)
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("delta_history")
+def test_declared_delta_history_is_native(saver_target: Any) -> None:
+    """A saver declaring `delta_history` overrides the base-class walk (sync and async)."""
+
+    async def body(saver: Saver) -> None:
+        cls = type(saver)
+        assert cls.aget_delta_channel_history is not BaseCheckpointSaver.aget_delta_channel_history, (
+            "contract: capability delta_history means aget_delta_channel_history is overridden"
+        )
+        if saver_target.has("sync_api"):
+            assert (
+                cls.get_delta_channel_history is not BaseCheckpointSaver.get_delta_channel_history
+            ), "contract: capability delta_history means get_delta_channel_history is overridden"
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- extended API
+
+
+@pytest.mark.requires("copy_thread")
+def test_copy_thread_copies_whole_chain(saver_target: Any) -> None:
+    """copy_thread copies every checkpoint, parent link and write; the source is untouched."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=7))
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await write_tree(saver, spec)
+                target = new_thread_id("copy")
+                await saver.acopy_thread(tree.thread_id, target)
+                for i in range(len(tree.nodes)):
+                    await _check_node(saver, tree, i, target)
+                    await _check_node(saver, tree, i)
+                got = await saver.aget_delta_channel_history(
+                    config=tree.config(spec.target, target), channels=spec.query
+                )
+                _check_history(tree, spec.target, spec.query, got)
+                assert len(await _collect(saver, config_for(target))) == len(tree.nodes), (
+                    "contract: copy_thread copies the whole parent chain"
+                )
+
+            session.run(body())
+
+        check()
+
+
+@pytest.mark.requires("prune")
+def test_prune_keep_latest_keeps_delta_reconstruction(saver_target: Any) -> None:
+    """prune(keep_latest) leaves the latest checkpoint reconstructing the same state and
+    keeps nothing beyond what that reconstruction needs; prune(delete) drops the thread."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=8))
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await write_tree(saver, spec)
+                other = await write_tree(saver, spec)
+                latest = len(tree.nodes) - 1
+                channels = [*spec.channels, MISSING_CHANNEL]
+                before = await saver.aget_delta_channel_history(
+                    config=tree.config(latest), channels=channels
+                )
+                await saver.aprune([tree.thread_id], strategy="keep_latest")
+                head = await saver.aget_tuple(config_for(tree.thread_id))
+                assert head is not None and head.checkpoint["id"] == tree.nodes[latest].id, (
+                    "contract: prune keep_latest keeps the latest checkpoint"
+                )
+                assert head.checkpoint["channel_values"] == tree.channel_values(latest)
+                assert _norm_writes(head.pending_writes) == tree.nodes[latest].writes.ordered(), (
+                    "contract: prune keep_latest keeps the latest checkpoint's pending writes"
+                )
+                after = await saver.aget_delta_channel_history(
+                    config=tree.config(latest), channels=channels
+                )
+                for ch in tree.unvalued(latest):
+                    assert fold(after[ch]) == fold(before[ch]), (
+                        f"channel {ch!r}: {fold(after[ch])} != {fold(before[ch])} (contract: prune "
+                        "keep_latest keeps what delta reconstruction needs)"
+                    )
+                allowed = {tree.nodes[i].id for i in tree.needed_ancestors(latest)}
+                allowed.add(tree.nodes[latest].id)
+                left = set(_ids(await _collect(saver, config_for(tree.thread_id))))
+                assert left <= allowed, (
+                    f"{len(left - allowed)} checkpoint(s) survive that delta reconstruction does "
+                    "not need (contract: prune keep_latest retains only the latest checkpoint)"
+                )
+                for i in range(len(other.nodes)):
+                    await _check_node(saver, other, i)
+                await saver.aprune([tree.thread_id], strategy="delete")
+                assert await _collect(saver, config_for(tree.thread_id)) == [], (
+                    "contract: prune delete removes every checkpoint"
+                )
+
+            session.run(body())
+
+        check()
+
+
+@pytest.mark.requires("delete_for_runs")
+def test_delete_for_runs_is_delta_safe(saver_target: Any) -> None:
+    """delete_for_runs drops the runs' checkpoints and writes, except ancestors a
+    surviving checkpoint's delta reconstruction needs; survivors read back unchanged."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=8, runs=3), doomed=st.sets(st.integers(0, 2)))
+        def check(spec: Any, doomed: set[int]) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await write_tree(saver, spec)
+                survivors = [i for i, n in enumerate(spec.nodes) if n.run not in doomed]
+                folds = {}
+                for i in survivors:
+                    hist = await saver.aget_delta_channel_history(
+                        config=tree.config(i), channels=tree.unvalued(i)
+                    )
+                    folds[i] = {ch: fold(h) for ch, h in hist.items()}
+                await saver.adelete_for_runs([tree.run_ids[r] for r in sorted(doomed)])
+                needed: set[int] = set()
+                for i in survivors:
+                    needed |= tree.needed_ancestors(i)
+                left = set(_ids(await _collect(saver, config_for(tree.thread_id))))
+                for i, node in enumerate(tree.nodes):
+                    if i in survivors:
+                        assert node.id in left, "contract: delete_for_runs keeps other runs"
+                        # A parent that was deleted may read back as gone or as its id.
+                        parent = node.parent
+                        await _check_node(
+                            saver, tree, i,
+                            check_parent=parent is None or tree.nodes[parent].id in left,
+                        )
+                    elif i not in needed:
+                        assert node.id not in left, (
+                            "contract: delete_for_runs deletes the runs' checkpoints"
+                        )
+                for i in survivors:
+                    hist = await saver.aget_delta_channel_history(
+                        config=tree.config(i), channels=tree.unvalued(i)
+                    )
+                    assert {ch: fold(h) for ch, h in hist.items()} == folds[i], (
+                        f"node {i}: delta state changed (contract: delete_for_runs never breaks a "
+                        "surviving checkpoint's delta reconstruction)"
+                    )
+
+            session.run(body())
+
+        check()
+
+
+# --------------------------------------------------------------------------- sync twins
+
+
+@pytest.mark.requires("sync_api")
+def test_sync_twins_match_async(saver_target: Any) -> None:
+    """The sync twins work from a worker thread and agree with the async API; on the
+    saver's own loop thread they either work or raise SyncCallOnEventLoopError."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=6))
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tree = await asyncio.to_thread(write_tree_sync, saver, spec)
+                for i in range(len(tree.nodes)):
+                    await _check_node(saver, tree, i)
+                    sync_tuple = await asyncio.to_thread(saver.get_tuple, tree.config(i))
+                    async_tuple = await saver.aget_tuple(tree.config(i))
+                    assert sync_tuple == async_tuple, "contract: get_tuple == aget_tuple"
+                listed = await asyncio.to_thread(
+                    lambda: list(saver.list(config_for(tree.thread_id)))
+                )
+                assert _ids(listed) == _ids(await _collect(saver, config_for(tree.thread_id)))
+                hist = await asyncio.to_thread(
+                    lambda: saver.get_delta_channel_history(
+                        config=tree.config(spec.target), channels=spec.query
+                    )
+                )
+                _check_history(tree, spec.target, spec.query, hist)
+                try:
+                    on_loop = saver.get_tuple(tree.config(0))
+                except SyncCallOnEventLoopError:
+                    pass
+                else:
+                    assert on_loop == await saver.aget_tuple(tree.config(0))
+                if saver_target.has("copy_thread"):
+                    target = new_thread_id("copy")
+                    await asyncio.to_thread(saver.copy_thread, tree.thread_id, target)
+                    await _check_node(saver, tree, len(tree.nodes) - 1, target)
+                if saver_target.has("prune"):
+                    await asyncio.to_thread(saver.prune, [tree.thread_id], strategy="delete")
+                    assert await saver.aget_tuple(config_for(tree.thread_id)) is None
+                if saver_target.has("delete_for_runs"):
+                    await asyncio.to_thread(saver.delete_for_runs, tree.run_ids)
+                await asyncio.to_thread(saver.delete_thread, tree.thread_id)
+                assert await saver.aget_tuple(config_for(tree.thread_id)) is None, (
+                    "contract: delete_thread (sync) removes the thread"
+                )
+
+            session.run(body())
+
+        check()
+
+
+# --------------------------------------------------------------------------- serde
+
+
+class _RecordingSerde:
+    """Wraps a serde, counts calls and scrambles bytes, like an encrypting serde would."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.dumped = 0
+        self.loaded = 0
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        self.dumped += 1
+        kind, data = self.inner.dumps_typed(obj)
+        return f"rec+{kind}", bytes(reversed(data))
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        self.loaded += 1
+        kind, raw = data
+        assert kind.startswith("rec+"), (
+            f"contract: stored data is what saver.serde produced (got type {kind!r})"
+        )
+        return self.inner.loads_typed((kind[4:], bytes(reversed(raw))))
+
+
+def test_values_and_writes_go_through_saver_serde(saver_target: Any) -> None:
+    """Channel values and writes are serialized with ``saver.serde`` (so encrypted serdes work)."""
+
+    async def body(saver: Saver) -> None:
+        recording = _RecordingSerde(saver.serde)
+        saver.serde = maybe_add_typed_methods(recording)
+        thread, cid = new_thread_id(), new_checkpoint_id()
+        v1 = saver.get_next_version(None, None)
+        cfg = await saver.aput(
+            config_for(thread), make_checkpoint(cid, {"secret": ["s3cr3t"]}, {"secret": v1}),
+            {"source": "input", "step": -1}, {"secret": v1},
+        )
+        await saver.aput_writes(cfg, [("secret", "w1")], "task", "")
+        assert recording.dumped >= 2, "contract: values and writes are dumped with saver.serde"
+        got = await saver.aget_tuple(cfg)
+        assert got is not None and got.checkpoint["channel_values"] == {"secret": ["s3cr3t"]}
+        assert _norm_writes(got.pending_writes) == [("task", "secret", "w1")]
+        assert recording.loaded >= 2, "contract: values and writes are loaded with saver.serde"
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- durability
+
+
+@pytest.mark.requires("durable")
+def test_durable_reopen_keeps_data(saver_target: Any) -> None:
+    """Closing and reopening the saver keeps checkpoints, writes and parent links."""
+    from .savers_model import NodeSpec, TreeSpec
+
+    spec = TreeSpec(
+        ["a", "b"],
+        [
+            NodeSpec(None, {"a": "plain", "b": "snapshot"}, [("t", "~", ["a", "b"])]),
+            NodeSpec(0, {"a": "delta", "b": "delta"}, [("t", "~", ["a"]), ("u", "", ["b"])]),
+            NodeSpec(1, {"a": "delta", "b": "unchanged"}, [("t", "~", ["a", "b"])]),
+            NodeSpec(0, {"a": "delta", "b": "delta"}, [("t", "~", ["a"])]),
+            NodeSpec(2, {"a": "snapshot", "b": "delta"}, [("t", "~", ["a", "b"])]),
+        ],
+        4,
+        ["a", "b", MISSING_CHANNEL],
+    )
+
+    async def write(saver: Saver) -> Tree:
+        return await write_tree(saver, spec)
+
+    tree = saver_target.run(write)
+
+    async def read(saver: Saver) -> None:
+        for i in range(len(tree.nodes)):
+            await _check_node(saver, tree, i)
+        got = await saver.aget_delta_channel_history(
+            config=tree.config(spec.target), channels=spec.query
+        )
+        _check_history(tree, spec.target, spec.query, got)
+
+    saver_target.run(read)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, os, sys
+    from runstore.conformance.plugin import _register_plugin
+    for p in json.loads(os.environ["RUNSTORE_SUITE_PLUGINS"]):
+        _register_plugin(p)
+    from runstore.capabilities import Kind
+    from runstore.conformance.harness import spec_for
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+    from runstore.conformance.savers_model import config_for, make_checkpoint
+
+    async def main():
+        url = BackendURL.parse(os.environ["RUNSTORE_SUITE_URL"])
+        job = json.loads(os.environ["RUNSTORE_SUITE_JOB"])
+        async with BackendOptions.scope() as options:
+            saver = await spec_for(Kind.SAVER, url).open(url, options)
+            v = saver.get_next_version(job["version"], None)
+            cfg = await saver.aput(
+                config_for(job["thread"], job["parent"]),
+                make_checkpoint(job["id"], {"n": job["value"]}, {"n": v}),
+                {"source": "loop", "step": 1, "writer": "child"},
+                {"n": v},
+            )
+            await saver.aput_writes(cfg, [("n", job["value"] + 1)], "child-task", "")
+            print(json.dumps({"version": v}))
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.requires("cross_process")
+def test_cross_process_writer_is_visible(saver_target: Any, request: pytest.FixtureRequest) -> None:
+    """A checkpoint and writes put by another OS process are read by this one, on an
+    instance that was already open before the other process wrote."""
+
+    async def body(saver: Saver) -> None:
+        thread, root, child = new_thread_id(), new_checkpoint_id(), new_checkpoint_id()
+        v1 = saver.get_next_version(None, None)
+        await saver.aput(
+            config_for(thread), make_checkpoint(root, {"n": 1}, {"n": v1}),
+            {"source": "input", "step": -1}, {"n": v1},
+        )
+        env = dict(os.environ)
+        env["RUNSTORE_SUITE_URL"] = saver_target.url.render(hide_password=False)
+        env["RUNSTORE_SUITE_PLUGINS"] = json.dumps(
+            [os.path.abspath(p) if p.endswith(".py") else p
+             for p in request.config.getoption("runstore_plugin") or []]
+        )
+        env["RUNSTORE_SUITE_JOB"] = json.dumps(
+            {"thread": thread, "parent": root, "id": child, "value": 41, "version": v1}
+        )
+        proc = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", _CHILD], env=env,
+            capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, f"writer process failed: {proc.stderr[-2000:]}"
+        got = await saver.aget_tuple(config_for(thread))
+        assert got is not None and got.checkpoint["id"] == child, (
+            "contract: cross_process — another process's checkpoint is visible"
+        )
+        assert got.checkpoint["channel_values"] == {"n": 41}
+        assert _norm_writes(got.pending_writes) == [("child-task", "n", 42)]
+        assert got.parent_config is not None
+        assert got.parent_config["configurable"]["checkpoint_id"] == root
+
+    saver_target.run(body)
+
+
+def test_concurrent_puts_from_threads_do_not_interfere(saver_target: Any) -> None:
+    """Concurrent async puts on separate threads of one saver all land."""
+
+    async def body(saver: Saver) -> None:
+        threads = [new_thread_id() for _ in range(5)]
+
+        async def fill(thread: str) -> list[str]:
+            ids, parent = [], None
+            for _ in range(4):
+                cid = new_checkpoint_id()
+                await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), {}, {})
+                await saver.aput_writes(config_for(thread, cid), [("x", cid)], "t", "")
+                ids.append(cid)
+                parent = cid
+            return ids
+
+        results = await asyncio.gather(*(fill(t) for t in threads))
+        for thread, ids in zip(threads, results, strict=True):
+            got = _ids(await _collect(saver, config_for(thread)))
+            assert got == list(reversed(ids)), "contract: concurrent puts on one saver all land"
+
+    saver_target.run(body)
+

@@ -1,0 +1,536 @@
+"""In-process checkpoint saver (``memory://``): the full saver contract, delta-safe.
+
+Layout per ``(thread_id, checkpoint_ns)``: checkpoint skeletons (everything but the
+channel values) by id plus a sorted id list, channel value blobs keyed by
+``(channel, version)`` as LangGraph's version semantics require, and pending writes per
+checkpoint keyed by ``(task_id, slot)``. Channel values, writes and metadata go
+through ``self.serde`` so custom and encrypted serializers behave as on disk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+
+from runstore.checkpoint.saverbase import (
+    checkpoint_config,
+    is_last_write_wins,
+    metadata_matches,
+    reconstruction_ancestors,
+    write_slot,
+)
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+Typed = tuple[str, bytes]
+#: (task_id, channel, serialized value, task_path)
+StoredWrite = tuple[str, str, Typed, str]
+
+_PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+@dataclass
+class _Entry:
+    """One stored checkpoint without its channel values."""
+
+    skeleton: dict[str, Any]
+    versions: dict[str, Any]
+    metadata: Typed
+    # The metadata as put, used only to answer `list(filter=...)` without decoding.
+    metadata_plain: dict[str, Any]
+    parent: str | None
+    run_id: Any
+
+
+@dataclass
+class _Writes:
+    """The pending writes of one checkpoint; sorted lazily in `writes_sort_key` order."""
+
+    by_key: dict[tuple[str, int], StoredWrite] = field(default_factory=dict)
+    _sorted: list[StoredWrite] | None = None
+
+    def ordered(self) -> list[StoredWrite]:
+        if self._sorted is None:
+            self._sorted = [
+                self.by_key[key]
+                for key in sorted(self.by_key, key=lambda k: (self.by_key[k][3], k[0], k[1]))
+            ]
+        return self._sorted
+
+
+@dataclass
+class _Namespace:
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    # (channel, version) -> serialized value, or None for "version exists, no value stored"
+    blobs: dict[tuple[str, Any], Typed | None] = field(default_factory=dict)
+    writes: dict[str, _Writes] = field(default_factory=dict)
+
+    def add_id(self, checkpoint_id: str) -> None:
+        if checkpoint_id in self.entries:
+            return
+        if not self.order or checkpoint_id > self.order[-1]:
+            self.order.append(checkpoint_id)
+        else:
+            bisect.insort(self.order, checkpoint_id)
+
+    def latest(self) -> str | None:
+        return self.order[-1] if self.order else None
+
+    def has_value(self, checkpoint_id: str, channel: str) -> bool:
+        entry = self.entries.get(checkpoint_id)
+        if entry is None or channel not in entry.versions:
+            return False
+        return self.blobs.get((channel, entry.versions[channel])) is not None
+
+    def valued_channels(self, checkpoint_id: str) -> set[str]:
+        entry = self.entries.get(checkpoint_id)
+        if entry is None:
+            return set()
+        return {
+            ch for ch, ver in entry.versions.items() if self.blobs.get((ch, ver)) is not None
+        }
+
+    def parent_of(self, checkpoint_id: str) -> str | None:
+        entry = self.entries.get(checkpoint_id)
+        return entry.parent if entry is not None else None
+
+    def needed_ancestors(self, checkpoint_id: str) -> list[str]:
+        """Ancestors a delta reconstruction at ``checkpoint_id`` reads (nearest first)."""
+        entry = self.entries[checkpoint_id]
+        unvalued = [
+            ch
+            for ch, ver in entry.versions.items()
+            if self.blobs.get((ch, ver)) is None
+        ]
+        return reconstruction_ancestors(
+            checkpoint_id, unvalued, self.parent_of, self.valued_channels
+        )
+
+    def remove(self, doomed: set[str]) -> None:
+        if not doomed:
+            return
+        for checkpoint_id in doomed:
+            self.entries.pop(checkpoint_id, None)
+            self.writes.pop(checkpoint_id, None)
+        self.order = [cid for cid in self.order if cid not in doomed]
+        # Blobs are shared by version across checkpoints: keep what survivors reference.
+        referenced = {
+            (ch, ver) for entry in self.entries.values() for ch, ver in entry.versions.items()
+        }
+        for key in [key for key in self.blobs if key not in referenced]:
+            del self.blobs[key]
+
+    def copy(self) -> _Namespace:
+        clone = _Namespace(
+            entries={
+                cid: _Entry(
+                    skeleton=_copy_skeleton(e.skeleton),
+                    versions=dict(e.versions),
+                    metadata=e.metadata,
+                    metadata_plain=dict(e.metadata_plain),
+                    parent=e.parent,
+                    run_id=e.run_id,
+                )
+                for cid, e in self.entries.items()
+            },
+            order=list(self.order),
+            blobs=dict(self.blobs),
+        )
+        for cid, writes in self.writes.items():
+            clone.writes[cid] = _Writes(by_key=dict(writes.by_key))
+        return clone
+
+
+def _copy_skeleton(skeleton: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(skeleton)
+    out["channel_versions"] = dict(skeleton.get("channel_versions", {}))
+    out["versions_seen"] = {k: dict(v) for k, v in skeleton.get("versions_seen", {}).items()}
+    if isinstance(out.get("pending_sends"), list):
+        out["pending_sends"] = list(out["pending_sends"])
+    if isinstance(out.get("updated_channels"), list):
+        out["updated_channels"] = list(out["updated_channels"])
+    return out
+
+
+class MemorySaver(BaseCheckpointSaver[str]):
+    """In-process LangGraph checkpoint saver with copy, prune, delete-for-runs and a native
+    delta-history walk. Sync twins are safe on any thread (nothing here blocks)."""
+
+    def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self._threads: dict[str, dict[str, _Namespace]] = {}
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> MemorySaver:
+        """Open a fresh, empty saver for ``memory://`` (no URL options accepted)."""
+        url.check_options(set())
+        saver = cls()
+        options.on_close(saver.aclose)
+        return saver
+
+    async def aclose(self) -> None:
+        """Drop everything stored."""
+        self._threads.clear()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ns(self, thread_id: str, checkpoint_ns: str) -> _Namespace | None:
+        namespaces = self._threads.get(thread_id)
+        return namespaces.get(checkpoint_ns) if namespaces is not None else None
+
+    def _tuple(
+        self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str
+    ) -> CheckpointTuple:
+        entry = ns.entries[checkpoint_id]
+        loads = self.serde.loads_typed
+        values: dict[str, Any] = {}
+        for channel, version in entry.versions.items():
+            blob = ns.blobs.get((channel, version))
+            if blob is not None:
+                values[channel] = loads(blob)
+        checkpoint = _copy_skeleton(entry.skeleton)
+        checkpoint["channel_values"] = values
+        writes = ns.writes.get(checkpoint_id)
+        pending: list[PendingWrite] = (
+            [(tid, ch, loads(v)) for tid, ch, v, _ in writes.ordered()] if writes else []
+        )
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=loads(entry.metadata),
+            parent_config=(
+                checkpoint_config(thread_id, checkpoint_ns, entry.parent)
+                if entry.parent
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    # ------------------------------------------------------------------ sync API
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (or the thread's latest), with its pending writes."""
+        configurable = config["configurable"]
+        thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        ns = self._ns(thread_id, checkpoint_ns)
+        if ns is None:
+            return None
+        checkpoint_id = get_checkpoint_id(config) or ns.latest()
+        if checkpoint_id is None or checkpoint_id not in ns.entries:
+            return None
+        return self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Matching checkpoints, newest first within each thread."""
+        if limit is not None and limit <= 0:
+            return
+        configurable = (config or {}).get("configurable") or {}
+        if "thread_id" in configurable:
+            thread_ids: list[str] = [configurable["thread_id"]]
+        else:
+            thread_ids = list(self._threads)
+        only_ns = configurable.get("checkpoint_ns")
+        only_id = configurable.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for thread_id in thread_ids:
+            namespaces = self._threads.get(thread_id)
+            if not namespaces:
+                continue
+            candidates: list[tuple[str, str]] = []
+            for checkpoint_ns, ns in namespaces.items():
+                if only_ns is not None and checkpoint_ns != only_ns:
+                    continue
+                if only_id:
+                    if only_id in ns.entries:
+                        candidates.append((only_id, checkpoint_ns))
+                    continue
+                ids = ns.order
+                if before_id is not None:
+                    ids = ids[: bisect.bisect_left(ids, before_id)]
+                candidates.extend((cid, checkpoint_ns) for cid in ids)
+            if len(namespaces) > 1:
+                candidates.sort(reverse=True)
+            else:
+                candidates.reverse()
+            for checkpoint_id, checkpoint_ns in candidates:
+                if before_id is not None and checkpoint_id >= before_id:
+                    continue
+                ns = namespaces[checkpoint_ns]
+                if not metadata_matches(ns.entries[checkpoint_id].metadata_plain, filter):
+                    continue
+                yield self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of the checkpoint ``config`` names (if any)."""
+        configurable = config["configurable"]
+        thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        parent = configurable.get("checkpoint_id")
+        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
+        values = checkpoint.get("channel_values") or {}
+        dumps = self.serde.dumps_typed
+        for channel, version in new_versions.items():
+            ns.blobs[(channel, version)] = dumps(values[channel]) if channel in values else None
+        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        skeleton = _copy_skeleton(skeleton)
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        checkpoint_id = checkpoint["id"]
+        ns.add_id(checkpoint_id)
+        ns.entries[checkpoint_id] = _Entry(
+            skeleton=skeleton,
+            versions=skeleton["channel_versions"],
+            metadata=dumps(full_metadata),
+            metadata_plain=dict(full_metadata),
+            parent=parent,
+            run_id=full_metadata.get("run_id"),
+        )
+        return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes: first write wins per (task_id, idx), special slots replace."""
+        configurable = config["configurable"]
+        thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        checkpoint_id = configurable["checkpoint_id"]
+        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
+        stored = ns.writes.get(checkpoint_id)
+        if stored is None:
+            stored = ns.writes[checkpoint_id] = _Writes()
+        dumps = self.serde.dumps_typed
+        changed = False
+        for idx, (channel, value) in enumerate(writes):
+            slot = write_slot(channel, idx)
+            key = (task_id, slot)
+            if key in stored.by_key and not is_last_write_wins(slot):
+                continue
+            stored.by_key[key] = (task_id, channel, dumps(value), task_path)
+            changed = True
+        if changed:
+            stored._sorted = None
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of ``thread_id``."""
+        self._threads.pop(thread_id, None)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy the whole of ``source_thread_id`` (every checkpoint, blob and write) into
+        ``target_thread_id``; on an id present in both, the source's copy wins."""
+        source = self._threads.get(source_thread_id)
+        if not source:
+            return
+        target = self._threads.setdefault(target_thread_id, {})
+        for checkpoint_ns, ns in source.items():
+            clone = ns.copy()
+            existing = target.get(checkpoint_ns)
+            if existing is None:
+                target[checkpoint_ns] = clone
+                continue
+            for cid, entry in clone.entries.items():
+                existing.add_id(cid)
+                existing.entries[cid] = entry
+            existing.blobs.update(clone.blobs)
+            existing.writes.update(clone.writes)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
+        ancestor its delta reconstruction reads; ``delete``: drop the threads."""
+        if strategy not in _PRUNE_STRATEGIES:
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
+            )
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self._threads.pop(thread_id, None)
+                continue
+            for ns in self._threads.get(thread_id, {}).values():
+                latest = ns.latest()
+                if latest is None:
+                    continue
+                keep = {latest, *ns.needed_ancestors(latest)}
+                ns.remove(set(ns.entries) - keep)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
+        ``run_ids``, except ancestors a surviving checkpoint's delta reconstruction reads."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for thread_id in list(self._threads):
+            namespaces = self._threads[thread_id]
+            for checkpoint_ns in list(namespaces):
+                ns = namespaces[checkpoint_ns]
+                doomed = {cid for cid, e in ns.entries.items() if e.run_id in wanted}
+                if not doomed:
+                    continue
+                for cid in ns.entries:
+                    if cid not in doomed:
+                        doomed.difference_update(ns.needed_ancestors(cid))
+                ns.remove(doomed)
+                if not ns.entries and not ns.writes:
+                    del namespaces[checkpoint_ns]
+            if not namespaces:
+                del self._threads[thread_id]
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel: writes from the target's parent back to the nearest ancestor holding
+        a value (that ancestor's own writes included), oldest first, plus that value as seed."""
+        if not channels:
+            return {}
+        configurable = config["configurable"]
+        ns = self._ns(configurable["thread_id"], configurable.get("checkpoint_ns", ""))
+        collected: dict[str, list[tuple[str, Typed]]] = {ch: [] for ch in channels}
+        seeds: dict[str, Typed] = {}
+        if ns is not None:
+            target_id = get_checkpoint_id(config) or ns.latest()
+            target = ns.entries.get(target_id) if target_id else None
+            remaining = set(channels)
+            current = target.parent if target is not None else None
+            visited: set[str] = set()
+            while current is not None and remaining and current not in visited:
+                visited.add(current)
+                entry = ns.entries.get(current)
+                if entry is None:
+                    break
+                writes = ns.writes.get(current)
+                if writes is not None:
+                    # Newest checkpoint first, each reversed; flipped once at the end.
+                    for tid, ch, value, _ in reversed(writes.ordered()):
+                        if ch in remaining:
+                            collected[ch].append((tid, value))
+                for ch in list(remaining):
+                    version = entry.versions.get(ch)
+                    if version is None:
+                        continue
+                    blob = ns.blobs.get((ch, version))
+                    if blob is not None:
+                        seeds[ch] = blob
+                        remaining.discard(ch)
+                current = entry.parent
+        loads = self.serde.loads_typed
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            history: DeltaChannelHistory = {
+                "writes": [(tid, ch, loads(value)) for tid, value in reversed(collected[ch])]
+            }
+            if ch in seeds:
+                history["seed"] = loads(seeds[ch])
+            result[ch] = history
+        return result
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A string version: a zero-padded counter (orders versions) plus a random tail."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".", 1)[0])
+        return f"{number + 1:032d}.{random.getrandbits(53):016d}"
+
+    # ------------------------------------------------------------------ async API
+    # Nothing here waits on I/O, so the async methods run the sync ones inline.
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async `get_tuple`."""
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async `list`."""
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async `put`."""
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async `put_writes`."""
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async `delete_thread`."""
+        self.delete_thread(thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async `copy_thread`."""
+        self.copy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async `prune`."""
+        self.prune(thread_ids, strategy=strategy)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async `delete_for_runs`."""
+        self.delete_for_runs(run_ids)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Async `get_delta_channel_history`."""
+        return self.get_delta_channel_history(config=config, channels=channels)
