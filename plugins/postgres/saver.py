@@ -1,0 +1,972 @@
+"""PostgreSQL checkpoint saver on asyncpg: ``postgresql://user@host:5432/db?schema=app``.
+
+Our own saver (not a wrapper of ``langgraph-checkpoint-postgres``). Rows are encoded
+by the shared `runstore.checkpoint.codec`; this module owns the SQL, the connection
+handling and the round-trip budget:
+
+* ``aput`` is ONE statement (blobs CTE + checkpoint upsert), so one round trip and
+  one WAL flush per checkpoint; ``aput_writes`` is one ``INSERT ... SELECT unnest``.
+* ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query.
+* ``aget_delta_channel_history`` is one ``WITH RECURSIVE`` query over parent links.
+* Connections come from the SQLAlchemy engine shared with the PostgreSQL event store
+  (`runstore.sql.engine.shared_engine`); the saver keeps a few of them leased between
+  calls so a call does not pay the engine's pre-ping (three round trips) each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from runstore.checkpoint import codec
+from runstore.checkpoint.saverbase import ensure_off_loop, run_sync
+from runstore.errors import MissingDriverError
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from runstore.options import BackendOptions
+
+R = TypeVar("R")
+
+#: `runstore.sql.migrations` component name of this saver's tables.
+COMPONENT = "postgres-saver"
+
+CHECKPOINTS = "runstore_checkpoints"
+BLOBS = "runstore_checkpoint_blobs"
+WRITES = "runstore_checkpoint_writes"
+
+#: Schema versions; append, never edit a released one.
+SCHEMA_STEPS: list[list[str]] = [
+    [
+        f"""CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BYTEA NOT NULL,
+            metadata JSONB NOT NULL DEFAULT '{{}}',
+            value_versions JSONB NOT NULL DEFAULT '{{}}',
+            channel_versions JSONB NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        f"""CREATE INDEX IF NOT EXISTS {CHECKPOINTS}_run_id_idx
+            ON {CHECKPOINTS} (run_id) WHERE run_id IS NOT NULL""",
+        f"""CREATE TABLE IF NOT EXISTS {BLOBS} (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {WRITES} (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL DEFAULT '',
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+    ],
+]
+
+# One statement: both blob inserts and the checkpoint upsert commit together (one
+# WAL flush). New-version blobs replace (re-putting a checkpoint replaces its values,
+# as InMemorySaver does); carried blobs only fill a gap.
+PUT_SQL = f"""
+WITH new_blobs AS (
+    INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $1, $2, u.channel, u.version, u.type, u.blob
+    FROM unnest($10::text[], $11::text[], $12::text[], $13::bytea[]) AS u(channel, version, type, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version)
+    DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
+), carried_blobs AS (
+    INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $1, $2, u.channel, u.version, u.type, u.blob
+    FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[]) AS u(channel, version, type, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+)
+INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+                           run_id, type, checkpoint, metadata, value_versions, channel_versions)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9::text::jsonb, $18::text::jsonb)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+    run_id = EXCLUDED.run_id,
+    type = EXCLUDED.type,
+    checkpoint = EXCLUDED.checkpoint,
+    metadata = EXCLUDED.metadata,
+    value_versions = EXCLUDED.value_versions,
+    channel_versions = EXCLUDED.channel_versions
+"""
+
+# Normal writes are first-write-wins per (task_id, idx); the special negative slots
+# (errors, interrupts, resumes) are last-write-wins.
+PUT_WRITES_SQL = f"""
+INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                      idx, channel, type, blob)
+SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
+FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) AS u(idx, channel, type, blob)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    task_path = EXCLUDED.task_path,
+    channel = EXCLUDED.channel,
+    type = EXCLUDED.type,
+    blob = EXCLUDED.blob
+WHERE {WRITES}.idx < 0
+"""
+
+# Checkpoint row + its held values + its pending writes, as parallel arrays so
+# asyncpg decodes them without composite-type lookups.
+_TUPLE_COLUMNS = f"""
+    c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.type,
+    c.checkpoint, c.metadata::text AS metadata,
+    bl.channels AS b_channels, bl.types AS b_types, bl.blobs AS b_blobs,
+    wr.task_ids AS w_task_ids, wr.channels AS w_channels, wr.types AS w_types,
+    wr.blobs AS w_blobs, wr.paths AS w_paths, wr.idxs AS w_idxs
+FROM {{source}}
+LEFT JOIN LATERAL (
+    SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
+           array_agg(b.blob) AS blobs
+    FROM jsonb_each_text(c.value_versions) AS v
+    JOIN {BLOBS} b ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                  AND b.channel = v.key AND b.version = v.value
+) bl ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(w.task_id) AS task_ids, array_agg(w.channel) AS channels,
+           array_agg(w.type) AS types, array_agg(w.blob) AS blobs,
+           array_agg(w.task_path) AS paths, array_agg(w.idx) AS idxs
+    FROM {WRITES} w
+    WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+      AND w.checkpoint_id = c.checkpoint_id
+) wr ON true
+"""
+
+GET_BY_ID_SQL = (
+    "SELECT "
+    + _TUPLE_COLUMNS.format(source=f"{CHECKPOINTS} c")
+    + (" WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3")
+)
+
+GET_LATEST_SQL = "SELECT " + _TUPLE_COLUMNS.format(
+    source=(
+        f"(SELECT * FROM {CHECKPOINTS} WHERE thread_id = $1 AND checkpoint_ns = $2"
+        " ORDER BY checkpoint_id DESC LIMIT 1) c"
+    )
+)
+
+# The delta walk. Each row is one ancestor with the channels still looking for a
+# value when the walk reaches it (`need`); it contributes its writes for those
+# channels and seeds the ones it holds. The walk follows parent links only, stops
+# per channel at the first holder, and entirely once no channel is left.
+# `{start}` yields (thread_id, checkpoint_ns, checkpoint_id, need, depth) rows: the
+# first ancestor of each walk.
+_WALK_CTE = f"""
+walk (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, value_versions, need, depth) AS (
+    SELECT a.thread_id, a.checkpoint_ns, a.checkpoint_id, a.parent_checkpoint_id,
+           a.value_versions, s.need, s.depth
+    FROM ({{start}}) AS s(thread_id, checkpoint_ns, checkpoint_id, need, depth)
+    JOIN {CHECKPOINTS} a ON a.thread_id = s.thread_id AND a.checkpoint_ns = s.checkpoint_ns
+                        AND a.checkpoint_id = s.checkpoint_id
+    WHERE cardinality(s.need) > 0
+  UNION ALL
+    SELECT a.thread_id, a.checkpoint_ns, a.checkpoint_id, a.parent_checkpoint_id,
+           a.value_versions, r.rest, w.depth + 1
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT ARRAY(SELECT ch FROM unnest(w.need) AS ch
+                     WHERE NOT (w.value_versions ? ch)) AS rest
+    ) r
+    JOIN {CHECKPOINTS} a ON a.thread_id = w.thread_id AND a.checkpoint_ns = w.checkpoint_ns
+                        AND a.checkpoint_id = w.parent_checkpoint_id
+    WHERE cardinality(r.rest) > 0 AND w.depth < 1000000
+)
+"""
+
+# $1 thread, $2 ns, $3 target id (NULL = latest), $4 channels.
+DELTA_HISTORY_SQL = (
+    "WITH RECURSIVE target AS ("
+    f" SELECT t.thread_id, t.checkpoint_ns, t.parent_checkpoint_id FROM {CHECKPOINTS} t"
+    " WHERE t.thread_id = $1 AND t.checkpoint_ns = $2"
+    " AND ($3::text IS NULL OR t.checkpoint_id = $3)"
+    " ORDER BY t.checkpoint_id DESC LIMIT 1),"
+    + _WALK_CTE.format(
+        start=(
+            "SELECT thread_id, checkpoint_ns, parent_checkpoint_id, $4::text[], 1 FROM target"
+            " WHERE parent_checkpoint_id IS NOT NULL"
+        )
+    )
+    + f"""
+SELECT w.depth, x.channel, {codec.HISTORY_WRITE} AS kind, x.task_id, x.task_path, x.idx,
+       x.type, x.blob
+FROM walk w
+JOIN {WRITES} x ON x.thread_id = w.thread_id AND x.checkpoint_ns = w.checkpoint_ns
+               AND x.checkpoint_id = w.checkpoint_id AND x.channel = ANY(w.need)
+UNION ALL
+SELECT w.depth, b.channel, {codec.HISTORY_SEED}, NULL, NULL, NULL, b.type, b.blob
+FROM walk w
+CROSS JOIN LATERAL unnest(w.need) AS ch
+JOIN {BLOBS} b ON b.thread_id = w.thread_id AND b.checkpoint_ns = w.checkpoint_ns
+              AND b.channel = ch AND b.version = w.value_versions ->> ch
+"""
+)
+
+# Channels a checkpoint names a version for but holds no value of: what a delta
+# reconstruction at it must rebuild from ancestors.
+_MISSING_CHANNELS = (
+    "ARRAY(SELECT k FROM jsonb_object_keys({alias}.channel_versions) AS k"
+    " WHERE NOT ({alias}.value_versions ? k))"
+)
+
+DELETE_THREAD_SQL = f"""
+WITH c AS (DELETE FROM {CHECKPOINTS} WHERE thread_id = ANY($1::text[])),
+     b AS (DELETE FROM {BLOBS} WHERE thread_id = ANY($1::text[]))
+DELETE FROM {WRITES} WHERE thread_id = ANY($1::text[])
+"""
+
+COPY_THREAD_SQL = f"""
+WITH c AS (
+    INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+                               run_id, type, checkpoint, metadata, value_versions,
+                               channel_versions)
+    SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint,
+           metadata, value_versions, channel_versions
+    FROM {CHECKPOINTS} WHERE thread_id = $1
+    ON CONFLICT DO NOTHING
+), b AS (
+    INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT $2, checkpoint_ns, channel, version, type, blob FROM {BLOBS} WHERE thread_id = $1
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path,
+                      channel, type, blob)
+SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, blob
+FROM {WRITES} WHERE thread_id = $1
+ON CONFLICT DO NOTHING
+"""
+
+# keep_latest: per (thread, namespace) the head, plus every ancestor a delta
+# reconstruction at the head reads (walk for the channels the head holds no value of).
+PRUNE_KEEP_SQL = (
+    "WITH RECURSIVE heads AS ("
+    " SELECT DISTINCT ON (thread_id, checkpoint_ns) thread_id, checkpoint_ns, checkpoint_id,"
+    " parent_checkpoint_id, " + _MISSING_CHANNELS.format(alias=CHECKPOINTS) + " AS need"
+    f" FROM {CHECKPOINTS} WHERE thread_id = ANY($1::text[])"
+    " ORDER BY thread_id, checkpoint_ns, checkpoint_id DESC),"
+    + _WALK_CTE.format(
+        start=(
+            "SELECT thread_id, checkpoint_ns, parent_checkpoint_id, need, 1 FROM heads"
+            " WHERE parent_checkpoint_id IS NOT NULL"
+        )
+    )
+    + """
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM heads
+UNION
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM walk
+"""
+)
+
+# delete_for_runs keeps a doomed checkpoint when a surviving one still rebuilds delta
+# state through it. Walks start at survivors whose parent is doomed; a survivor whose
+# parent survives reads nothing beyond what its parent's own walk reads.
+RUNS_KEEP_SQL = (
+    "WITH RECURSIVE doomed AS ("
+    f" SELECT thread_id, checkpoint_ns, checkpoint_id FROM {CHECKPOINTS}"
+    " WHERE run_id = ANY($1::text[])),"
+    " frontier AS ("
+    " SELECT s.thread_id, s.checkpoint_ns, s.parent_checkpoint_id,"
+    " " + _MISSING_CHANNELS.format(alias="s") + " AS need"
+    f" FROM {CHECKPOINTS} s JOIN doomed d ON d.thread_id = s.thread_id"
+    " AND d.checkpoint_ns = s.checkpoint_ns AND d.checkpoint_id = s.parent_checkpoint_id"
+    " WHERE s.run_id IS NULL OR NOT (s.run_id = ANY($1::text[]))),"
+    + _WALK_CTE.format(
+        start="SELECT thread_id, checkpoint_ns, parent_checkpoint_id, need, 1 FROM frontier"
+    )
+    + """
+SELECT d.thread_id, d.checkpoint_ns, d.checkpoint_id,
+       EXISTS (SELECT 1 FROM walk w WHERE w.thread_id = d.thread_id
+               AND w.checkpoint_ns = d.checkpoint_ns AND w.checkpoint_id = d.checkpoint_id)
+       AS needed
+FROM doomed d
+"""
+)
+
+# Delete the given checkpoints of one (thread, ns) with their writes, cut the parent
+# links that pointed at them, then drop blobs no remaining checkpoint holds.
+DELETE_CHECKPOINTS_SQL = f"""
+WITH gone AS (
+    DELETE FROM {CHECKPOINTS}
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
+    RETURNING checkpoint_id
+), w AS (
+    DELETE FROM {WRITES}
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
+)
+UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL
+WHERE thread_id = $1 AND checkpoint_ns = $2 AND parent_checkpoint_id = ANY($3::text[])
+  AND checkpoint_id <> ALL($3::text[])
+"""
+
+DELETE_GARBAGE_BLOBS_SQL = f"""
+DELETE FROM {BLOBS} b
+WHERE b.thread_id = $1 AND b.checkpoint_ns = $2
+  AND NOT EXISTS (
+      SELECT 1 FROM {CHECKPOINTS} c
+      WHERE c.thread_id = $1 AND c.checkpoint_ns = $2
+        AND c.value_versions ->> b.channel = b.version)
+"""
+
+
+def _import_asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise MissingDriverError("postgres", "asyncpg", "postgres") from None
+    return asyncpg
+
+
+class _Leases:
+    """Raw asyncpg connections borrowed from the shared SQLAlchemy engine.
+
+    Up to ``max_idle`` stay checked out between calls: returning one to the engine's
+    pool and taking it again costs the pool's pre-ping (BEGIN; ';'; ROLLBACK), more
+    than a whole checkpoint write. A leased connection that turns out dead is
+    discarded (invalidated in the engine's pool) and the call retried once on a fresh one.
+    """
+
+    def __init__(self, engine: AsyncEngine, max_idle: int) -> None:
+        self._engine = engine
+        self._max_idle = max_idle
+        self._idle: list[tuple[AsyncConnection, Any]] = []
+        self._closed = False
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def _fresh(self) -> tuple[AsyncConnection, Any]:
+        sa_conn = await self._engine.connect()
+        try:
+            raw = await sa_conn.get_raw_connection()
+        except BaseException:
+            await sa_conn.close()
+            raise
+        return sa_conn, raw.driver_connection
+
+    async def run(self, fn: Callable[[Any], Awaitable[R]]) -> R:
+        """Run ``fn(connection)`` on a leased connection (retried once if the lease was dead)."""
+        reused = bool(self._idle)
+        lease = self._idle.pop() if reused else await self._fresh()
+        try:
+            result = await fn(lease[1])
+        except BaseException:
+            broken = lease[1].is_closed()
+            await self._discard(lease, invalidate=broken)
+            if not (reused and broken):
+                raise
+            lease = await self._fresh()
+            try:
+                result = await fn(lease[1])
+            except BaseException:
+                await self._discard(lease, invalidate=lease[1].is_closed())
+                raise
+        self._give_back(lease)
+        return result
+
+    def _give_back(self, lease: tuple[AsyncConnection, Any]) -> None:
+        if self._closed or len(self._idle) >= self._max_idle or lease[1].is_closed():
+            task = asyncio.ensure_future(self._discard(lease, invalidate=lease[1].is_closed()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._idle.append(lease)
+
+    async def _discard(self, lease: tuple[AsyncConnection, Any], *, invalidate: bool) -> None:
+        sa_conn, _raw = lease
+        try:
+            if invalidate:
+                await sa_conn.invalidate()
+            await sa_conn.close()
+        except Exception:  # a dead connection may fail to close; drop it
+            pass
+
+    async def aclose(self) -> None:
+        """Return every idle connection to the engine's pool."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for lease in idle:
+            await self._discard(lease, invalidate=False)
+
+
+class _WriteBatcher:
+    """Coalesces concurrent checkpoint writes into one transaction (one WAL flush).
+
+    LangGraph issues a step's ``aput_writes`` and the chained ``aput`` calls in the
+    background, so several are usually in flight at once. A commit waits for a WAL
+    flush (an fdatasync, milliseconds on a busy disk), so the writes that queue up
+    while one batch commits go out together in the next. Every caller still returns
+    only after its own rows are committed: durability is unchanged. A batch that
+    fails is re-run one operation at a time, so each caller gets its own error.
+    """
+
+    def __init__(self, leases: _Leases) -> None:
+        self._leases = leases
+        self._queue: list[tuple[Callable[[Any], Awaitable[Any]], asyncio.Future[None]]] = []
+        self._busy = False
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def run(self, op: Callable[[Any], Awaitable[Any]]) -> None:
+        """Run ``op(connection)`` in the next batch and return once it is committed."""
+        if self._busy:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queue.append((op, fut))
+            await fut
+            return
+        self._busy = True
+        try:
+            await self._leases.run(op)
+        finally:
+            if self._queue:
+                task = asyncio.ensure_future(self._drain())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self._busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._run_batch(batch)
+        finally:
+            self._busy = False
+
+    async def _run_batch(
+        self, batch: list[tuple[Callable[[Any], Awaitable[Any]], asyncio.Future[None]]]
+    ) -> None:
+        if len(batch) > 1:
+
+            async def together(conn: Any) -> None:
+                async with conn.transaction():
+                    for op, _ in batch:
+                        await op(conn)
+
+            try:
+                await self._leases.run(together)
+            except Exception:  # retried one by one below
+                pass
+            else:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+                return
+        for op, fut in batch:
+            try:
+                await self._leases.run(op)
+            except BaseException as exc:  # handed to the waiting caller
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(None)
+
+
+class PostgresSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpoint saver on PostgreSQL (asyncpg), delta-safe, with sync twins.
+
+    Open it with `PostgresSaver.open` (or ``runstore.open``); sync methods must be
+    called from a thread other than the one running the saver's event loop.
+    """
+
+    #: Leased connections kept between calls (each counts against the shared pool).
+    MAX_IDLE_CONNECTIONS = 3
+    #: Blob keys (thread, ns, channel, version) known to be stored, for carried values.
+    KNOWN_BLOBS_MAX = 8192
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        url: BackendURL,
+        serde: SerializerProtocol | None = None,
+        max_idle: int | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.url = url
+        self.engine = engine
+        self.loop = asyncio.get_running_loop()
+        size = engine.sync_engine.pool.size() if hasattr(engine.sync_engine.pool, "size") else 2
+        idle = self.MAX_IDLE_CONNECTIONS if max_idle is None else max_idle
+        self._leases = _Leases(engine, max(0, min(idle, max(1, size // 2))))
+        self._writer = _WriteBatcher(self._leases)
+        self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+
+    @classmethod
+    async def open(
+        cls,
+        url: BackendURL | str,
+        options: BackendOptions,
+        *,
+        serde: SerializerProtocol | None = None,
+    ) -> PostgresSaver:
+        """Open the saver on ``url`` (creating/upgrading its tables) and register its cleanup."""
+        from runstore.sql.engine import shared_engine
+        from runstore.sql.migrations import Migration, ensure_schema
+
+        url = BackendURL.parse(url)
+        url.check_options({"schema"})
+        _import_asyncpg()
+        engine = await shared_engine(url, options)
+        migrations = [Migration(version=i + 1, steps=steps) for i, steps in enumerate(SCHEMA_STEPS)]
+        await ensure_schema(engine, COMPONENT, migrations)
+        saver = cls(engine, url=url, serde=serde)
+        options.on_close(saver.aclose)
+        return saver
+
+    async def aclose(self) -> None:
+        """Give leased connections back to the shared engine (the engine closes with its options)."""
+        await self._leases.aclose()
+
+    def __repr__(self) -> str:
+        return f"PostgresSaver({self.url})"
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _remember(self, key: tuple[str, str, str, str]) -> None:
+        known = self._known
+        known[key] = None
+        known.move_to_end(key)
+        if len(known) > self.KNOWN_BLOBS_MAX:
+            known.popitem(last=False)
+
+    def _decode_row(self, row: Any) -> CheckpointTuple:
+        thread_id = row["thread_id"]
+        ns = row["checkpoint_ns"]
+        b_channels = row["b_channels"] or ()
+        blobs = list(zip(b_channels, row["b_types"] or (), row["b_blobs"] or (), strict=True))
+        w_task_ids = row["w_task_ids"]
+        writes = (
+            list(
+                zip(
+                    w_task_ids,
+                    row["w_channels"],
+                    row["w_types"],
+                    row["w_blobs"],
+                    row["w_paths"],
+                    row["w_idxs"],
+                    strict=True,
+                )
+            )
+            if w_task_ids
+            else None
+        )
+        return codec.decode_checkpoint(
+            self.serde,
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=row["checkpoint_id"],
+            parent_checkpoint_id=row["parent_checkpoint_id"],
+            type=row["type"],
+            checkpoint=row["checkpoint"],
+            metadata=row["metadata"],
+            blobs=blobs,
+            writes=writes,
+        )
+
+    # -- async API -----------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (the thread's latest without ``checkpoint_id``)."""
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = str(configurable.get("checkpoint_ns") or "")
+        checkpoint_id = get_checkpoint_id(config)
+        args: tuple[str, ...]
+        if checkpoint_id:
+            sql, args = GET_BY_ID_SQL, (thread_id, ns, str(checkpoint_id))
+        else:
+            sql, args = GET_LATEST_SQL, (thread_id, ns)
+
+        async def go(conn: Any) -> Any:
+            return await conn.fetchrow(sql, *args)
+
+        row = await self._leases.run(go)
+        if row is None:
+            return None
+        return self._decode_row(row)
+
+    def _list_sql(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> tuple[str, list[Any]]:
+        wheres: list[str] = []
+        args: list[Any] = []
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        if config is not None:
+            configurable = config["configurable"]
+            wheres.append(f"thread_id = {arg(str(configurable['thread_id']))}")
+            ns = configurable.get("checkpoint_ns")
+            if ns is not None:
+                wheres.append(f"checkpoint_ns = {arg(str(ns))}")
+            if checkpoint_id := get_checkpoint_id(config):
+                wheres.append(f"checkpoint_id = {arg(str(checkpoint_id))}")
+        for term in codec.metadata_filter_terms(filter):
+            key = arg(term.key)
+            if term.kind == "null":
+                wheres.append(f"(metadata -> {key} IS NULL OR metadata -> {key} = 'null'::jsonb)")
+            elif term.kind == "bool":
+                wheres.append(f"metadata -> {key} = '{'true' if term.value else 'false'}'::jsonb")
+            elif term.kind == "number":
+                wheres.append(
+                    f"(jsonb_typeof(metadata -> {key}) = 'number'"
+                    f" AND (metadata ->> {key})::numeric = {arg(repr(term.value))}::numeric)"
+                )
+            elif term.kind == "text":
+                wheres.append(
+                    f"(jsonb_typeof(metadata -> {key}) = 'string'"
+                    f" AND metadata ->> {key} = {arg(term.value)})"
+                )
+            else:
+                wheres.append(f"metadata -> {key} = {arg(term.value)}::text::jsonb")
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            wheres.append(f"checkpoint_id < {arg(str(before_id))}")
+        inner = f"SELECT * FROM {CHECKPOINTS}"
+        if wheres:
+            inner += " WHERE " + " AND ".join(wheres)
+        inner += " ORDER BY checkpoint_id DESC"
+        if limit is not None:
+            inner += f" LIMIT {arg(max(int(limit), 0))}"
+        sql = (
+            "SELECT "
+            + _TUPLE_COLUMNS.format(source=f"({inner}) c")
+            + " ORDER BY c.checkpoint_id DESC, c.thread_id, c.checkpoint_ns"
+        )
+        return sql, args
+
+    async def _list_rows(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[Any]:
+        if limit is not None and limit <= 0:
+            return []
+        sql, args = self._list_sql(config, filter, before, limit)
+
+        async def go(conn: Any) -> list[Any]:
+            return list(await conn.fetch(sql, *args))
+
+        return await self._leases.run(go)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints newest first, filtered by thread/namespace, metadata and ``before`` in SQL."""
+        for row in await self._list_rows(config, filter, before, limit):
+            yield self._decode_row(row)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and its new channel values in one statement."""
+        enc = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
+        row = enc.row
+        thread_id, ns = row.thread_id, row.checkpoint_ns
+        carried = []
+        for channel, version in enc.carried.items():
+            if (thread_id, ns, channel, version) not in self._known:
+                carried.append(
+                    codec.encode_blob(
+                        self.serde, thread_id, ns, channel, version, enc.carried_values[channel]
+                    )
+                )
+        args = (
+            *row[:7],
+            row.metadata,
+            row.value_versions,
+            [b.channel for b in enc.blobs],
+            [b.version for b in enc.blobs],
+            [b.type for b in enc.blobs],
+            [b.blob for b in enc.blobs],
+            [b.channel for b in carried],
+            [b.version for b in carried],
+            [b.type for b in carried],
+            [b.blob for b in carried],
+            codec.dump_json(
+                {k: codec.version_text(v) for k, v in checkpoint["channel_versions"].items()}
+            ),
+        )
+
+        async def go(conn: Any) -> None:
+            await conn.execute(PUT_SQL, *args)
+
+        await self._writer.run(go)
+        for b in enc.blobs:
+            self._remember((thread_id, ns, b.channel, b.version))
+        for b in carried:
+            self._remember((thread_id, ns, b.channel, b.version))
+        return enc.config
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes (first-write-wins; special channels last-write-wins)."""
+        if not writes:
+            return
+        enc = codec.encode_writes(self.serde, config, writes, task_id, task_path)
+        # One statement cannot touch a row twice: keep the first of repeated normal
+        # slots and the last of repeated special ones.
+        rows: dict[int, codec.WriteRow] = {}
+        for w in enc.first_wins:
+            rows.setdefault(w.idx, w)
+        for w in enc.last_wins:
+            rows[w.idx] = w
+        first = next(iter(rows.values()))
+        vals = list(rows.values())
+        args = (
+            first.thread_id,
+            first.checkpoint_ns,
+            first.checkpoint_id,
+            str(task_id),
+            task_path,
+            [w.idx for w in vals],
+            [w.channel for w in vals],
+            [w.type for w in vals],
+            [w.value for w in vals],
+        )
+
+        async def go(conn: Any) -> None:
+            await conn.execute(PUT_WRITES_SQL, *args)
+
+        await self._writer.run(go)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces)."""
+
+        async def go(conn: Any) -> None:
+            await conn.execute(DELETE_THREAD_SQL, [str(thread_id)])
+
+        await self._leases.run(go)
+        self._known.clear()
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy the whole source thread (every checkpoint with its values and writes) in one statement."""
+        src, dst = str(source_thread_id), str(target_thread_id)
+        if src == dst:
+            return
+
+        async def go(conn: Any) -> None:
+            await conn.execute(COPY_THREAD_SQL, src, dst)
+
+        await self._leases.run(go)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``delete`` drops them; ``keep_latest`` keeps each namespace's head and
+        the ancestors (with their writes) its delta channels are rebuilt from."""
+        ids = [str(t) for t in thread_ids]
+        if strategy == "delete":
+            if ids:
+
+                async def drop(conn: Any) -> None:
+                    await conn.execute(DELETE_THREAD_SQL, ids)
+
+                await self._leases.run(drop)
+                self._known.clear()
+            return
+        if strategy != "keep_latest":
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}; expected 'keep_latest' or 'delete'"
+            )
+        if not ids:
+            return
+
+        async def go(conn: Any) -> None:
+            # One snapshot for the keep set and the deletes; checkpoints a running graph
+            # saves meanwhile are newer than our snapshot and never touched.
+            async with conn.transaction(isolation="repeatable_read"):
+                keep: dict[tuple[str, str], list[str]] = {}
+                for r in await conn.fetch(PRUNE_KEEP_SQL, ids):
+                    keep.setdefault((r[0], r[1]), []).append(r[2])
+                for (thread_id, ns), kept in keep.items():
+                    doomed = await conn.fetch(
+                        f"SELECT checkpoint_id FROM {CHECKPOINTS} WHERE thread_id = $1"
+                        " AND checkpoint_ns = $2 AND checkpoint_id <> ALL($3::text[])"
+                        " AND checkpoint_id < $4",
+                        thread_id,
+                        ns,
+                        kept,
+                        max(kept),
+                    )
+                    if not doomed:
+                        continue
+                    gone = [r[0] for r in doomed]
+                    await conn.execute(DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
+                    await conn.execute(DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+
+        await self._leases.run(go)
+        self._known.clear()
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by ``run_ids``, except those a
+        surviving checkpoint still rebuilds delta channels from."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+
+        async def go(conn: Any) -> None:
+            async with conn.transaction(isolation="repeatable_read"):
+                doomed: dict[tuple[str, str], list[str]] = {}
+                for r in await conn.fetch(RUNS_KEEP_SQL, ids):
+                    if not r["needed"]:
+                        doomed.setdefault((r[0], r[1]), []).append(r[2])
+                for (thread_id, ns), gone in doomed.items():
+                    await conn.execute(DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
+                    await conn.execute(DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+
+        await self._leases.run(go)
+        self._known.clear()
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per-channel seed and ancestor writes, from one recursive query over parent links."""
+        if not channels:
+            return {}
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = str(configurable.get("checkpoint_ns") or "")
+        checkpoint_id = get_checkpoint_id(config)
+        wanted = list(dict.fromkeys(channels))
+
+        async def go(conn: Any) -> list[Any]:
+            return list(
+                await conn.fetch(
+                    DELTA_HISTORY_SQL,
+                    thread_id,
+                    ns,
+                    str(checkpoint_id) if checkpoint_id else None,
+                    wanted,
+                )
+            )
+
+        rows = await self._leases.run(go)
+        return codec.assemble_delta_history(self.serde, channels, rows)
+
+    # -- sync twins ------------------------------------------------------------------
+
+    def _sync(self, method: str, factory: Callable[[], Coroutine[Any, Any, R]]) -> R:
+        return run_sync(self.loop, factory, method, type(self).__name__)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Sync twin of `aget_tuple` (call from a thread other than the saver's loop)."""
+        return self._sync("get_tuple", lambda: self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Sync twin of `alist` (call from a thread other than the saver's loop)."""
+        # Check eagerly: a generator would only fail at its first next().
+        ensure_off_loop(self.loop, "list", type(self).__name__)
+        rows = self._sync("list", lambda: self._list_rows(config, filter, before, limit))
+        return (self._decode_row(row) for row in rows)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Sync twin of `aput`."""
+        return self._sync("put", lambda: self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Sync twin of `aput_writes`."""
+        self._sync("put_writes", lambda: self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Sync twin of `adelete_thread`."""
+        self._sync("delete_thread", lambda: self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Sync twin of `adelete_for_runs`."""
+        self._sync("delete_for_runs", lambda: self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Sync twin of `acopy_thread`."""
+        self._sync("copy_thread", lambda: self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Sync twin of `aprune`."""
+        self._sync("prune", lambda: self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Sync twin of `aget_delta_channel_history`."""
+        return self._sync(
+            "get_delta_channel_history",
+            lambda: self.aget_delta_channel_history(config=config, channels=channels),
+        )
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Next channel version: the stock savers' zero-padded counter plus a random fraction."""
+        return codec.next_version(current)
