@@ -1,0 +1,58 @@
+"""Worker processes for the cross-process event store race (spawned, so importable by name)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def race_worker(
+    url: str, plugins: list[str], thread_id: str, index: int, rounds: int, barrier: Any
+) -> dict[str, Any]:
+    """Open the store at ``url`` in this process and race put_if_absent + put_batch.
+
+    Returns ``{"claims": [[(record, created)], ...per round], "batches": [[seq, ...], ...]}``
+    with records reduced to their contract fields.
+    """
+    from runstore.capabilities import Kind
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+    if plugins:
+        from .plugin import _register_plugin
+
+        for spec in plugins:
+            _register_plugin(spec)
+
+    from .events_model import core
+
+    async def main() -> dict[str, Any]:
+        parsed = BackendURL.parse(url)
+        spec = get_backends().of(Kind.EVENTS).for_url(parsed)
+        claims: list[list[tuple[dict[str, Any], bool]]] = []
+        batches: list[list[int]] = []
+        async with BackendOptions.scope() as options:
+            store = await spec.open(parsed, options)
+            try:
+                barrier.wait(timeout=120)
+                for k in range(rounds):
+                    record, created = await store.put_if_absent(
+                        thread_id=thread_id, run_id=f"run-{k}", event_type="run.end",
+                        category="lifecycle", content={"by": index}, user_id=None,
+                    )
+                    claims.append([(core(record), created)])
+                    records = await store.put_batch(
+                        [
+                            {"thread_id": thread_id, "run_id": f"w{index}", "event_type": "tool.result",
+                             "category": "trace", "content": {"k": k, "j": j}}
+                            for j in range(2)
+                        ],
+                        user_id=None,
+                    )
+                    batches.append([r["seq"] for r in records])
+            finally:
+                await store.close()
+        return {"claims": claims, "batches": batches}
+
+    return asyncio.run(main())
