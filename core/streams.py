@@ -1,15 +1,36 @@
 """The stream bridge protocol: live events of a running run.
 
-DRAFT by the lead: signatures are fixed; the streams owner refines docstrings and
-behaviour.
+A stream bridge carries the events of a run from the process executing it to every
+subscriber (an SSE endpoint, a ``wait`` call, an internal consumer). The contract,
+shared by every backend and checked by ``runstore.conformance``:
+
+- Ids are stream ids, ``"<int>-<int>"`` (the Redis Streams format), and increase in
+  publish order within a run; `parse_event_id` gives their sort key.
+- A subscriber without a cursor replays every retained event, then follows live.
+  A valid cursor resumes right after it. A cursor older than the retained window
+  yields exactly one `StreamGap` and the subscription ends (the run goes on). A
+  malformed cursor (``-1``, ``abc``) or one past the newest id starts at the live
+  tail; on a finished run that means END straight away.
+- A subscriber that falls behind the window gets a `StreamGap`, never a silent skip.
+- `END` never takes a data slot: it survives a full buffer and is always the last item.
+- `HEARTBEAT` is yielded when nothing arrived within the heartbeat interval (the
+  bridge's default, or the subscription's override); never between events that
+  arrive faster.
+- After END the stream stays readable for the late-subscriber window, then it is
+  removed; `cleanup` removes it earlier (or after ``delay``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
+
+from .errors import RunstoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +44,12 @@ class StreamEvent:
 
 @dataclass(frozen=True, slots=True)
 class StreamGap:
-    """The cursor fell out of the retained window; the subscription ends after this."""
+    """The cursor fell out of the retained window; the subscription ends after this.
+
+    ``requested_event_id`` is the cursor the subscriber stood at (``None`` when it had
+    none); the other two bound what is still retained, so a client can tell how much
+    it lost and recover the rest from the run event store.
+    """
 
     requested_event_id: str | None
     earliest_available_event_id: str | None
@@ -51,18 +77,35 @@ END: Final = _Marker("END")
 StreamItem = StreamEvent | StreamGap | _Marker
 
 
+class StreamEndedError(RunstoreError):
+    """`StreamBridge.publish` was called after `StreamBridge.publish_end` for that run."""
+
+
 class StreamBridge(ABC):
-    """Publish/subscribe for live run events with replay, gaps and heartbeats."""
+    """Publish/subscribe for live run events with replay, gaps and heartbeats.
+
+    ``heartbeat_interval`` is the default idle cadence of every subscription (from
+    ``stream_bridge.heartbeat_interval_seconds``); ``supports_cross_process`` says
+    whether a publisher and a subscriber may live in different processes.
+    """
 
     supports_cross_process: ClassVar[bool] = False
+    heartbeat_interval: float = 15.0
 
     @abstractmethod
     async def publish(self, run_id: str, event: str, data: Any) -> str:
-        """Append one event to the run's stream and return its id."""
+        """Append one event to the run's stream and return its id.
+
+        Raises `StreamEndedError` after `publish_end` for the run; backend errors
+        (a lost connection) are raised to the caller, never swallowed.
+        """
 
     @abstractmethod
     async def publish_end(self, run_id: str) -> None:
-        """Mark the run finished; END never takes a data slot."""
+        """Mark the run finished (idempotent); END never takes a data slot.
+
+        The stream stays readable for the late-subscriber window, then is removed.
+        """
 
     @abstractmethod
     def subscribe(
@@ -72,15 +115,96 @@ class StreamBridge(ABC):
         last_event_id: str | None = None,
         heartbeat_interval: float | None = None,
     ) -> AsyncIterator[StreamItem]:
-        """Replay retained events after ``last_event_id`` then follow live until END or a gap."""
+        """Replay retained events after ``last_event_id`` then follow live until END or a gap.
+
+        ``heartbeat_interval`` overrides the bridge default for this subscription only.
+        Close the iterator (``aclose``) to unsubscribe early.
+        """
 
     @abstractmethod
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
-        """Remove the run's stream (after ``delay`` seconds)."""
+        """Remove the run's stream now, or after ``delay`` seconds.
+
+        A subscriber still following a removed stream receives END.
+        """
 
     @abstractmethod
     async def stream_exists(self, run_id: str) -> bool:
-        """Whether the run's stream is still held."""
+        """Whether the run's stream is held: live, or finished and inside its window.
 
-    async def close(self) -> None:
-        """Release resources."""
+        False for a run never published and for a finished run that was cleaned up.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release resources (idempotent); followers of this instance stop."""
+
+
+# ---------------------------------------------------------------------------
+# helpers shared by the built-in bridges (and usable by third-party ones)
+
+_EVENT_ID = re.compile(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
+_MAX_PART = 2**64 - 1
+
+
+def parse_event_id(value: object) -> tuple[int, int] | None:
+    """The sort key of a stream id (``"5-0"`` -> ``(5, 0)``; ``"5"`` means ``"5-0"``).
+
+    Returns ``None`` for anything malformed (``"-1"``, ``"abc"``, ``""``, ``None``), which
+    a subscription treats as "start at the live tail".
+    """
+    if not isinstance(value, str):
+        return None
+    match = _EVENT_ID.fullmatch(value.strip())
+    if match is None:
+        return None
+    first, second = int(match.group(1)), int(match.group(2) or 0)
+    if first > _MAX_PART or second > _MAX_PART:
+        return None
+    return first, second
+
+
+def format_event_id(key: tuple[int, int]) -> str:
+    """The stream id text of a sort key (inverse of `parse_event_id`)."""
+    return f"{key[0]}-{key[1]}"
+
+
+def resolve_heartbeat(value: float | None, default: float) -> float:
+    """The heartbeat interval a subscription uses: its override, else the bridge default."""
+    interval = default if value is None else float(value)
+    if not interval > 0:
+        raise ValueError(f"heartbeat_interval must be > 0 seconds; got {value!r}")
+    return interval
+
+
+Poll = Callable[[float], Awaitable[Sequence[StreamItem]]]
+
+
+async def heartbeat_loop(poll: Poll, interval: float) -> AsyncIterator[StreamItem]:
+    """Drive a subscription: yield what ``poll`` returns, and HEARTBEAT on idle intervals.
+
+    ``poll(timeout)`` waits at most ``timeout`` seconds for new items and returns them
+    (possibly none, e.g. after a spurious wake-up). The idle clock restarts each time
+    the consumer asks for the next item after an event or a heartbeat, so a heartbeat
+    only fills a silence of ``interval`` seconds and never sits between events that
+    arrive faster. The loop ends after END or a `StreamGap`.
+    """
+    clock = time.monotonic
+    deadline = clock() + interval
+    while True:
+        items = await poll(max(0.0, deadline - clock()))
+        if items:
+            for item in items:
+                yield item
+                if item is END or isinstance(item, StreamGap):
+                    return
+            deadline = clock() + interval
+        elif clock() >= deadline:
+            yield HEARTBEAT
+            deadline = clock() + interval
+
+
+async def wait_for_change(waiter: asyncio.Future[Any], timeout: float) -> None:
+    """Wait until ``waiter`` is done or ``timeout`` passes, without cancelling ``waiter``."""
+    if waiter.done() or timeout <= 0:
+        return
+    await asyncio.wait((waiter,), timeout=timeout)

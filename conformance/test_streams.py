@@ -1,0 +1,596 @@
+"""Conformance suite, stream part: what every `runstore.StreamBridge` must do.
+
+Each test names the contract it checks (see ``docs/streams.md``). Tests never assert
+timing thresholds: heartbeats are checked for occurrence and order with short
+intervals, and every wait has a generous upper bound that only a broken bridge hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runstore.streams import (
+    END,
+    HEARTBEAT,
+    StreamBridge,
+    StreamEndedError,
+    StreamEvent,
+    StreamGap,
+    StreamItem,
+    parse_event_id,
+)
+
+#: Upper bound for anything that should arrive; only a broken bridge waits this long.
+WAIT = 10.0
+#: Bridge default long enough that no heartbeat shows up unless a test asks for it.
+QUIET = {"heartbeat_interval_seconds": 30}
+
+
+def _settings(**stream_bridge: Any) -> dict[str, Any]:
+    return {"stream_bridge": {**QUIET, **stream_bridge}}
+
+
+def new_run() -> str:
+    """A run id no other test (or Hypothesis example) uses."""
+    return f"run-{uuid.uuid4().hex}"
+
+
+async def next_item(sub: AsyncIterator[StreamItem], contract: str, *, heartbeats: bool = False) -> StreamItem:
+    """The next item (skipping heartbeats unless asked); a silence of `WAIT` fails naming ``contract``."""
+    while True:
+        try:
+            item = await asyncio.wait_for(anext(sub), WAIT)
+        except TimeoutError:
+            raise AssertionError(f"contract: {contract} (nothing arrived within {WAIT}s)") from None
+        except StopAsyncIteration:
+            raise AssertionError(f"contract: {contract} (the subscription ended early)") from None
+        if heartbeats or item is not HEARTBEAT:
+            return item
+
+
+async def drain(sub: AsyncIterator[StreamItem], contract: str) -> list[StreamItem]:
+    """Items up to and including END or a gap (heartbeats dropped); checks the iterator then ends."""
+    items: list[StreamItem] = []
+    while True:
+        item = await next_item(sub, contract)
+        items.append(item)
+        if item is END or isinstance(item, StreamGap):
+            break
+    await assert_ended(sub, f"{contract}; the subscription ends after END or a gap")
+    return items
+
+
+async def assert_ended(sub: AsyncIterator[StreamItem], contract: str) -> None:
+    try:
+        extra = await asyncio.wait_for(anext(sub), WAIT)
+    except StopAsyncIteration:
+        return
+    except TimeoutError:
+        raise AssertionError(f"contract: {contract} (it kept waiting)") from None
+    raise AssertionError(f"contract: {contract} (got {extra!r} after the end)")
+
+
+async def publish_many(bridge: StreamBridge, run_id: str, count: int, start: int = 0) -> list[StreamEvent]:
+    events = []
+    for i in range(start, start + count):
+        data = {"i": i, "text": f"event {i}"}
+        event_id = await bridge.publish(run_id, "values", data)
+        events.append(StreamEvent(event_id, "values", data))
+    return events
+
+
+def assert_events(got: list[StreamItem], expected: list[StreamItem], contract: str) -> None:
+    assert got == expected, (
+        f"contract: {contract}\n  expected ids {[_show(i) for i in expected]}\n"
+        f"  got          {[_show(i) for i in got]}"
+    )
+
+
+def _show(item: StreamItem) -> str:
+    return item.id if isinstance(item, StreamEvent) else repr(item)
+
+
+# -- declared facts -----------------------------------------------------------------
+
+
+def test_declared_cross_process_matches_attribute(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        assert bridge.supports_cross_process == streams_target.has("cross_process"), (
+            "contract: supports_cross_process matches the declared cross_process capability"
+        )
+        assert bridge.heartbeat_interval == 0.25, (
+            "contract: the bridge holds its default heartbeat from "
+            "stream_bridge.heartbeat_interval_seconds"
+        )
+
+    streams_target.run(body, settings={"stream_bridge": {"heartbeat_interval_seconds": 0.25}})
+
+
+# -- ordering and ids ---------------------------------------------------------------
+
+
+def test_ids_increase_and_events_arrive_in_publish_order(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_a, run_b = new_run(), new_run()
+        sub = bridge.subscribe(run_a)
+        first = asyncio.ensure_future(next_item(sub, "a live subscriber receives published events"))
+        expected: list[StreamEvent] = []
+        for i in range(12):
+            expected += await publish_many(bridge, run_a, 1, start=i)
+            await publish_many(bridge, run_b, 1, start=100 + i)
+        await bridge.publish_end(run_a)
+        keys = [parse_event_id(e.id) for e in expected]
+        assert None not in keys, f"contract: ids are stream ids '<int>-<int>'; got {[e.id for e in expected]}"
+        assert keys == sorted(keys) and len(set(keys)) == len(keys), (  # type: ignore[type-var]
+            f"contract: ids strictly increase in publish order; got {[e.id for e in expected]}"
+        )
+        got = [await first, *await drain(sub, "events arrive in publish order, then END")]
+        assert_events(got, [*expected, END], "events arrive in publish order with the published ids, "
+                      "only the run's own events, then END")
+
+    streams_target.run(body)
+
+
+def test_many_concurrent_subscribers_each_see_everything(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        subs = [bridge.subscribe(run_id) for _ in range(25)]
+        readers = [
+            asyncio.ensure_future(drain(s, "every concurrent subscriber receives every event"))
+            for s in subs
+        ]
+        expected: list[StreamItem] = []
+        for i in range(40):
+            expected += await publish_many(bridge, run_id, 1, start=i)
+            if i % 10 == 0:
+                await asyncio.sleep(0)
+        await bridge.publish_end(run_id)
+        results = await asyncio.gather(*readers)
+        for n, got in enumerate(results):
+            assert_events(got, [*expected, END], f"subscriber {n} of 25 concurrent ones receives "
+                          "every event in publish order, then END")
+
+    streams_target.run(body)
+
+
+# -- replay and cursors -------------------------------------------------------------
+
+
+@pytest.mark.requires("replay")
+def test_replay_from_every_cursor_position(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        events = await publish_many(bridge, run_id, 8)
+        # Live run: a cursor resumes right after itself, then follows new events.
+        for i, cursor in enumerate([None, *(e.id for e in events)]):
+            sub = bridge.subscribe(run_id, last_event_id=cursor)
+            want = events if cursor is None else events[i:]
+            got = [await next_item(sub, "a cursor resumes right after itself") for _ in want]
+            assert_events(got, list(want), f"cursor {cursor!r} resumes right after itself "
+                          "(no cursor replays everything retained)")
+            await sub.aclose()
+        await bridge.publish_end(run_id)
+        # Finished run: the same, ending with END.
+        for i, cursor in enumerate([None, *(e.id for e in events)]):
+            want = events if cursor is None else events[i:]
+            got = await drain(bridge.subscribe(run_id, last_event_id=cursor), "replay, then END")
+            assert_events(got, [*want, END], f"cursor {cursor!r} on a finished run replays the "
+                          "rest, then END")
+
+    streams_target.run(body)
+
+
+@pytest.mark.requires("replay")
+def test_subscriber_without_cursor_replays_then_follows_live(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        early = await publish_many(bridge, run_id, 3)
+        sub = bridge.subscribe(run_id)
+        got = [await next_item(sub, "no cursor replays everything retained") for _ in early]
+        late = await publish_many(bridge, run_id, 3, start=3)
+        got += [await next_item(sub, "after the replay the subscription follows live") for _ in late]
+        await bridge.publish_end(run_id)
+        got += await drain(sub, "END follows the live events")
+        assert_events(got, [*early, *late, END], "no cursor replays everything retained, then "
+                      "follows live")
+
+    streams_target.run(body)
+
+
+@pytest.mark.requires("replay")
+def test_cursor_older_than_window_yields_one_gap_and_ends(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        events = await publish_many(bridge, run_id, 10)  # retained: events[6:]
+        for stale in events[:5]:
+            got = await drain(bridge.subscribe(run_id, last_event_id=stale.id),
+                              "a cursor older than the window yields a StreamGap")
+            assert got == [StreamGap(stale.id, events[6].id, events[9].id)], (
+                "contract: a cursor older than the retained window yields exactly one StreamGap "
+                f"(requested, earliest and latest available ids), then the subscription ends; got {got}"
+            )
+        # The cursor of the last evicted event lost nothing: it resumes without a gap.
+        sub = bridge.subscribe(run_id, last_event_id=events[5].id)
+        got = [await next_item(sub, "a cursor right before the window resumes") for _ in range(4)]
+        assert_events(got, events[6:], "a cursor whose successor is still retained resumes "
+                      "without a gap")
+        await sub.aclose()
+        # The run goes on after a gap; END is not an available event id.
+        more = await publish_many(bridge, run_id, 1, start=10)
+        await bridge.publish_end(run_id)
+        got = await drain(bridge.subscribe(run_id, last_event_id=events[0].id), "gap after END")
+        assert got == [StreamGap(events[0].id, events[7].id, more[0].id)], (
+            f"contract: the gap names the earliest and latest retained event ids; got {got}"
+        )
+
+    streams_target.run(body, settings=_settings(queue_maxsize=4))
+
+
+@pytest.mark.parametrize("cursor", ["-1", "abc", "", "0-x", "1-2-3", "-", " 1x"])
+def test_malformed_cursor_starts_at_live_tail(streams_target: Any, cursor: str) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        await publish_many(bridge, run_id, 3)
+        sub = bridge.subscribe(run_id, last_event_id=cursor, heartbeat_interval=0.05)
+        first = await next_item(sub, "a malformed cursor starts at the live tail", heartbeats=True)
+        assert first is HEARTBEAT, (
+            f"contract: a malformed cursor ({cursor!r}) starts at the live tail: no replay; got {first!r}"
+        )
+        (new,) = await publish_many(bridge, run_id, 1, start=3)
+        got = await next_item(sub, "a malformed-cursor subscription follows live")
+        assert got == new, f"contract: a malformed cursor ({cursor!r}) follows new events; got {got!r}"
+        await bridge.publish_end(run_id)
+        assert await drain(sub, "END after the live tail") == [END]
+        # On a finished run the live tail is END.
+        got_end = await drain(bridge.subscribe(run_id, last_event_id=cursor), "END for a finished run")
+        assert got_end == [END], (
+            f"contract: a malformed cursor ({cursor!r}) on a finished run replays END only; got {got_end}"
+        )
+
+    streams_target.run(body)
+
+
+# -- generated interleavings: gaps on eviction, never a silent skip -----------------
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("publish"), st.integers(1, 5)),
+        st.tuples(st.just("subscribe"), st.one_of(st.none(), st.integers(0, 30), st.just("-1"))),
+        st.tuples(st.just("read"), st.integers(0, 5), st.integers(1, 4)),
+    ),
+    max_size=25,
+)
+
+
+class _Sub:
+    def __init__(self, it: AsyncIterator[StreamItem], next_index: int, requested: str | None) -> None:
+        self.it = it
+        self.next_index = next_index  # index (into published) of the next event it must yield
+        self.requested = requested  # the id it stands at, as a gap must report it
+        self.open = True
+        self.started = requested is not None  # a cursorless one takes its place when first read
+
+
+@pytest.mark.requires("replay")
+@given(ops=_OPS)
+def test_generated_interleavings_gap_instead_of_skip(streams_target: Any, ops: list[tuple[Any, ...]]) -> None:
+    maxsize = 3
+
+    async def step(sub: _Sub, published: list[StreamEvent], ended: bool) -> None:
+        """Read one item and check it against the model."""
+        first = max(0, len(published) - maxsize)
+        if not sub.started:
+            # Iteration starts the subscription: no cursor replays what is retained then.
+            sub.next_index, sub.started = first, True
+        item = await next_item(sub.it, "a subscriber with news receives it")
+        if isinstance(item, StreamEvent):
+            assert sub.next_index < len(published) and item == published[sub.next_index], (
+                "contract: a slow subscriber that falls behind the window gets a StreamGap, never a "
+                f"silent skip; expected {published[sub.next_index].id if sub.next_index < len(published) else None}, "
+                f"got {item.id}"
+            )
+            sub.next_index += 1
+            sub.requested = item.id
+        elif isinstance(item, StreamGap):
+            assert sub.next_index < first, (
+                f"contract: no StreamGap while the next event is still retained; got {item}"
+            )
+            want = StreamGap(sub.requested, published[first].id, published[-1].id)
+            assert item == want, f"contract: the gap reports cursor and window bounds; {item} != {want}"
+            await assert_ended(sub.it, "the subscription ends after a StreamGap")
+            sub.open = False
+        else:
+            assert item is END and ended and sub.next_index == len(published), (
+                f"contract: END comes after every event and only once the run ended; got {item!r}"
+            )
+            await assert_ended(sub.it, "the subscription ends after END")
+            sub.open = False
+
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        published: list[StreamEvent] = []
+        subs: list[_Sub] = []
+        try:
+            for op in ops:
+                if op[0] == "publish":
+                    published += await publish_many(bridge, run_id, op[1], start=len(published))
+                elif op[0] == "subscribe":
+                    cursor = op[1]
+                    first = max(0, len(published) - maxsize)
+                    if cursor is None:
+                        sub = _Sub(bridge.subscribe(run_id), first, None)
+                    elif cursor == "-1":
+                        if not published:
+                            continue  # the tail of a stream that does not exist yet is its start
+                        sub = _Sub(
+                            bridge.subscribe(run_id, last_event_id="-1", heartbeat_interval=0.01),
+                            len(published),
+                            published[-1].id,
+                        )
+                        # Anchor the tail now: a heartbeat proves the subscription has started.
+                        item = await next_item(sub.it, "a malformed cursor starts at the live tail",
+                                               heartbeats=True)
+                        assert item is HEARTBEAT, f"contract: '-1' starts at the live tail; got {item!r}"
+                    elif cursor < len(published):
+                        sub = _Sub(bridge.subscribe(run_id, last_event_id=published[cursor].id),
+                                   cursor + 1, published[cursor].id)
+                    else:
+                        continue
+                    subs.append(sub)
+                elif subs:
+                    sub = subs[op[1] % len(subs)]
+                    for _ in range(op[2]):
+                        if not sub.open or sub.next_index >= len(published):
+                            break
+                        await step(sub, published, ended=False)
+            await bridge.publish_end(run_id)
+            for sub in subs:
+                while sub.open:
+                    await step(sub, published, ended=True)
+        finally:
+            for sub in subs:
+                await sub.it.aclose()  # type: ignore[attr-defined]
+
+    streams_target.run(body, settings=_settings(queue_maxsize=maxsize))
+
+
+# -- END ----------------------------------------------------------------------------
+
+
+def test_end_survives_a_full_buffer(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        for count in (3, 5):  # exactly full, and overflowed
+            run_id = new_run()
+            live = bridge.subscribe(run_id)
+            events = await publish_many(bridge, run_id, count)
+            await bridge.publish_end(run_id)
+            got = await drain(live, "END survives a full buffer")
+            assert got[-1] is END and len(got) >= 2, (
+                "contract: END never takes a data slot, so it survives a full buffer "
+                f"(live subscriber, {count} events into 3 slots); got {got}"
+            )
+            late = await drain(bridge.subscribe(run_id), "END survives a full buffer")
+            assert_events(late, [*events[-3:], END], "END never takes a data slot: a full buffer "
+                          f"still holds the last 3 events and then END ({count} published)")
+
+    streams_target.run(body, settings=_settings(queue_maxsize=3))
+
+
+def test_end_is_idempotent_and_publish_after_end_raises(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        events = await publish_many(bridge, run_id, 2)
+        await bridge.publish_end(run_id)
+        await bridge.publish_end(run_id)
+        with pytest.raises(StreamEndedError):
+            await bridge.publish(run_id, "values", {"late": True})
+        got = await drain(bridge.subscribe(run_id), "one END after the events")
+        assert_events(got, [*events, END], "publish_end is idempotent (one END) and nothing is "
+                      "published after it")
+
+    streams_target.run(body)
+
+
+# -- heartbeats ---------------------------------------------------------------------
+
+
+def test_heartbeat_bridge_default_when_idle(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        sub = bridge.subscribe(run_id)
+        contract = "an idle subscription yields HEARTBEAT at the bridge default interval"
+        got = [await next_item(sub, contract, heartbeats=True) for _ in range(2)]
+        assert got == [HEARTBEAT, HEARTBEAT], f"contract: {contract}; got {got}"
+        (event,) = await publish_many(bridge, run_id, 1)
+        assert await next_item(sub, "events still arrive between heartbeats") == event
+        await sub.aclose()
+
+    streams_target.run(body, settings={"stream_bridge": {"heartbeat_interval_seconds": 0.05}})
+
+
+def test_heartbeat_override_shorter_than_default(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        sub = bridge.subscribe(new_run(), heartbeat_interval=0.05)
+        item = await next_item(
+            sub,
+            "the per-subscription heartbeat override applies (0.05s override, 30s bridge default)",
+            heartbeats=True,
+        )
+        assert item is HEARTBEAT, f"contract: the per-subscription heartbeat override applies; got {item!r}"
+        await sub.aclose()
+
+    streams_target.run(body)
+
+
+def test_heartbeat_override_longer_than_default_for_that_subscription_only(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        slow = bridge.subscribe(run_id, heartbeat_interval=30)
+        fast = bridge.subscribe(run_id)
+        slow_next = asyncio.ensure_future(anext(slow))
+        try:
+            for _ in range(4):
+                item = await next_item(fast, "the bridge default still applies to other "
+                                       "subscriptions", heartbeats=True)
+                assert item is HEARTBEAT, f"contract: default heartbeat on idle; got {item!r}"
+            assert not slow_next.done(), (
+                "contract: the per-subscription heartbeat override applies to that subscription "
+                f"only (30s override saw {slow_next.result() if slow_next.done() else None!r} "
+                "while the 0.05s default subscription had 4 heartbeats)"
+            )
+        finally:
+            slow_next.cancel()
+            await asyncio.gather(slow_next, return_exceptions=True)
+            await fast.aclose()
+
+    streams_target.run(body, settings={"stream_bridge": {"heartbeat_interval_seconds": 0.05}})
+
+
+def test_no_heartbeat_between_events_that_arrive_faster(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        events = await publish_many(bridge, run_id, 30)
+        await bridge.publish_end(run_id)
+        sub = bridge.subscribe(run_id, heartbeat_interval=0.2)
+        got = [await next_item(sub, "replay", heartbeats=True) for _ in range(31)]
+        assert_events(got, [*events, END], "a heartbeat only fills an idle interval, never sits "
+                      "between events that arrive faster")
+
+    streams_target.run(body)
+
+
+# -- cleanup and the late-subscriber window -----------------------------------------
+
+
+async def _eventually_gone(bridge: StreamBridge, run_id: str, contract: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while await bridge.stream_exists(run_id):
+        if loop.time() > deadline:
+            raise AssertionError(f"contract: {contract} (still there after {WAIT}s)")
+        await asyncio.sleep(0.05)
+
+
+def test_stream_exists_and_cleanup(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        assert not await bridge.stream_exists(run_id), "contract: a never-published run has no stream"
+        events = await publish_many(bridge, run_id, 2)
+        assert await bridge.stream_exists(run_id), "contract: a live run's stream exists"
+        follower = bridge.subscribe(run_id, heartbeat_interval=0.05)
+        assert [await next_item(follower, "replay") for _ in events] == events
+        await bridge.publish_end(run_id)
+        assert await bridge.stream_exists(run_id), (
+            "contract: a finished run's stream stays readable inside the late-subscriber window"
+        )
+        late = await drain(bridge.subscribe(run_id), "a late subscriber replays the finished run")
+        assert_events(late, [*events, END], "a late subscriber inside the window replays, then END")
+        await bridge.cleanup(run_id)
+        assert not await bridge.stream_exists(run_id), (
+            "contract: stream_exists tells a finished-and-cleaned run from a live one"
+        )
+        assert await drain(follower, "a follower of a cleaned-up stream gets END") == [END]
+        # cleanup of a live run ends its followers too.
+        other = new_run()
+        await publish_many(bridge, other, 1)
+        sub = bridge.subscribe(other, heartbeat_interval=0.05)
+        await next_item(sub, "replay")
+        await bridge.cleanup(other)
+        assert await drain(sub, "cleanup ends followers with END") == [END], (
+            "contract: a subscriber following a removed stream receives END"
+        )
+
+    streams_target.run(body)
+
+
+def test_cleanup_with_delay(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        await publish_many(bridge, run_id, 1)
+        await bridge.publish_end(run_id)
+        await bridge.cleanup(run_id, delay=30)
+        assert await bridge.stream_exists(run_id), "contract: cleanup(delay=30) keeps the stream for now"
+        await bridge.cleanup(run_id, delay=0.1)
+        await _eventually_gone(bridge, run_id, "cleanup(delay=0.1) removes the stream after the delay")
+
+    streams_target.run(body)
+
+
+def test_late_subscriber_window_then_removed(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        events = await publish_many(bridge, run_id, 2)
+        await bridge.publish_end(run_id)
+        got = await drain(bridge.subscribe(run_id), "late subscriber")
+        assert_events(got, [*events, END], "a late subscriber inside the window replays, then END")
+        await _eventually_gone(
+            bridge, run_id, "after END the stream is removed once late_subscriber_window_seconds pass"
+        )
+
+    streams_target.run(body, settings=_settings(late_subscriber_window_seconds=0.3))
+
+
+# -- several processes --------------------------------------------------------------
+
+_PUBLISHER = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from runstore.capabilities import Kind
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
+
+    async def main():
+        url = BackendURL.parse(os.environ["RUNSTORE_XP_URL"])
+        run_id = os.environ["RUNSTORE_XP_RUN"]
+        spec = get_backends().of(Kind.STREAMS).for_url(url)
+        async with BackendOptions.scope(Settings()) as options:
+            bridge = await spec.open(url, options)
+            try:
+                for i in range(20):
+                    await bridge.publish(run_id, "values", {"i": i, "pid": os.getpid()})
+                await bridge.publish_end(run_id)
+            finally:
+                await bridge.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.requires("cross_process")
+def test_publisher_and_subscriber_in_different_processes(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        sub = bridge.subscribe(run_id)
+        reader = asyncio.ensure_future(drain(sub, "a subscriber sees another process's events"))
+        env = {
+            **os.environ,
+            "RUNSTORE_XP_URL": streams_target.url.render(hide_password=False),
+            "RUNSTORE_XP_RUN": run_id,
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _PUBLISHER, env=env, stderr=subprocess.PIPE
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == 0, f"publisher process failed: {err.decode(errors='replace')[-2000:]}"
+        got = await reader
+        assert got[-1] is END and [g.data["i"] for g in got[:-1]] == list(range(20)), (  # type: ignore[union-attr]
+            "contract: with cross_process, a subscriber receives in order the events and END "
+            f"published by another process; got {got}"
+        )
+        assert all(g.data["pid"] != os.getpid() for g in got[:-1]), "events came from the other process"  # type: ignore[union-attr]
+
+    streams_target.run(body)

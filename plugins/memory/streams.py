@@ -1,0 +1,238 @@
+"""In-process stream bridge: a bounded buffer per run, asyncio wake-ups, no serialization.
+
+Ids are ``"0-<n>"`` with ``n`` counting the run's events from 1, the same shape the
+Redis bridge uses, so a client cursor means the same thing on both. Data objects are
+handed to subscribers as published (not copied): do not mutate them afterwards.
+Everything lives on the event loop that uses the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from runstore.streams import (
+    END,
+    StreamBridge,
+    StreamEndedError,
+    StreamEvent,
+    StreamGap,
+    StreamItem,
+    heartbeat_loop,
+    parse_event_id,
+    resolve_heartbeat,
+    wait_for_change,
+)
+
+if TYPE_CHECKING:
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+
+def _event_id(seq: int) -> str:
+    return f"0-{seq}"
+
+
+class _Run:
+    """One run's stream: the retained events, the END flag and who waits for news."""
+
+    __slots__ = ("buffer", "ended", "last_seq", "published", "removed", "subscribers", "timer", "waiter")
+
+    def __init__(self, maxsize: int) -> None:
+        self.buffer: deque[StreamEvent] = deque(maxlen=maxsize)
+        self.last_seq = 0
+        self.ended = False
+        self.removed = False
+        self.published = False
+        self.subscribers = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    @property
+    def first_seq(self) -> int:
+        """Sequence number of the oldest retained event (``last_seq + 1`` when none is)."""
+        return self.last_seq - len(self.buffer) + 1
+
+    def notify(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.waiter = None
+
+    def changed(self) -> asyncio.Future[None]:
+        if self.waiter is None:
+            self.waiter = asyncio.get_running_loop().create_future()
+        return self.waiter
+
+
+class _Cursor:
+    """Where one subscription stands: the last sequence delivered and its id text."""
+
+    __slots__ = ("pos", "requested")
+
+    def __init__(self, pos: int, requested: str | None) -> None:
+        self.pos = pos
+        self.requested = requested
+
+
+class MemoryStreamBridge(StreamBridge):
+    """`StreamBridge` inside one process: replay, gaps, heartbeats and END as in the contract."""
+
+    supports_cross_process = False
+
+    def __init__(
+        self,
+        *,
+        queue_maxsize: int = 256,
+        heartbeat_interval: float = 15.0,
+        late_subscriber_window: float = 60.0,
+    ) -> None:
+        self.queue_maxsize = queue_maxsize
+        self.heartbeat_interval = resolve_heartbeat(None, heartbeat_interval)
+        self.late_subscriber_window = late_subscriber_window
+        self._runs: dict[str, _Run] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> MemoryStreamBridge:
+        """Open from ``memory://`` (no options) using ``options.settings.stream_bridge``."""
+        url.check_options(set())
+        settings = options.settings.stream_bridge
+        return cls(
+            queue_maxsize=settings.queue_maxsize,
+            heartbeat_interval=settings.heartbeat_interval_seconds,
+            late_subscriber_window=settings.late_subscriber_window_seconds,
+        )
+
+    # -- publishing ---------------------------------------------------------------
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run(self.queue_maxsize)
+        return run
+
+    async def publish(self, run_id: str, event: str, data: Any) -> str:
+        """Append one event; the oldest retained event is evicted once the buffer is full."""
+        run = self._run(run_id)
+        if run.ended:
+            raise StreamEndedError(f"run {run_id!r} already published END; no more events")
+        run.last_seq += 1
+        item = StreamEvent(_event_id(run.last_seq), event, data)
+        run.buffer.append(item)
+        run.published = True
+        run.notify()
+        return item.id
+
+    async def publish_end(self, run_id: str) -> None:
+        """Mark the run finished and schedule its removal after the late-subscriber window."""
+        run = self._run(run_id)
+        if run.ended:
+            return
+        run.ended = True
+        run.notify()
+        self._schedule_removal(run_id, run, self.late_subscriber_window)
+
+    async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
+        """Remove the run's stream now or after ``delay`` seconds."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        if delay > 0:
+            self._schedule_removal(run_id, run, delay)
+        else:
+            self._remove(run_id, run)
+
+    async def stream_exists(self, run_id: str) -> bool:
+        """Whether the run published something or END and was not removed yet."""
+        run = self._runs.get(run_id)
+        return run is not None and (run.published or run.ended)
+
+    async def close(self) -> None:
+        """Drop every stream; followers receive END."""
+        self._closed = True
+        for run_id, run in list(self._runs.items()):
+            self._remove(run_id, run)
+
+    def _schedule_removal(self, run_id: str, run: _Run, delay: float) -> None:
+        if run.timer is not None:
+            run.timer.cancel()
+        loop = asyncio.get_running_loop()
+        run.timer = loop.call_later(max(0.0, delay), self._remove, run_id, run)
+
+    def _remove(self, run_id: str, run: _Run) -> None:
+        if run.timer is not None:
+            run.timer.cancel()
+            run.timer = None
+        if self._runs.get(run_id) is run:
+            del self._runs[run_id]
+        run.removed = True
+        run.notify()
+
+    # -- subscribing --------------------------------------------------------------
+
+    def subscribe(
+        self,
+        run_id: str,
+        *,
+        last_event_id: str | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """Replay after ``last_event_id`` (everything retained without one), then follow live."""
+        interval = resolve_heartbeat(heartbeat_interval, self.heartbeat_interval)
+        return self._follow(run_id, last_event_id, interval)
+
+    async def _follow(
+        self, run_id: str, last_event_id: str | None, interval: float
+    ) -> AsyncIterator[StreamItem]:
+        run = self._run(run_id)
+        run.subscribers += 1
+        cursor = self._start(run, last_event_id)
+
+        async def poll(timeout: float) -> Sequence[StreamItem]:
+            items = self._collect(run, cursor)
+            if items:
+                return items
+            await wait_for_change(run.changed(), timeout)
+            return self._collect(run, cursor)
+
+        try:
+            async for item in heartbeat_loop(poll, interval):
+                yield item
+        finally:
+            run.subscribers -= 1
+            # A subscriber waiting for a run that never published leaves no trace.
+            unused = not (run.subscribers or run.published or run.ended or run.removed)
+            if unused and self._runs.get(run_id) is run:
+                del self._runs[run_id]
+
+    def _start(self, run: _Run, last_event_id: str | None) -> _Cursor:
+        if last_event_id is None:
+            return _Cursor(run.first_seq - 1, None)
+        key = parse_event_id(last_event_id)
+        if key is None or key > (0, run.last_seq):
+            # Malformed, or from the future (another stream's id): follow the live tail.
+            return _Cursor(run.last_seq, _event_id(run.last_seq) if run.last_seq else None)
+        return _Cursor(key[1] if key[0] == 0 else run.last_seq, last_event_id)
+
+    def _find_gap(self, run: _Run, cursor: _Cursor) -> StreamGap | None:
+        """A gap when events after the cursor were evicted before it read them."""
+        if cursor.pos + 1 >= run.first_seq or not run.buffer:
+            return None
+        return StreamGap(cursor.requested, run.buffer[0].id, run.buffer[-1].id)
+
+    def _collect(self, run: _Run, cursor: _Cursor) -> list[StreamItem]:
+        gap = self._find_gap(run, cursor)
+        if gap is not None:
+            return [gap]
+        items: list[StreamItem] = []
+        skip = cursor.pos - run.first_seq + 1
+        if skip < len(run.buffer):
+            fresh = list(run.buffer)[max(0, skip) :]
+            items.extend(fresh)
+            cursor.pos = run.last_seq
+            cursor.requested = fresh[-1].id
+        if run.ended or run.removed:
+            items.append(END)
+        return items

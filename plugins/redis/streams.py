@@ -1,0 +1,589 @@
+"""Stream bridge on Redis Streams: ``redis://host:6379/0?prefix=app:``.
+
+One Redis Stream per run, key ``<prefix>stream:<run_id>``. Entries get the ids
+``0-1, 0-2, ...`` (``XADD ... 0-*``), so consecutive events have consecutive ids
+and a reader can prove from the ids alone that it skipped nothing. A data entry
+holds ``e`` (event name) and ``d`` (orjson payload); END is an entry with the single
+field ``end``, added with ``MAXLEN queue_maxsize + 1`` so it never evicts data.
+
+Readers: one blocking ``XREAD`` per bridge instance (the "waker") covers every run
+this process follows and fans the entries out to its subscribers. A subscriber only
+takes entries that continue its own position without a hole; otherwise it reads a
+consistent bounds-plus-range snapshot in one Lua call, which yields the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from runstore.errors import ConfigError
+from runstore.streams import (
+    END,
+    StreamBridge,
+    StreamEndedError,
+    StreamEvent,
+    StreamGap,
+    StreamItem,
+    heartbeat_loop,
+    parse_event_id,
+    resolve_heartbeat,
+    wait_for_change,
+)
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "runstore:"
+#: Reader retry: waits between attempts after a connection error, then the error is raised.
+RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: Upper bound of one blocking XREAD of the waker (it is woken earlier for new runs).
+WAKER_BLOCK_MS = 5000
+_ENDED = "RUNSTORE_ENDED"
+
+# KEYS[1] stream; ARGV maxlen, ttl_ms, event, payload. One round trip, atomic.
+_PUBLISH = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] and last[1][2][1] == 'end' then return redis.error_reply('RUNSTORE_ENDED') end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'e', ARGV[3], 'd', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+
+# KEYS[1] stream; ARGV maxlen + 1, window_ms. Idempotent; END takes no data slot.
+_PUBLISH_END = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] and last[1][2][1] == 'end' then return 0 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS[1] stream; ARGV after_seq (exclusive), count. Bounds and entries from one instant.
+_SNAPSHOT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+return {first[1][1], last[1], entries}
+"""
+
+
+class _Script:
+    """A Lua script called by SHA, loaded again when the server lost it (restart, flush)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    async def __call__(self, client: Redis, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        from redis.exceptions import NoScriptError
+
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            await client.script_load(self.text)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+
+
+PUBLISH = _Script(_PUBLISH)
+PUBLISH_END = _Script(_PUBLISH_END)
+SNAPSHOT = _Script(_SNAPSHOT)
+
+
+def _seq(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[2] or 0)
+
+
+def _item(entry_id: bytes, fields: dict[bytes, bytes]) -> StreamItem:
+    if b"end" in fields:
+        return END
+    return StreamEvent(entry_id.decode(), fields[b"e"].decode(), orjson.loads(fields[b"d"]))
+
+
+def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+
+
+class _Watch:
+    """What this process knows of one followed stream, shared by its local subscribers."""
+
+    __slots__ = ("cache", "error", "key", "latest", "recheck", "refs", "waiter")
+
+    def __init__(self, key: bytes, maxsize: int) -> None:
+        self.key = key
+        self.latest = 0  # highest sequence seen in the stream so far
+        self.cache: deque[tuple[int, StreamItem]] = deque(maxlen=maxsize + 1)
+        self.refs = 0
+        self.error: BaseException | None = None
+        self.recheck = 0  # bumped when the stream may have been removed
+        self.waiter: asyncio.Future[None] | None = None
+
+    def changed(self) -> asyncio.Future[None]:
+        if self.waiter is None:
+            self.waiter = asyncio.get_running_loop().create_future()
+        return self.waiter
+
+    def notify(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        self.waiter = None
+
+    def add(self, entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        """Take entries the waker read; the cache stays a hole-free run of sequences."""
+        for entry_id, fields in entries:
+            seq = _seq(entry_id)
+            if self.cache and seq <= self.cache[-1][0]:
+                continue
+            if self.cache and seq != self.cache[-1][0] + 1:
+                self.cache.clear()
+            self.cache.append((seq, _item(entry_id, fields)))
+            self.latest = max(self.latest, seq)
+
+    def after(self, pos: int) -> list[tuple[int, StreamItem]] | None:
+        """Cached entries right after ``pos``, or ``None`` when the cache cannot prove them."""
+        if not self.cache or not self.cache[0][0] <= pos + 1 <= self.cache[-1][0]:
+            return None
+        return list(islice(self.cache, pos + 1 - self.cache[0][0], None))
+
+
+class _Cursor:
+    __slots__ = ("pos", "requested", "seen")
+
+    def __init__(self) -> None:
+        self.pos = 0
+        self.requested: str | None = None
+        self.seen = False  # the stream existed while we followed it
+
+
+class RedisStreamBridge(StreamBridge):
+    """`StreamBridge` on Redis Streams; several processes share runs through one Redis."""
+
+    supports_cross_process = True
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        queue_maxsize: int = 256,
+        heartbeat_interval: float = 15.0,
+        stream_ttl_seconds: float = 86400,
+        late_subscriber_window: float = 60.0,
+        retry_backoff: Sequence[float] = RETRY_BACKOFF,
+    ) -> None:
+        self._client = client
+        self.prefix = prefix
+        self.queue_maxsize = queue_maxsize
+        self.heartbeat_interval = resolve_heartbeat(None, heartbeat_interval)
+        self.stream_ttl_ms = max(1, int(stream_ttl_seconds * 1000))
+        self.late_subscriber_window_ms = max(1, int(late_subscriber_window * 1000))
+        self.retry_backoff = tuple(retry_backoff)
+        self._watches: dict[bytes, _Watch] = {}
+        self._control = f"{prefix}ctl:{uuid.uuid4().hex}".encode()
+        self._waker: asyncio.Task[None] | None = None
+        self._waker_idle = asyncio.Event()
+        self._pending: list[tuple[bytes, str, bytes, asyncio.Future[str]]] = []
+        self._inflight = False
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
+        """Open a pooled client (at most ``redis.max_connections``) and check the server answers."""
+        url.check_options({"prefix"})
+        try:
+            import redis.asyncio as aioredis
+        except ImportError:  # pragma: no cover - the registry checks the driver first
+            from runstore.errors import MissingDriverError
+
+            raise MissingDriverError("redis", "redis", "redis") from None
+        settings = options.settings
+        if settings.redis.max_connections < 2:
+            raise ConfigError(
+                "redis.max_connections must be >= 2 for the redis stream bridge "
+                "(one connection is its blocking reader)"
+            )
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url.without_query("prefix").render(hide_password=False),
+            max_connections=settings.redis.max_connections,
+            timeout=None,
+        )
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            await client.ping()
+        except BaseException:
+            await client.aclose()
+            await pool.disconnect()
+            raise
+        bridge = cls(
+            client,
+            prefix=url.option("prefix", DEFAULT_PREFIX) or "",
+            queue_maxsize=settings.stream_bridge.queue_maxsize,
+            heartbeat_interval=settings.stream_bridge.heartbeat_interval_seconds,
+            stream_ttl_seconds=settings.stream_bridge.stream_ttl_seconds,
+            late_subscriber_window=settings.stream_bridge.late_subscriber_window_seconds,
+        )
+        bridge._pool = pool
+        return bridge
+
+    _pool: Any = None
+
+    def key(self, run_id: str) -> bytes:
+        """The Redis key of a run's stream."""
+        return f"{self.prefix}stream:{run_id}".encode()
+
+    # -- publishing ---------------------------------------------------------------
+
+    async def publish(self, run_id: str, event: str, data: Any) -> str:
+        """XADD one event (exact MAXLEN, TTL refreshed); errors are raised, never retried.
+
+        Publishes issued while another is in flight are sent together in one pipeline,
+        in call order, so concurrent producers get pipelined throughput.
+        """
+        payload = orjson.dumps(data)
+        key = self.key(run_id)
+        if self._inflight:
+            future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self._pending.append((key, event, payload, future))
+            return await future
+        self._inflight = True
+        try:
+            result = await PUBLISH(
+                self._client, [key], [self.queue_maxsize, self.stream_ttl_ms, event, payload]
+            )
+        except Exception as exc:
+            raise self._publish_error(run_id, exc) from None
+        finally:
+            if self._pending:
+                asyncio.get_running_loop().create_task(self._drain())
+            else:
+                self._inflight = False
+        return result.decode() if isinstance(result, bytes) else str(result)
+
+    def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
+        if _ENDED in str(exc):
+            return StreamEndedError(f"run {run_id!r} already published END; no more events")
+        return exc
+
+    async def _drain(self) -> None:
+        from redis.exceptions import NoScriptError
+
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                todo = batch
+                for _ in range(2):
+                    pipe = self._client.pipeline(transaction=False)
+                    for key, event, payload, _future in todo:
+                        pipe.evalsha(
+                            PUBLISH.sha, 1, key, self.queue_maxsize, self.stream_ttl_ms, event, payload
+                        )
+                    try:
+                        results = await pipe.execute(raise_on_error=False)
+                    except Exception as exc:
+                        for *_, future in todo:
+                            if not future.done():
+                                future.set_exception(exc)
+                        break
+                    retry = []
+                    for item, result in zip(todo, results, strict=True):
+                        future = item[3]
+                        if isinstance(result, NoScriptError):
+                            retry.append(item)
+                        elif future.done():
+                            continue
+                        elif isinstance(result, Exception):
+                            future.set_exception(self._publish_error(item[0].decode(), result))
+                        else:
+                            future.set_result(result.decode() if isinstance(result, bytes) else str(result))
+                    if not retry:
+                        break
+                    await self._client.script_load(PUBLISH.text)
+                    todo = retry
+        finally:
+            self._inflight = False
+            for *_, future in self._pending:
+                if not future.done():
+                    future.set_exception(RuntimeError("stream bridge publisher stopped"))
+            self._pending = []
+
+    async def publish_end(self, run_id: str) -> None:
+        """Append END (never evicting data) and shorten the stream's life to the window."""
+        await PUBLISH_END(
+            self._client,
+            [self.key(run_id)],
+            [self.queue_maxsize + 1, self.late_subscriber_window_ms],
+        )
+
+    async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
+        """Delete the run's stream now, or let it expire after ``delay`` seconds."""
+        key = self.key(run_id)
+        if delay > 0:
+            await self._client.pexpire(key, max(1, int(delay * 1000)))
+        else:
+            await self._client.delete(key)
+            watch = self._watches.get(key)
+            if watch is not None:
+                watch.recheck += 1
+                watch.notify()
+
+    async def stream_exists(self, run_id: str) -> bool:
+        """Whether the run's stream key exists (live, or finished inside its window)."""
+        return bool(await self._retrying(lambda: self._client.exists(self.key(run_id))))
+
+    async def close(self) -> None:
+        """Stop the reader, drop the control key and close the pool (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._waker is not None:
+            self._waker.cancel()
+            with contextlib.suppress(BaseException):
+                await self._waker
+        for watch in self._watches.values():
+            watch.error = RuntimeError("stream bridge closed")
+            watch.notify()
+        with contextlib.suppress(Exception):
+            await self._client.delete(self._control)
+        await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.disconnect()
+
+    # -- reading ------------------------------------------------------------------
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a read; on connection errors retry with bounded backoff, then raise."""
+        errors = _connection_errors()
+        for delay in (*self.retry_backoff, None):
+            try:
+                return await call()
+            except errors as exc:
+                if delay is None:
+                    raise
+                log.warning("redis stream read failed (%s); retrying in %.2fs", type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _snapshot(self, key: bytes, after: int) -> tuple[int, Any, list[Any]] | None:
+        """(first sequence, last entry, entries after ``after``) in one atomic call; None if absent."""
+        reply = await self._retrying(
+            lambda: SNAPSHOT(self._client, [key], [after, self.queue_maxsize + 1])
+        )
+        if not reply:
+            return None
+        first_id, last_entry, entries = reply
+        return _seq(first_id), last_entry, entries
+
+    def subscribe(
+        self,
+        run_id: str,
+        *,
+        last_event_id: str | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """Replay after ``last_event_id`` (everything retained without one), then follow live."""
+        interval = resolve_heartbeat(heartbeat_interval, self.heartbeat_interval)
+        return self._follow(self.key(run_id), last_event_id, interval)
+
+    async def _follow(
+        self, key: bytes, last_event_id: str | None, interval: float
+    ) -> AsyncIterator[StreamItem]:
+        cursor = _Cursor()
+        watch = self._watch(key)
+        try:
+            first = await self._start(key, cursor, last_event_id, watch)
+            recheck = watch.recheck
+
+            async def poll(timeout: float) -> Sequence[StreamItem]:
+                nonlocal first, recheck
+                if first:
+                    items, first = first, []
+                    return items
+                items = await self._next(key, cursor, watch)
+                if items:
+                    return items
+                changed = watch.changed()
+                await wait_for_change(changed, timeout)
+                if watch.error is not None:
+                    raise watch.error
+                if not changed.done() or watch.recheck != recheck:
+                    # Idle, or told the stream may be gone: a snapshot also sees removal.
+                    recheck = watch.recheck
+                    return await self._read(key, cursor, watch)
+                return await self._next(key, cursor, watch)
+
+            async for item in heartbeat_loop(poll, interval):
+                yield item
+        finally:
+            self._unwatch(watch)
+
+    async def _start(
+        self, key: bytes, cursor: _Cursor, last_event_id: str | None, watch: _Watch
+    ) -> list[StreamItem]:
+        parsed = parse_event_id(last_event_id) if last_event_id is not None else None
+        valid = parsed is not None and parsed[0] == 0
+        after = parsed[1] if valid and parsed is not None else (0 if last_event_id is None else 2**62)
+        snapshot = await self._snapshot(key, after)
+        if snapshot is None:
+            return []  # nothing published yet: follow from the start of the stream
+        first_seq, last_entry, entries = snapshot
+        last_seq = _seq(last_entry[0])
+        watch.latest = max(watch.latest, last_seq)
+        cursor.seen = True
+        if last_event_id is None:
+            cursor.pos = first_seq - 1
+        elif valid and parsed is not None and parsed[1] <= last_seq:
+            cursor.pos = parsed[1]
+            cursor.requested = last_event_id
+        else:
+            # Malformed or unknown cursor: the live tail, which still ends with END.
+            ended = _pairs(last_entry[1]).get(b"end") is not None
+            cursor.pos = last_seq - 1 if ended else last_seq
+            cursor.requested = self._id(cursor.pos) if cursor.pos > 0 else None
+            if ended:
+                return [END]
+            return []
+        return self._consume(cursor, first_seq, last_entry, entries)
+
+    def _consume(
+        self, cursor: _Cursor, first_seq: int, last_entry: Any, entries: list[Any]
+    ) -> list[StreamItem]:
+        """Turn a snapshot into items: a gap if the cursor's successor was evicted."""
+        if cursor.pos + 1 < first_seq:
+            return [StreamGap(cursor.requested, self._id(first_seq), self._last_data_id(last_entry))]
+        items: list[StreamItem] = []
+        for entry_id, flat in entries:
+            seq = _seq(entry_id)
+            if seq <= cursor.pos:
+                continue
+            item = _item(entry_id, _pairs(flat))
+            items.append(item)
+            cursor.pos = seq
+            if isinstance(item, StreamEvent):
+                cursor.requested = item.id
+        return items
+
+    @staticmethod
+    def _id(seq: int) -> str:
+        return f"0-{seq}"
+
+    def _last_data_id(self, last_entry: Any) -> str | None:
+        seq = _seq(last_entry[0])
+        if _pairs(last_entry[1]).get(b"end") is not None:
+            seq -= 1
+        return self._id(seq) if seq > 0 else None
+
+    async def _next(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
+        """New items for the cursor: from the shared cache when it provably continues it."""
+        if watch.latest <= cursor.pos:
+            return []
+        cached = watch.after(cursor.pos)
+        if cached is None:
+            return await self._read(key, cursor, watch)
+        items: list[StreamItem] = []
+        for seq, item in cached:
+            items.append(item)
+            cursor.pos = seq
+            if isinstance(item, StreamEvent):
+                cursor.requested = item.id
+        cursor.seen = True
+        return items
+
+    async def _read(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
+        snapshot = await self._snapshot(key, cursor.pos)
+        if snapshot is None:
+            # The stream was removed under a follower: nothing more will come.
+            return [END] if cursor.seen else []
+        first_seq, last_entry, entries = snapshot
+        cursor.seen = True
+        watch.latest = max(watch.latest, _seq(last_entry[0]))
+        return self._consume(cursor, first_seq, last_entry, entries)
+
+    # -- the waker: one blocking XREAD for every followed stream ---------------------
+
+    def _watch(self, key: bytes) -> _Watch:
+        if self._closed:
+            raise RuntimeError("stream bridge is closed")
+        watch = self._watches.get(key)
+        if watch is None:
+            watch = self._watches[key] = _Watch(key, self.queue_maxsize)
+            self._ensure_waker()
+            # Wake the blocked XREAD so it includes the new stream.
+            asyncio.get_running_loop().create_task(self._poke())
+        watch.refs += 1
+        return watch
+
+    def _unwatch(self, watch: _Watch) -> None:
+        watch.refs -= 1
+        if watch.refs <= 0 and self._watches.get(watch.key) is watch:
+            del self._watches[watch.key]
+
+    async def _poke(self) -> None:
+        self._waker_idle.set()
+        with contextlib.suppress(Exception):
+            await self._client.xadd(self._control, {b"w": b"1"}, maxlen=1, approximate=False)
+            await self._client.pexpire(self._control, 3_600_000)
+
+    def _ensure_waker(self) -> None:
+        if self._waker is None or self._waker.done():
+            self._waker = asyncio.get_running_loop().create_task(self._wake_loop())
+
+    async def _wake_loop(self) -> None:
+        errors = _connection_errors()
+        control_last: bytes = b"0-0"
+        failures = 0
+        while not self._closed:
+            if not self._watches:
+                self._waker_idle.clear()
+                await self._waker_idle.wait()
+                continue
+            streams: dict[bytes, Any] = {self._control: control_last}
+            for key, watch in self._watches.items():
+                streams[key] = f"0-{watch.latest}"
+            try:
+                reply = await self._client.xread(streams, count=self.queue_maxsize + 1, block=WAKER_BLOCK_MS)
+                failures = 0
+            except errors as exc:
+                if failures < len(self.retry_backoff):
+                    await asyncio.sleep(self.retry_backoff[failures])
+                    failures += 1
+                    continue
+                # Retries exhausted: the followers raise; new subscribers start over.
+                failures = 0
+                for watch in list(self._watches.values()):
+                    watch.error = exc
+                    watch.notify()
+                self._watches.clear()
+                continue
+            for key, entries in reply or ():
+                if key == self._control:
+                    if entries:
+                        control_last = entries[-1][0]
+                    continue
+                watch = self._watches.get(key)
+                if watch is not None and entries:
+                    watch.add(entries)
+                    watch.notify()
