@@ -114,13 +114,13 @@ def saver_opener(request: pytest.FixtureRequest, tmp_path: Path) -> SaverOpener:
 
     @contextlib.asynccontextmanager
     async def open_runstore() -> AsyncIterator[Any]:
-        if kind == "runstore-memory" and memory_instance:
+        if kind == "runstore-memory":
+            # Nothing to close in memory; keep one instance so a "reload" sees the data.
+            if not memory_instance:
+                memory_instance.append(await spec.open(BackendURL.parse(raw), BackendOptions()))
             yield memory_instance[0]
             return
         async with BackendOptions.scope() as options:
-            saver = await spec.open(BackendURL.parse(raw), options)
-            if kind == "runstore-memory":
-                memory_instance.append(saver)
-            yield saver
+            yield await spec.open(BackendURL.parse(raw), options)
 
     return open_runstore

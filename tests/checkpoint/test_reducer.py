@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, RemoveMessage
 from langgraph.graph.message import add_messages
@@ -101,6 +101,13 @@ def split(writes: list[Any], cuts: list[int]) -> list[list[Any]]:
 
 
 @given(seed=seed, writes=st.lists(write, max_size=6), cuts=st.lists(st.integers(0, 10), max_size=3))
+# duplicate ids (a seed, or the tail after a remove-all, may hold them): replace hits
+# the last occurrence, remove drops every occurrence
+@example(seed=[HumanMessage("1", id="a"), HumanMessage("2", id="a")],
+         writes=[[RemoveMessage(id="a")]], cuts=[])
+@example(seed=[], writes=[[RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("1", id="a"),
+                           HumanMessage("2", id="a")], [AIMessage("3", id="a")],
+                          [RemoveMessage(id="a")]], cuts=[1])
 def test_reducer_equals_sequential_add_messages(
     fixed_uuids: Any, seed: list[Any], writes: list[Any], cuts: list[int]
 ) -> None:
