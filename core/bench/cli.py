@@ -1,0 +1,489 @@
+"""``runstore bench ...``: the click group the main CLI attaches (`bench_group`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .common import BenchSchemaError, dumps, read_jsonl
+from .matrix import DEFAULT_PAYLOAD_CAP_BYTES, NO_CACHE, PEERS, plan_checkpoint
+from .runner import (
+    Outcome,
+    Reporter,
+    RunOptions,
+    default_postgres_url,
+    default_redis_url,
+    display_backend,
+    run_checkpoint_plan,
+)
+from .summarize import (
+    CHECKPOINT_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    Summary,
+    plot,
+    summarize,
+    table_rows,
+    to_csv,
+)
+
+
+def _ints(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int]:
+    if value is None:
+        return []
+    try:
+        return [int(v) for v in str(value).replace(" ", "").split(",") if v]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+
+
+def _strs(_ctx: click.Context, _param: click.Parameter, value: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for item in value:
+        out.extend(v for v in item.split(",") if v)
+    return out
+
+
+def _settings(_ctx: click.Context, _param: click.Parameter, value: Sequence[str]) -> dict[str, Any]:
+    """``--set a.b=value`` pairs as a nested mapping (values parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in value:
+        if "=" not in item:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def _default_output(bench: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("bench-results") / f"{bench}-{stamp}.jsonl"
+
+
+class RichReporter(Reporter):
+    """Progress bar on stderr while cases run; warnings printed as they happen."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.quiet = quiet
+        self._progress: Any = None
+        self._task: Any = None
+
+    def start(self, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        if self.quiet:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("cases", total=total, last="")
+
+    def case_started(self, label: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=label[:70])
+
+    def case_finished(self, label: str, row: Mapping[str, Any]) -> None:
+        if self._progress is None:
+            return
+        status = row.get("status")
+        extra = ""
+        if row.get("turns_per_s") is not None:
+            extra = f"{row['turns_per_s']:.1f} turns/s"
+        elif row.get("measurements_count") is not None:
+            extra = f"{row['measurements_count']} measurements"
+        self._progress.update(self._task, advance=1, last=f"{status} {extra}")
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
+    """Render ``summary`` as a rich table (default), JSON or CSV on stdout."""
+    if as_json:
+        click.echo(dumps(summary.as_dict()))
+        return
+    if as_csv:
+        click.echo(to_csv(summary), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 200))
+    for title, entries, columns in (
+        ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
+        ("events / streams", summary.measurements, MEASUREMENT_COLUMNS),
+    ):
+        if not entries:
+            continue
+        headers, rows = table_rows(entries, columns)
+        table = Table(title=title, show_lines=False)
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+    err = Console(stderr=True)
+    for warning in summary.warnings:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
+def _finish(outcome: Outcome, *, as_json: bool) -> None:
+    summary = summarize([read_jsonl(outcome.output)])
+    print_summary(summary, as_json=as_json, as_csv=False)
+    click.echo(f"rows written to {outcome.output}", err=True)
+    for failure in outcome.failures:
+        click.echo(f"DIGEST MISMATCH: {failure}", err=True)
+    code = outcome.exit_code
+    if code == 1:
+        click.echo("a correctness check failed (see rows with status digest_mismatch/failed)", err=True)
+    elif code == 3:
+        click.echo("some cases errored or timed out (see rows with status error/timeout)", err=True)
+    if code:
+        sys.exit(code)
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Benchmark checkpoint savers, event stores and stream bridges (JSONL + summaries)."""
+
+
+def _common_run_options(fn: Any) -> Any:
+    for option in reversed(
+        [
+            click.option(
+                "--output",
+                "-o",
+                type=click.Path(dir_okay=False, path_type=Path),
+                default=None,
+                help="JSONL file to append rows to (default bench-results/<bench>-<time>.jsonl).",
+            ),
+            click.option("--repetitions", type=int, default=3, show_default=True),
+            click.option(
+                "--timeout-seconds",
+                type=float,
+                default=900.0,
+                show_default=True,
+                help="Per-case limit; a case over it is killed and its row marked timeout.",
+            ),
+            click.option(
+                "--profile-dir",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=None,
+                help="Write one cProfile file per case here (rows are marked profiled).",
+            ),
+            click.option(
+                "--work-dir",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=None,
+                help="Scratch directory for sqlite/jsonl files (default: a temp dir).",
+            ),
+            click.option("--keep-files", is_flag=True, help="Keep each case's scratch files."),
+            click.option(
+                "--set",
+                "settings",
+                multiple=True,
+                callback=_settings,
+                metavar="KEY=VALUE",
+                help="runstore setting for runstore backends, e.g. --set sqlite.synchronous=full.",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+@bench_group.command("checkpoint")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Saver URLs and/or peers (langgraph:memory, langgraph:sqlite, langgraph:postgres); "
+    "comma-separated or repeated. Default: memory:// and langgraph:memory.",
+)
+@click.option("--updates", callback=_ints, default="100", show_default=True, help="Turns per case, e.g. 100,500.")
+@click.option("--payload-bytes", callback=_ints, default="128", show_default=True)
+@click.option("--snapshot-frequencies", callback=_ints, default="10,100", show_default=True)
+@click.option(
+    "--history-cache",
+    "caches",
+    multiple=True,
+    callback=_strs,
+    help="Delta history cache variants: none, memory (runstore's CachedHistorySaver); "
+    "e.g. --history-cache none,memory. Default: none.",
+)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--payload-cap-mib",
+    type=float,
+    default=DEFAULT_PAYLOAD_CAP_BYTES / 2**20,
+    show_default=True,
+    help="Skip cells whose estimated full-mode payload exceeds this.",
+)
+@click.option("--allow-large-cases", is_flag=True, help="Run cells over the payload cap anyway.")
+@click.option("--postgres-url", default=None, help="Server for langgraph:postgres.")
+@_common_run_options
+def checkpoint_cmd(
+    backends: list[str],
+    updates: list[int],
+    payload_bytes: list[int],
+    snapshot_frequencies: list[int],
+    caches: list[str],
+    seed: int,
+    payload_cap_mib: float,
+    allow_large_cases: bool,
+    postgres_url: str | None,
+    output: Path | None,
+    repetitions: int,
+    timeout_seconds: float,
+    profile_dir: Path | None,
+    work_dir: Path | None,
+    keep_files: bool,
+    settings: dict[str, Any],
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Paired full/delta message graphs on each backend, one child process per case."""
+    backends = backends or ["memory://", "langgraph:memory"]
+    for b in backends:
+        if b.startswith("langgraph:") and b not in PEERS:
+            raise click.BadParameter(f"unknown peer {b!r}; known: {', '.join(PEERS)}")
+    urls = {display_backend(b): b for b in backends}
+    cache_urls = {display_backend(c): c for c in caches or [NO_CACHE]}
+    if postgres_url is None:
+        postgres_url = next(
+            (b for b in backends if b.split(":", 1)[0] in ("postgresql", "postgres")),
+            default_postgres_url(),
+        )
+    try:
+        plan = plan_checkpoint(
+            backends=list(urls),
+            updates=updates,
+            payload_bytes=payload_bytes,
+            snapshot_frequencies=snapshot_frequencies,
+            repetitions=repetitions,
+            seed=seed,
+            caches=list(cache_urls),
+            payload_cap_bytes=int(payload_cap_mib * 2**20),
+            allow_large_cases=allow_large_cases,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    output = output or _default_output("checkpoint")
+    outcome = run_checkpoint_plan(
+        plan,
+        backend_urls=urls,
+        cache_urls=cache_urls,
+        output=output,
+        options=RunOptions(
+            timeout_seconds=timeout_seconds,
+            profile_dir=profile_dir,
+            work_dir=work_dir,
+            keep_files=keep_files,
+            postgres_url=postgres_url,
+            settings=settings,
+        ),
+        argv=_redacted_argv(),
+        params={
+            "backends": list(urls),
+            "updates": updates,
+            "payload_bytes": payload_bytes,
+            "snapshot_frequencies": snapshot_frequencies,
+            "caches": list(cache_urls),
+            "repetitions": repetitions,
+            "seed": seed,
+            "payload_cap_bytes": int(payload_cap_mib * 2**20),
+            "allow_large_cases": allow_large_cases,
+            "timeout_seconds": timeout_seconds,
+            "settings": settings,
+        },
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
+@bench_group.command("events")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Event store URLs (memory://, jsonl://, sqlite://, postgresql://...). "
+    "Default: memory://, jsonl://, sqlite://.",
+)
+@click.option("--batches", type=int, default=200, show_default=True, help="put_batch calls per case.")
+@click.option("--batch-size", type=int, default=20, show_default=True)
+@click.option("--pages", type=int, default=200, show_default=True, help="Page reads per thread size.")
+@click.option("--page-size", type=int, default=50, show_default=True)
+@click.option(
+    "--thread-sizes",
+    callback=_ints,
+    default="1000,100000",
+    show_default=True,
+    help="Events in the threads the page is read from.",
+)
+@_common_run_options
+def events_cmd(
+    backends: list[str],
+    batches: int,
+    batch_size: int,
+    pages: int,
+    page_size: int,
+    thread_sizes: list[int],
+    output: Path | None,
+    repetitions: int,
+    timeout_seconds: float,
+    profile_dir: Path | None,
+    work_dir: Path | None,
+    keep_files: bool,
+    settings: dict[str, Any],
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """put_batch and message pages on each event store, next to raw driver inserts/selects."""
+    from .events import run_events
+
+    backends = backends or ["memory://", "jsonl://", "sqlite://"]
+    outcome = run_events(
+        backends,
+        output=output or _default_output("events"),
+        options=RunOptions(
+            timeout_seconds=timeout_seconds,
+            profile_dir=profile_dir,
+            work_dir=work_dir,
+            keep_files=keep_files,
+            settings=settings,
+        ),
+        repetitions=repetitions,
+        params={
+            "batches": batches,
+            "batch_size": batch_size,
+            "pages": pages,
+            "page_size": page_size,
+            "thread_sizes": thread_sizes,
+        },
+        argv=_redacted_argv(),
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
+@bench_group.command("streams")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Stream bridge URLs (memory://, redis://...). Default: memory:// and the test Redis.",
+)
+@click.option("--events", "n_events", type=int, default=1000, show_default=True, help="Events per latency run.")
+@click.option("--throughput-events", type=int, default=5000, show_default=True)
+@click.option("--subscribers", callback=_ints, default="1,50", show_default=True)
+@_common_run_options
+def streams_cmd(
+    backends: list[str],
+    n_events: int,
+    throughput_events: int,
+    subscribers: list[int],
+    output: Path | None,
+    repetitions: int,
+    timeout_seconds: float,
+    profile_dir: Path | None,
+    work_dir: Path | None,
+    keep_files: bool,
+    settings: dict[str, Any],
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Publish->receive latency and sustained throughput, next to raw redis-py XADD/XREAD."""
+    from .streams import run_streams
+
+    backends = backends or ["memory://", default_redis_url()]
+    outcome = run_streams(
+        backends,
+        output=output or _default_output("streams"),
+        options=RunOptions(
+            timeout_seconds=timeout_seconds,
+            profile_dir=profile_dir,
+            work_dir=work_dir,
+            keep_files=keep_files,
+            settings=settings,
+        ),
+        repetitions=repetitions,
+        params={
+            "events": n_events,
+            "throughput_events": throughput_events,
+            "subscribers": subscribers,
+        },
+        argv=_redacted_argv(),
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
+@bench_group.command("summarize")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Draw storage and write time against turns (PNG, needs matplotlib).",
+)
+def summarize_cmd(files: tuple[str, ...], as_json: bool, as_csv: bool, plot_path: str | None) -> None:
+    """Medians over paired successful repetitions, with delta/full and runstore/peer ratios."""
+    try:
+        loaded = [read_jsonl(f) for f in files]
+    except BenchSchemaError as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = summarize(loaded)
+    print_summary(summary, as_json=as_json, as_csv=as_csv)
+    if plot_path:
+        try:
+            plot(summary, plot_path)
+        except ImportError:
+            raise click.ClickException(
+                "--plot needs matplotlib: pip install 'runstore[bench]'"
+            ) from None
+        click.echo(f"plot written to {plot_path}", err=True)
+
+
+def _redacted_argv() -> list[str]:
+    from ..urls import redact
+
+    return [redact(a) for a in sys.argv]

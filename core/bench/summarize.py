@@ -1,0 +1,398 @@
+"""`runstore bench summarize`: medians over paired repetitions, and the ratios that matter.
+
+Rules:
+- Only rows with status ``ok`` count; ``profiled`` rows are excluded (cProfile
+  distorts timing) and a warning says how many.
+- Checkpoint rows count only for repetitions whose pair succeeded: a delta row
+  with the ``full`` row of the same cell, a ``full`` row with at least one delta
+  row. Ratios ``delta/full`` divide medians taken over the same repetitions.
+- ``runstore/peer`` compares a runstore backend with the stock saver of the same
+  name (``sqlite://`` with ``langgraph:sqlite``) on the same workload.
+- Nothing is ever paired across input files: each file is one run on one machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .common import BenchFile, median
+from .matrix import NO_CACHE
+
+#: Checkpoint metrics reported as medians.
+CHECKPOINT_METRICS = (
+    "turns_per_s",
+    "write_total_s",
+    "turn_p50_ms",
+    "turn_p95_ms",
+    "turn_p99_ms",
+    "window_first_ms",
+    "window_middle_ms",
+    "window_last_ms",
+    "write_saver_ms",
+    "write_history_ms",
+    "warm_read_ms",
+    "cold_read_ms",
+    "parent_read_ms",
+    "replay_ms",
+    "parent_replay_ms",
+    "checkpoint_rows",
+    "write_rows",
+    "logical_bytes",
+    "db_bytes_open",
+    "wal_bytes_open",
+    "db_bytes_closed",
+    "wal_bytes_closed",
+    "peak_rss_bytes",
+)
+
+#: (metric, ratio name) pairs computed as delta / full.
+DELTA_FULL_RATIOS = (
+    ("write_total_s", "delta_full_write"),
+    ("logical_bytes", "delta_full_bytes"),
+    ("db_bytes_closed", "delta_full_db"),
+    ("cold_read_ms", "delta_full_cold_read"),
+)
+#: (metric, ratio name) pairs computed as runstore / peer.
+PEER_RATIOS = (
+    ("turns_per_s", "peer_turns_per_s"),
+    ("write_total_s", "peer_write"),
+    ("db_bytes_closed", "peer_db"),
+    ("cold_read_ms", "peer_cold_read"),
+)
+
+
+@dataclass
+class Summary:
+    """Summarized groups plus warnings, ready to render."""
+
+    checkpoint: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything as plain JSON-able data."""
+        return {
+            "checkpoint": self.checkpoint,
+            "measurements": self.measurements,
+            "warnings": self.warnings,
+        }
+
+
+def _variant_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        row.get("backend"),
+        row.get("updates"),
+        row.get("payload_bytes"),
+        row.get("seed"),
+        row.get("mode"),
+        row.get("snapshot_frequency"),
+        row.get("cache", NO_CACHE),
+    )
+
+
+def _usable(rows: Iterable[dict[str, Any]], summary: Summary, path: str) -> list[dict[str, Any]]:
+    out = []
+    profiled = 0
+    for row in rows:
+        if row.get("profiled"):
+            profiled += 1
+            continue
+        out.append(row)
+    if profiled:
+        summary.warnings.append(
+            f"{path}: excluded {profiled} profiled row(s) (cProfile distorts timing)"
+        )
+    return out
+
+
+def _medians(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:
+    return {m: median(r.get(m) for r in rows) for m in metrics}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
+    """Fill ``summary.checkpoint`` with one entry per (file, variant)."""
+    for file_index, bench_file in enumerate(files):
+        rows = [r for r in bench_file.rows if r.get("bench") == "checkpoint"]
+        rows = _usable(rows, summary, bench_file.path)
+        failed = [r for r in rows if r.get("status") not in ("ok", "skipped")]
+        if failed:
+            summary.warnings.append(
+                f"{bench_file.path}: {len(failed)} row(s) not ok ("
+                + ", ".join(sorted({str(r.get('status')) for r in failed}))
+                + "); their pairs are left out"
+            )
+        ok = [r for r in rows if r.get("status") == "ok"]
+        by_cell: dict[str, list[dict[str, Any]]] = {}
+        for row in ok:
+            by_cell.setdefault(row["cell_id"], []).append(row)
+        # Keep only rows whose pair succeeded.
+        paired: list[dict[str, Any]] = []
+        full_by_cell: dict[str, dict[str, Any]] = {}
+        for cell_id, cell_rows in by_cell.items():
+            full = [r for r in cell_rows if r.get("mode") == "full"]
+            delta = [r for r in cell_rows if r.get("mode") == "delta"]
+            if not full or not delta:
+                continue
+            full_by_cell[cell_id] = full[0]
+            paired.extend(full[:1])
+            paired.extend(delta)
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for row in paired:
+            groups.setdefault(_variant_key(row), []).append(row)
+        entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for key, group in groups.items():
+            first = group[0]
+            entry: dict[str, Any] = {
+                "file": bench_file.path,
+                "file_index": file_index,
+                "backend": first.get("backend"),
+                "backend_name": first.get("backend_name"),
+                "peer": bool(first.get("peer")),
+                "updates": first.get("updates"),
+                "payload_bytes": first.get("payload_bytes"),
+                "seed": first.get("seed"),
+                "mode": first.get("mode"),
+                "snapshot_frequency": first.get("snapshot_frequency"),
+                "cache": first.get("cache", NO_CACHE),
+                "repetitions": len(group),
+            }
+            entry.update(_medians(group, CHECKPOINT_METRICS))
+            if first.get("mode") == "delta":
+                # delta/full over exactly the repetitions where both succeeded
+                fulls = [full_by_cell[r["cell_id"]] for r in group]
+                for metric, name in DELTA_FULL_RATIOS:
+                    entry[name] = _ratio(
+                        median(r.get(metric) for r in group), median(r.get(metric) for r in fulls)
+                    )
+            entries[key] = entry
+        # runstore / peer, and cache / no cache, within this file only.
+        for key, entry in entries.items():
+            if not entry["peer"]:
+                for peer_key, peer in entries.items():
+                    if (
+                        peer["peer"]
+                        and peer["backend_name"] == entry["backend_name"]
+                        and peer_key[1:] == key[1:]
+                    ):
+                        for metric, name in PEER_RATIOS:
+                            entry[name] = _ratio(entry.get(metric), peer.get(metric))
+                        entry["peer_backend"] = peer["backend"]
+            if entry["mode"] == "delta" and entry["cache"] != NO_CACHE:
+                base = entries.get((*key[:6], NO_CACHE))
+                if base is not None:
+                    entry["cache_write_speedup"] = _ratio(
+                        base.get("write_total_s"), entry.get("write_total_s")
+                    )
+                    entry["cache_write_ratio"] = _ratio(
+                        entry.get("write_total_s"), base.get("write_total_s")
+                    )
+        summary.checkpoint.extend(
+            sorted(
+                entries.values(),
+                key=lambda e: (
+                    e["file_index"],
+                    e["updates"],
+                    e["payload_bytes"],
+                    e["backend_name"] or "",
+                    e["peer"],
+                    e["backend"],
+                    e["mode"] != "full",
+                    e["snapshot_frequency"] or 0,
+                    e["cache"] != NO_CACHE,
+                ),
+            )
+        )
+
+
+def summarize_measurements(files: Sequence[BenchFile], summary: Summary) -> None:
+    """Fill ``summary.measurements`` for events and streams rows (with reference ratios)."""
+    for file_index, bench_file in enumerate(files):
+        rows = [r for r in bench_file.rows if r.get("bench") in ("events", "streams")]
+        rows = [r for r in _usable(rows, summary, bench_file.path) if r.get("status") == "ok"]
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for row in rows:
+            key = (
+                row.get("bench"),
+                row.get("case_backend"),
+                row.get("backend"),
+                row.get("op"),
+                row.get("variant"),
+            )
+            groups.setdefault(key, []).append(row)
+        entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for key, group in groups.items():
+            metrics = sorted(
+                {
+                    k
+                    for r in group
+                    for k, v in r.items()
+                    if k.endswith(("_ms", "_per_s", "_ratio")) and isinstance(v, int | float)
+                }
+            )
+            first = group[0]
+            entry = {
+                "file": bench_file.path,
+                "file_index": file_index,
+                "bench": key[0],
+                "case_backend": key[1],
+                "backend": key[2],
+                "op": key[3],
+                "variant": key[4],
+                "metric": first.get("metric"),
+                "reference": first.get("reference"),
+                "repetitions": len(group),
+            }
+            entry.update(_medians(group, metrics))
+            entries[key] = entry
+        for entry in entries.values():
+            ref = entry.get("reference")
+            metric = entry.get("metric")
+            if not ref or not metric:
+                continue
+            ref_entry = entries.get(
+                (
+                    entry["bench"],
+                    entry["case_backend"],
+                    ref.get("backend"),
+                    ref.get("op"),
+                    ref.get("variant"),
+                )
+            )
+            if ref_entry is not None:
+                entry["ratio"] = _ratio(entry.get(metric), ref_entry.get(metric))
+                entry["reference_label"] = f"{ref.get('backend')} {ref.get('op')}"
+        summary.measurements.extend(entries.values())
+
+
+def summarize(files: Sequence[BenchFile]) -> Summary:
+    """Summarize every benchmark in ``files``."""
+    summary = Summary()
+    summarize_checkpoint(files, summary)
+    summarize_measurements(files, summary)
+    return summary
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{value / 2**20:.2f}"
+
+
+#: (header, key, formatter) of the checkpoint table.
+CHECKPOINT_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("backend", "backend", str),
+    ("turns", "updates", _fmt),
+    ("B", "payload_bytes", _fmt),
+    ("mode", "mode", str),
+    ("freq", "snapshot_frequency", _fmt),
+    ("cache", "cache", str),
+    ("n", "repetitions", _fmt),
+    ("turns/s", "turns_per_s", lambda v: _fmt(v, 1)),
+    ("p50 ms", "turn_p50_ms", _fmt),
+    ("p99 ms", "turn_p99_ms", _fmt),
+    ("last10% ms", "window_last_ms", _fmt),
+    ("warm ms", "warm_read_ms", _fmt),
+    ("cold ms", "cold_read_ms", _fmt),
+    ("parent ms", "parent_read_ms", _fmt),
+    ("logical MiB", "logical_bytes", _mib),
+    ("db MiB", "db_bytes_closed", _mib),
+    ("delta/full write", "delta_full_write", _fmt),
+    ("delta/full bytes", "delta_full_bytes", lambda v: _fmt(v, 3)),
+    ("turns/s vs peer", "peer_turns_per_s", _fmt),
+    ("cache speedup", "cache_write_speedup", _fmt),
+)
+
+MEASUREMENT_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("bench", "bench", str),
+    ("backend", "backend", str),
+    ("op", "op", str),
+    ("variant", "variant", _fmt),
+    ("n", "repetitions", _fmt),
+    ("p50 ms", "p50_ms", lambda v: _fmt(v, 3)),
+    ("p99 ms", "p99_ms", lambda v: _fmt(v, 3)),
+    ("rate/s", "rate_per_s", lambda v: _fmt(v, 0)),
+    ("metric", "metric", _fmt),
+    ("ratio", "ratio", _fmt),
+    ("large/small", "size_ratio", _fmt),
+    ("vs", "reference_label", _fmt),
+)
+
+
+def table_rows(
+    entries: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Any]]
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells for ``entries``."""
+    headers = [c[0] for c in columns]
+    rows = [[fmt(e.get(key)) for _, key, fmt in columns] for e in entries]
+    return headers, rows
+
+
+def to_csv(summary: Summary) -> str:
+    """Both summaries as CSV (every key, one section per benchmark family)."""
+    out = io.StringIO()
+    for entries in (summary.checkpoint, summary.measurements):
+        if not entries:
+            continue
+        keys: list[str] = []
+        for e in entries:
+            for k in e:
+                if k not in keys:
+                    keys.append(k)
+        writer = csv.DictWriter(out, fieldnames=keys)
+        writer.writeheader()
+        for e in entries:
+            writer.writerow({k: e.get(k) for k in keys})
+        out.write("\n")
+    return out.getvalue()
+
+
+def plot(summary: Summary, path: str) -> None:
+    """Draw storage and write time against turns, one line per (backend, mode variant)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_bytes, ax_time) = plt.subplots(1, 2, figsize=(13, 5))
+    series: dict[str, list[tuple[int, float | None, float | None]]] = {}
+    for e in summary.checkpoint:
+        label = f"{e['backend']} {e['mode']}"
+        if e["mode"] == "delta":
+            label += f" f={e['snapshot_frequency']}"
+            if e["cache"] != NO_CACHE:
+                label += f" cache={e['cache']}"
+        if len(summary.checkpoint) and len({x["file"] for x in summary.checkpoint}) > 1:
+            label += f" [{e['file_index']}]"
+        storage = e.get("db_bytes_closed") or e.get("logical_bytes")
+        series.setdefault(label, []).append((e["updates"], storage, e.get("write_total_s")))
+    for label, points in sorted(series.items()):
+        points.sort()
+        xs = [p[0] for p in points]
+        ax_bytes.plot(xs, [(p[1] or 0) / 2**20 for p in points], marker="o", label=label)
+        ax_time.plot(xs, [p[2] or 0 for p in points], marker="o", label=label)
+    ax_bytes.set_xlabel("turns")
+    ax_bytes.set_ylabel("storage MiB (db after close, else logical)")
+    ax_bytes.set_yscale("log")
+    ax_time.set_xlabel("turns")
+    ax_time.set_ylabel("write phase seconds")
+    ax_time.set_yscale("log")
+    ax_time.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

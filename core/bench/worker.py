@@ -1,0 +1,90 @@
+"""Child-process entry point: ``python -m runstore.bench.worker`` runs one case.
+
+The parent writes the case as JSON on stdin; the child prints one line
+``RUNSTORE-BENCH-RESULT <json>`` on stdout. Anything else the child prints (driver
+warnings, say) is ignored. A fresh process per case keeps caches, pools, garbage
+and peak RSS of one case out of the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RESULT_PREFIX = "RUNSTORE-BENCH-RESULT "
+
+
+def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]:
+    if bench == "checkpoint":
+        from .checkpoint import run_checkpoint_case
+
+        return run_checkpoint_case
+    if bench == "events":
+        from .events import run_events_case
+
+        return run_events_case
+    if bench == "streams":
+        from .streams import run_streams_case
+
+        return run_streams_case
+    if bench == "selftest":
+        return _selftest_case
+    raise ValueError(f"unknown benchmark {bench!r}")
+
+
+async def _selftest_case(case: dict[str, Any]) -> dict[str, Any]:
+    """A trivial case for the harness's own tests (sleep, fail or return a digest)."""
+    await asyncio.sleep(float(case.get("sleep", 0)))
+    if case.get("fail"):
+        raise RuntimeError("selftest failure requested")
+    return {"status": "ok", "digest": case.get("digest", "d")}
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """Run ``case`` (optionally under cProfile) and return its result, never raising."""
+    runner = _runner(case["bench"])
+    started = time.perf_counter()
+    result: dict[str, Any]
+    profile_path = case.get("profile_path")
+    try:
+        if profile_path:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+            try:
+                result = asyncio.run(runner(case))
+            finally:
+                profiler.disable()
+                Path(profile_path).parent.mkdir(parents=True, exist_ok=True)
+                profiler.dump_stats(profile_path)
+        else:
+            result = asyncio.run(runner(case))
+    except Exception as exc:
+        result = {
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=12),
+        }
+    result.setdefault("status", "ok")
+    result["case_seconds"] = time.perf_counter() - started
+    return result
+
+
+def main() -> None:
+    """Read a case from stdin, run it, print the result line."""
+    case = orjson.loads(sys.stdin.buffer.read())
+    result = run_case(case)
+    sys.stdout.write(RESULT_PREFIX + orjson.dumps(result, default=str).decode() + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
