@@ -18,7 +18,8 @@ sqlite (aiosqlite)
 PostgreSQL (asyncpg)
     ``?schema=NAME`` becomes the connection's ``search_path`` (a startup parameter, so
     it holds on every pooled connection) and the schema is created if missing. Pool
-    pre-ping, ``pool_recycle`` = ``settings.postgres.pool_recycle_seconds``, pool size
+    pre-ping (a closed connection is replaced; one idle over a second is pinged with one
+    round trip), ``pool_recycle`` = ``settings.postgres.pool_recycle_seconds``, pool size
     ``settings.postgres.pool_max_size``, ``command_timeout`` from settings.
 """
 
@@ -222,7 +223,9 @@ async def _open_postgres(url: BackendURL, options: BackendOptions) -> AsyncEngin
         server_settings["search_path"] = quote_ident(schema)
     engine = create_async_engine(
         sa_url,
-        pool_pre_ping=True,
+        # Pre-ping is ours (see _install_pre_ping): SQLAlchemy's asyncpg ping costs three
+        # round trips (BEGIN, ping, ROLLBACK) on every checkout.
+        pool_pre_ping=False,
         pool_recycle=cfg.pool_recycle_seconds if cfg.pool_recycle_seconds > 0 else -1,
         pool_size=cfg.pool_max_size,
         max_overflow=0,
@@ -231,6 +234,7 @@ async def _open_postgres(url: BackendURL, options: BackendOptions) -> AsyncEngin
             "command_timeout": cfg.command_timeout_seconds,
         },
     )
+    _install_pre_ping(engine)
     if schema is not None:
         try:
             await _create_schema(engine, schema)
@@ -238,6 +242,42 @@ async def _open_postgres(url: BackendURL, options: BackendOptions) -> AsyncEngin
             await engine.dispose()
             raise
     return engine
+
+
+#: A pooled PostgreSQL connection idle longer than this is pinged before reuse.
+PING_AFTER_IDLE_SECONDS = 1.0
+_CHECKIN_TIME = "runstore_checkin_time"
+
+
+def _install_pre_ping(engine: AsyncEngine) -> None:
+    """Check pooled asyncpg connections on checkout: closed ones are replaced, idle ones pinged.
+
+    A connection whose socket the server closed (restart, idle kill) is seen as closed
+    without a round trip; one idle for more than `PING_AFTER_IDLE_SECONDS` also gets
+    a one-round-trip ping (``SELECT 1``). Either failure makes the pool discard it and
+    connect afresh, as SQLAlchemy's own pre-ping does.
+    """
+    import time
+
+    from sqlalchemy.exc import DisconnectionError
+    from sqlalchemy.util import await_only
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        driver = record.driver_connection
+        if driver is None or driver.is_closed():
+            raise DisconnectionError("connection closed by the server")
+        last = record.info.get(_CHECKIN_TIME)
+        if last is None or time.monotonic() - last > PING_AFTER_IDLE_SECONDS:
+            try:
+                await_only(driver.execute("SELECT 1"))
+            except Exception as exc:
+                raise DisconnectionError(f"ping failed: {type(exc).__name__}") from exc
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_CHECKIN_TIME] = time.monotonic()
 
 
 #: Advisory lock key taken around schema creation and migrations (any constant works).

@@ -6,7 +6,6 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 import runstore.sql.events as sql_events
 from runstore.records import InvalidEventError
@@ -20,21 +19,23 @@ def ids() -> tuple[str, str]:
 
 
 class StatementCounter:
-    """Counts statements sent to the driver through SQLAlchemy."""
+    """Counts statements the store sends to its driver (every read is one driver call)."""
 
     def __init__(self, store: SqlEventStore) -> None:
         self.statements: list[str] = []
-        self._engine = store.engine.sync_engine
+        self._store = store
+        self._real = store._driver.fetch
 
-    def _on(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        self.statements.append(statement)
+    async def _fetch(self, sql: str, params: Any) -> Any:
+        self.statements.append(sql)
+        return await self._real(sql, params)
 
     def __enter__(self) -> StatementCounter:
-        event.listen(self._engine, "before_cursor_execute", self._on)
+        self._store._driver.fetch = self._fetch  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        event.remove(self._engine, "before_cursor_execute", self._on)
+        del self._store._driver.fetch
 
 
 @pytest.fixture
