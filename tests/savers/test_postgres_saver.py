@@ -1,0 +1,572 @@
+"""PostgreSQL-specific tests of `PostgresSaver` (the shared contract lives in the conformance suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, StateGraph
+
+from runstore.checkpoint.modes import get_thread_state_schema
+from runstore.errors import SyncCallOnEventLoopError
+from runstore.options import BackendOptions
+from runstore.plugins.postgres.saver import (
+    BLOBS,
+    CHECKPOINTS,
+    COMPONENT,
+    SCHEMA_STEPS,
+    WRITES,
+    PostgresSaver,
+)
+from runstore.settings import Settings
+from runstore.urls import BackendURL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def opened(postgres_url: str) -> AsyncIterator[PostgresSaver]:
+    async with BackendOptions.scope() as options:
+        yield await PostgresSaver.open(BackendURL.parse(postgres_url), options)
+
+
+def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+async def put_chain(
+    saver: PostgresSaver,
+    thread: str,
+    values: list[dict[str, Any]],
+    run_id: str = "run",
+    parent: str | None = None,
+) -> list[str]:
+    """Put a linear chain; ``values[i]`` is checkpoint i's channel_values (channel ``a``)."""
+    ids: list[str] = []
+    version: str | None = None
+    for i, held in enumerate(values):
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = dict(held)
+        checkpoint["channel_versions"] = {"a": version}
+        out = await saver.aput(
+            cfg(thread, parent), checkpoint, {"step": i, "run_id": run_id}, {"a": version}
+        )
+        parent = out["configurable"]["checkpoint_id"]
+        await saver.aput_writes(out, [("a", f"w{i}")], "task", "")
+        ids.append(parent)
+    return ids
+
+
+async def raw_conn(url: str) -> Any:
+    import asyncpg
+
+    parsed = BackendURL.parse(url)
+    conn = await asyncpg.connect(parsed.without_query("schema").render(hide_password=False))
+    schema = parsed.option("schema")
+    if schema:
+        await conn.execute(f'SET search_path TO "{schema}"')
+    return conn
+
+
+def delta_graph(saver: Any, frequency: int = 3) -> Any:
+    schema = get_thread_state_schema("delta", frequency)
+
+    async def agent(state: dict[str, Any]) -> dict[str, Any]:
+        last = state["messages"][-1]
+        return {"messages": [AIMessage(content=f"re: {last.content}", id=f"ai-{last.id}")]}
+
+    builder = StateGraph(schema)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    return builder.compile(checkpointer=saver)
+
+
+async def run_turns(graph: Any, thread: str, turns: range) -> list[Any]:
+    config = {"configurable": {"thread_id": thread}}
+    for i in turns:
+        await graph.ainvoke(
+            {"messages": [HumanMessage(content=f"hi {i}", id=f"h{i}")]},
+            {**config, "metadata": {"run_id": f"run-{i}"}},
+        )
+    state = await graph.aget_state(config)
+    return [(m.type, m.id, m.content) for m in state.values["messages"]]
+
+
+# --------------------------------------------------------------------------- sync twins
+
+
+async def test_sync_twins_on_the_loop_thread_raise(opened: PostgresSaver) -> None:
+    saver = opened
+    calls: list[Any] = [
+        lambda: saver.get_tuple(cfg("t")),
+        lambda: saver.list(cfg("t")),
+        lambda: saver.put(cfg("t"), empty_checkpoint(), {}, {}),
+        lambda: saver.put_writes(cfg("t", "x"), [("a", 1)], "task"),
+        lambda: saver.delete_thread("t"),
+        lambda: saver.delete_for_runs(["r"]),
+        lambda: saver.copy_thread("t", "u"),
+        lambda: saver.prune(["t"]),
+        lambda: saver.get_delta_channel_history(config=cfg("t"), channels=["a"]),
+    ]
+    for call in calls:
+        with pytest.raises(SyncCallOnEventLoopError, match="event loop"):
+            call()
+
+
+async def test_sync_api_from_another_thread(opened: PostgresSaver) -> None:
+    saver = opened
+
+    def work() -> dict[str, Any]:
+        version = saver.get_next_version(None, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": ["seed"]}
+        checkpoint["channel_versions"] = {"a": version}
+        out = saver.put(cfg("t-sync"), checkpoint, {"step": 1, "run_id": "r-sync"}, {"a": version})
+        saver.put_writes(out, [("a", "w"), ("b", "x")], "task", "p")
+        got = saver.get_tuple(cfg("t-sync"))
+        listed = list(saver.list(cfg("t-sync"), filter={"step": 1}))
+        child = empty_checkpoint()
+        child["channel_versions"] = {"a": saver.get_next_version(version, None)}
+        child_cfg = saver.put(out, child, {"step": 2}, dict(child["channel_versions"]))
+        history = saver.get_delta_channel_history(config=child_cfg, channels=["a"])
+        saver.copy_thread("t-sync", "t-sync-copy")
+        copied = len(list(saver.list(cfg("t-sync-copy"))))
+        saver.prune(["t-sync-copy"], strategy="keep_latest")
+        pruned = len(list(saver.list(cfg("t-sync-copy"))))
+        saver.delete_for_runs(["r-sync"])
+        after_runs = len(list(saver.list(cfg("t-sync"))))
+        saver.delete_thread("t-sync")
+        return {
+            "got": got,
+            "listed": listed,
+            "history": history,
+            "copied": copied,
+            "pruned": pruned,
+            "after_runs": after_runs,
+            "gone": saver.get_tuple(cfg("t-sync")),
+        }
+
+    result = await asyncio.to_thread(work)
+    got = result["got"]
+    assert got is not None and got.checkpoint["channel_values"] == {"a": ["seed"]}
+    assert got.pending_writes == [("task", "a", "w"), ("task", "b", "x")]
+    assert [t.metadata["step"] for t in result["listed"]] == [1]
+    assert result["history"] == {"a": {"writes": [("task", "a", "w")], "seed": ["seed"]}}
+    assert result["copied"] == 2
+    # The head holds no value of "a": its parent (the seed) must survive the prune.
+    assert result["pruned"] == 2
+    # The run's checkpoint is the seed its successor rebuilds "a" from: it stays.
+    assert result["after_runs"] == 2
+    assert result["gone"] is None
+
+
+# --------------------------------------------------------------------------- durability, schema
+
+
+async def test_reopen_keeps_everything(postgres_url: str) -> None:
+    url = BackendURL.parse(postgres_url)
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        ids = await put_chain(saver, "t-reopen", [{"a": [0]}, {}, {}])
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        listed = [t async for t in saver.alist(cfg("t-reopen"))]
+        assert [t.config["configurable"]["checkpoint_id"] for t in listed] == ids[::-1]
+        assert [
+            t.parent_config and t.parent_config["configurable"]["checkpoint_id"] for t in listed
+        ] == [
+            ids[1],
+            ids[0],
+            None,
+        ]
+        history = await saver.aget_delta_channel_history(config=cfg("t-reopen"), channels=["a"])
+        assert history == {"a": {"writes": [("task", "a", "w0"), ("task", "a", "w1")], "seed": [0]}}
+
+
+async def test_real_graph_survives_reopen_in_delta_mode(postgres_url: str) -> None:
+    url = BackendURL.parse(postgres_url)
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        before = await run_turns(delta_graph(saver), "t-graph", range(7))
+    assert len(before) == 14
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        graph = delta_graph(saver)
+        state = await graph.aget_state({"configurable": {"thread_id": "t-graph"}})
+        assert [(m.type, m.id, m.content) for m in state.values["messages"]] == before
+        after = await run_turns(graph, "t-graph", range(7, 9))
+        assert after[:14] == before and len(after) == 18
+
+
+async def test_schema_option_holds_the_tables_and_version(postgres_url: str) -> None:
+    async with BackendOptions.scope() as options:
+        await PostgresSaver.open(BackendURL.parse(postgres_url), options)
+    schema = BackendURL.parse(postgres_url).option("schema")
+    conn = await raw_conn(postgres_url)
+    try:
+        tables = {
+            r[0]
+            for r in await conn.fetch(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
+            )
+        }
+        version = await conn.fetchval(
+            "SELECT version FROM runstore_schema_versions WHERE component = $1", COMPONENT
+        )
+    finally:
+        await conn.close()
+    assert {CHECKPOINTS, BLOBS, WRITES} <= tables
+    assert version == len(SCHEMA_STEPS)
+
+
+async def test_missing_schema_is_created(postgres_url: str) -> None:
+    base = BackendURL.parse(postgres_url)
+    schema = f"rs_new_{uuid.uuid4().hex[:10]}"
+    url = base.with_query(schema=schema)
+    try:
+        async with BackendOptions.scope() as options:
+            saver = await PostgresSaver.open(url, options)
+            await put_chain(saver, "t", [{"a": [1]}])
+        conn = await raw_conn(url.render(hide_password=False))
+        try:
+            count = await conn.fetchval(f"SELECT count(*) FROM {CHECKPOINTS}")
+        finally:
+            await conn.close()
+        assert count == 1
+    finally:
+        conn = await raw_conn(base.without_query("schema").render(hide_password=False))
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+def test_unknown_url_option_is_rejected(postgres_url: str) -> None:
+    from runstore.errors import InvalidURLError
+
+    url = BackendURL.parse(postgres_url).with_query(bogus="1")
+
+    async def go() -> None:
+        async with BackendOptions.scope() as options:
+            await PostgresSaver.open(url, options)
+
+    with pytest.raises(InvalidURLError, match="bogus"):
+        asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- processes
+
+_WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from langgraph.checkpoint.base import empty_checkpoint
+    from runstore.options import BackendOptions
+    from runstore.plugins.postgres.saver import PostgresSaver
+    from runstore.urls import BackendURL
+
+    async def main(url, thread, name, count):
+        async with BackendOptions.scope() as options:
+            saver = await PostgresSaver.open(BackendURL.parse(url), options)
+            parent = None
+            for i in range(count):
+                cp = empty_checkpoint()
+                cp["channel_values"] = {name: [i]}
+                cp["channel_versions"] = {name: f"{i + 1:032}.0"}
+                cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+                if parent:
+                    cfg["configurable"]["checkpoint_id"] = parent
+                out = await saver.aput(cfg, cp, {"writer": name, "i": i}, {name: f"{i + 1:032}.0"})
+                await saver.aput_writes(out, [(name, f"{name}-{i}")], f"task-{name}")
+                parent = out["configurable"]["checkpoint_id"]
+        print(json.dumps({"ok": True}))
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    """
+)
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", _WORKER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def test_concurrent_migrations_and_writers_from_two_processes(postgres_url: str) -> None:
+    """Two processes open the same fresh schema at once (both migrate) and write one thread."""
+    procs = [_spawn(postgres_url, "t-shared", name, "15") for name in ("a", "b")]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == {"ok": True}
+
+    async def check() -> None:
+        async with BackendOptions.scope() as options:
+            saver = await PostgresSaver.open(BackendURL.parse(postgres_url), options)
+            listed = [t async for t in saver.alist(cfg("t-shared"))]
+            assert len(listed) == 30
+            for name in ("a", "b"):
+                mine = [t for t in listed if t.metadata["writer"] == name]
+                assert sorted(t.metadata["i"] for t in mine) == list(range(15))
+                for t in mine:
+                    i = t.metadata["i"]
+                    assert t.checkpoint["channel_values"] == {name: [i]}
+                    assert t.pending_writes == [(f"task-{name}", name, f"{name}-{i}")]
+        conn = await raw_conn(postgres_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT version FROM runstore_schema_versions WHERE component = $1", COMPONENT
+            )
+        finally:
+            await conn.close()
+        assert [r[0] for r in rows] == [len(SCHEMA_STEPS)]
+
+    asyncio.run(check())
+
+
+def test_missing_driver_names_the_extra(postgres_url: str) -> None:
+    """Without asyncpg, importing the plugin works and opening names the extra to install."""
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        sys.modules["asyncpg"] = None  # hide the driver: `import asyncpg` raises ImportError
+        import runstore.plugins.postgres
+        import runstore.plugins.postgres.saver as saver_mod
+        from runstore.errors import MissingDriverError
+        from runstore.options import BackendOptions
+        from runstore.urls import BackendURL
+
+        async def main():
+            async with BackendOptions.scope() as options:
+                await saver_mod.PostgresSaver.open(BackendURL.parse(sys.argv[1]), options)
+
+        try:
+            asyncio.run(main())
+        except MissingDriverError as exc:
+            print("MISSING:", exc)
+        else:
+            print("opened?!")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, postgres_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "MISSING:" in proc.stdout, proc.stdout + proc.stderr
+    assert "pip install 'runstore[postgres]'" in proc.stdout
+    assert "asyncpg" in proc.stdout
+
+
+# --------------------------------------------------------------------------- serde, sharing
+
+
+class _XorCipher:
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    def _xor(self, data: bytes) -> bytes:
+        return bytes(b ^ self.key[i % len(self.key)] for i, b in enumerate(data))
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", self._xor(plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return self._xor(ciphertext)
+
+
+async def test_encrypted_serde_round_trip(postgres_url: str) -> None:
+    serde = EncryptedSerializer(_XorCipher(b"k3y!"), JsonPlusSerializer())
+    secret = "top-secret-value-" + uuid.uuid4().hex
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(BackendURL.parse(postgres_url), options, serde=serde)
+        version = saver.get_next_version(None, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": [secret]}
+        checkpoint["channel_versions"] = {"a": version}
+        out = await saver.aput(cfg("t-enc"), checkpoint, {}, {"a": version})
+        await saver.aput_writes(out, [("a", secret + "-write")], "task")
+        got = await saver.aget_tuple(cfg("t-enc"))
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"a": [secret]}
+        assert got.pending_writes == [("task", "a", secret + "-write")]
+        child = empty_checkpoint()
+        child["channel_versions"] = {"a": saver.get_next_version(version, None)}
+        child_cfg = await saver.aput(out, child, {}, dict(child["channel_versions"]))
+        history = await saver.aget_delta_channel_history(config=child_cfg, channels=["a"])
+        assert history == {"a": {"writes": [("task", "a", secret + "-write")], "seed": [secret]}}
+    conn = await raw_conn(postgres_url)
+    try:
+        types = {r[0] for r in await conn.fetch(f"SELECT type FROM {BLOBS}")}
+        types |= {r[0] for r in await conn.fetch(f"SELECT type FROM {WRITES}")}
+        stored = b"".join(r[0] for r in await conn.fetch(f"SELECT blob FROM {BLOBS}"))
+        stored += b"".join(r[0] for r in await conn.fetch(f"SELECT blob FROM {WRITES}"))
+    finally:
+        await conn.close()
+    assert types and all("+xor" in t for t in types), types
+    assert secret.encode() not in stored
+
+
+async def test_shares_engine_with_event_store(postgres_url: str) -> None:
+    from runstore.plugins.postgres.events import PostgresEventStore
+
+    url = BackendURL.parse(postgres_url)
+    settings = Settings().merged({"postgres": {"pool_max_size": 2}})
+    async with BackendOptions.scope(settings) as options:
+        saver = await PostgresSaver.open(url, options)
+        store = await PostgresEventStore.open(url, options)
+        assert saver.engine is store.engine
+        # Leases never starve the event store of the shared pool.
+        await asyncio.gather(*(put_chain(saver, f"t-pool-{i}", [{"a": [i]}]) for i in range(6)))
+        async with store.engine.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
+        assert (await saver.aget_tuple(cfg("t-pool-5"))) is not None
+
+
+async def test_runstore_open_shares_one_engine(postgres_url: str) -> None:
+    import runstore
+    from runstore.checkpoint.modes import reset_checkpoint_mode_for_tests
+
+    reset_checkpoint_mode_for_tests()
+    try:
+        async with runstore.open(
+            checkpointer=postgres_url, events=postgres_url, streams="memory://"
+        ) as stores:
+            saver = stores.checkpointer
+            while not isinstance(saver, PostgresSaver) and hasattr(saver, "inner"):
+                saver = saver.inner
+            assert isinstance(saver, PostgresSaver)
+            assert saver.engine is getattr(stores.events, "engine", None)
+    finally:
+        reset_checkpoint_mode_for_tests()
+
+
+# --------------------------------------------------------------------------- behaviour
+
+
+async def test_dead_leased_connection_is_replaced(opened: PostgresSaver) -> None:
+    saver = opened
+    await put_chain(saver, "t-dead", [{"a": [1]}])
+    pids = [raw.get_server_pid() for _, raw in saver._leases._idle]
+    assert pids, "the saver keeps a connection leased between calls"
+    conn = await raw_conn(str(saver.url.render(hide_password=False)))
+    try:
+        for pid in pids:
+            await conn.execute("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await conn.close()
+    await asyncio.sleep(0.2)
+    got = await saver.aget_tuple(cfg("t-dead"))
+    assert got is not None and got.checkpoint["channel_values"] == {"a": [1]}
+
+
+async def test_concurrent_writes_are_batched_and_all_committed(opened: PostgresSaver) -> None:
+    saver = opened
+    ids = await put_chain(saver, "t-batch", [{"a": [0]}])
+
+    async def one(i: int) -> None:
+        await saver.aput_writes(
+            cfg("t-batch", ids[0]), [("a", i), ("__error__", f"e{i}")], f"task-{i}"
+        )
+
+    await asyncio.gather(*(one(i) for i in range(40)))
+    got = await saver.aget_tuple(cfg("t-batch", ids[0]))
+    assert got is not None
+    writes = got.pending_writes or []
+    assert len(writes) == 1 + 80
+    assert ("task-7", "a", 7) in writes and ("task-7", "__error__", "e7") in writes
+
+
+async def test_failing_write_in_a_batch_fails_alone(opened: PostgresSaver) -> None:
+    saver = opened
+    ids = await put_chain(saver, "t-batch-err", [{"a": [0]}])
+
+    async def good(i: int) -> None:
+        await saver.aput_writes(cfg("t-batch-err", ids[0]), [("a", i)], f"ok-{i}")
+
+    async def bad() -> None:
+        # NUL bytes are not valid in PostgreSQL text: this statement fails server-side.
+        await saver.aput_writes(cfg("t-batch-err", ids[0]), [("a", 1)], "bad\x00task")
+
+    results = await asyncio.gather(
+        *(good(i) for i in range(5)),
+        bad(),
+        *(good(i) for i in range(5, 10)),
+        return_exceptions=True,
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1
+    got = await saver.aget_tuple(cfg("t-batch-err", ids[0]))
+    assert got is not None
+    assert {w[0] for w in got.pending_writes or []} == {"task"} | {f"ok-{i}" for i in range(10)}
+
+
+async def test_native_delta_history_matches_base_walk_with_forks(opened: PostgresSaver) -> None:
+    saver = opened
+    trunk = await put_chain(saver, "t-fork", [{"a": ["seed"]}] + [{}] * 30)
+    left = await put_chain(saver, "t-fork", [{}] * 5, parent=trunk[10])
+    right = await put_chain(saver, "t-fork", [{}] * 5, parent=trunk[10])
+    for target in (trunk[-1], left[-1], right[-1], trunk[0], trunk[1]):
+        config = cfg("t-fork", target)
+        native = await saver.aget_delta_channel_history(config=config, channels=["a", "zz"])
+        walked = await BaseCheckpointSaver.aget_delta_channel_history(
+            saver, config=config, channels=["a", "zz"]
+        )
+        assert native == walked
+    history = await saver.aget_delta_channel_history(config=cfg("t-fork", left[-1]), channels=["a"])
+    # seed at trunk[0]; trunk writes w0..w10, then the left fork's own w0..w3.
+    assert len(history["a"]["writes"]) == 11 + 4
+
+
+async def test_prune_and_delete_for_runs_keep_real_graph_state(opened: PostgresSaver) -> None:
+    saver = opened
+    graph = delta_graph(saver, frequency=4)
+    before = await run_turns(graph, "t-prune", range(6))
+    await saver.acopy_thread("t-prune", "t-prune-copy")
+    await saver.aprune(["t-prune"], strategy="keep_latest")
+    kept = [t async for t in saver.alist(cfg("t-prune"))]
+    assert 1 < len(kept) < 18
+    state = await graph.aget_state({"configurable": {"thread_id": "t-prune"}})
+    assert [(m.type, m.id, m.content) for m in state.values["messages"]] == before
+    copy_state = await graph.aget_state({"configurable": {"thread_id": "t-prune-copy"}})
+    assert [(m.type, m.id, m.content) for m in copy_state.values["messages"]] == before
+    # A middle run's checkpoints are what later runs rebuild their messages from (the
+    # last snapshot before run-3 is run-2's input): deleting run-2 keeps them.
+    await saver.adelete_for_runs(["run-2"])
+    copy_state = await graph.aget_state({"configurable": {"thread_id": "t-prune-copy"}})
+    assert [(m.type, m.id, m.content) for m in copy_state.values["messages"]] == before
+    # Nothing rebuilds from the last run: deleting it removes all of its checkpoints.
+    await saver.adelete_for_runs(["run-5"])
+    runs = [t.metadata.get("run_id") async for t in saver.alist(cfg("t-prune-copy"))]
+    assert "run-5" not in runs and runs.count("run-4") == 3
+    copy_state = await graph.aget_state({"configurable": {"thread_id": "t-prune-copy"}})
+    assert [(m.type, m.id, m.content) for m in copy_state.values["messages"]] == before[:10]
+    await saver.aprune(["t-prune"], strategy="delete")
+    assert await saver.aget_tuple(cfg("t-prune")) is None
