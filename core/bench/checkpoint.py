@@ -43,9 +43,7 @@ def make_payloads(seed: int, updates: int, payload_bytes: int) -> list[tuple[str
     rng = random.Random(seed)
     out: list[tuple[str, str]] = []
     for _ in range(updates):
-        pair = tuple(
-            rng.randbytes(payload_bytes // 2 + 1).hex()[:payload_bytes] for _ in range(2)
-        )
+        pair = tuple(rng.randbytes(payload_bytes // 2 + 1).hex()[:payload_bytes] for _ in range(2))
         out.append((pair[0], pair[1]))
     return out
 
@@ -238,7 +236,9 @@ class Probe:
 
 
 #: Which part of the case is running ("write", "warm", "cold").
-PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("runstore_bench_case_phase", default="write")
+PHASE: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "runstore_bench_case_phase", default="write"
+)
 
 
 class _CountingSerde:
@@ -280,9 +280,7 @@ async def _wrap_cache(
     else:
         spec = registry.get(cache)
         url = BackendURL.parse(f"{spec.schemes[0]}://")
-    options = await stack.enter_async_context(
-        BackendOptions.scope(Settings.load(settings or None))
-    )
+    options = await stack.enter_async_context(BackendOptions.scope(Settings.load(settings or None)))
     backend = await spec.open(url, options)
     stack.push_async_callback(backend.close)
     return CachedHistorySaver(saver, backend)
@@ -335,9 +333,9 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
             latencies.append(time.perf_counter() - t0)
         write_total = time.perf_counter() - write_started
         result.update(_write_metrics(latencies, write_total))
-        result["write_saver_ms"] = sum(
-            w.seconds for (ph, _), w in probe.calls.items() if ph == "write"
-        ) * 1000.0
+        result["write_saver_ms"] = (
+            sum(w.seconds for (ph, _), w in probe.calls.items() if ph == "write") * 1000.0
+        )
         result["write_history_ms"] = probe.phase_ms("write", "aget_delta_channel_history")
         result["write_reducer_ms"] = probe.reducer["write"].seconds * 1000.0
 
@@ -385,9 +383,7 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         result["cold_read_ms"] = (time.perf_counter() - t0) * 1000.0
         result["cold_read_reopened"] = reopened
         result["cold_history_ms"] = probe.phase_ms("cold", "aget_delta_channel_history")
-        result["replay_ms"] = (
-            probe.reducer["cold"].seconds * 1000.0 if mode == "delta" else None
-        )
+        result["replay_ms"] = probe.reducer["cold"].seconds * 1000.0 if mode == "delta" else None
         messages = state.values.get("messages", [])
         # The head of an aligned run is often a snapshot; its parent is then the
         # checkpoint with the longest replay (snapshot_frequency - 1 writes).

@@ -166,7 +166,9 @@ def _finish(outcome: Outcome, *, as_json: bool) -> None:
         click.echo(f"DIGEST MISMATCH: {failure}", err=True)
     code = outcome.exit_code
     if code == 1:
-        click.echo("a correctness check failed (see rows with status digest_mismatch/failed)", err=True)
+        click.echo(
+            "a correctness check failed (see rows with status digest_mismatch/failed)", err=True
+        )
     elif code == 3:
         click.echo("some cases errored or timed out (see rows with status error/timeout)", err=True)
     if code:
@@ -234,7 +236,13 @@ def _common_run_options(fn: Any) -> Any:
     help="Saver URLs and/or peers (langgraph:memory, langgraph:sqlite, langgraph:postgres); "
     "comma-separated or repeated. Default: memory:// and langgraph:memory.",
 )
-@click.option("--updates", callback=_ints, default="100", show_default=True, help="Turns per case, e.g. 100,500.")
+@click.option(
+    "--updates",
+    callback=_ints,
+    default="100",
+    show_default=True,
+    help="Turns per case, e.g. 100,500.",
+)
 @click.option("--payload-bytes", callback=_ints, default="128", show_default=True)
 @click.option("--snapshot-frequencies", callback=_ints, default="10,100", show_default=True)
 @click.option(
@@ -344,9 +352,13 @@ def checkpoint_cmd(
     help="Event store URLs (memory://, jsonl://, sqlite://, postgresql://...). "
     "Default: memory://, jsonl://, sqlite://.",
 )
-@click.option("--batches", type=int, default=200, show_default=True, help="put_batch calls per case.")
+@click.option(
+    "--batches", type=int, default=200, show_default=True, help="put_batch calls per case."
+)
 @click.option("--batch-size", type=int, default=20, show_default=True)
-@click.option("--pages", type=int, default=200, show_default=True, help="Page reads per thread size.")
+@click.option(
+    "--pages", type=int, default=200, show_default=True, help="Page reads per thread size."
+)
 @click.option("--page-size", type=int, default=50, show_default=True)
 @click.option(
     "--thread-sizes",
@@ -409,7 +421,14 @@ def events_cmd(
     callback=_strs,
     help="Stream bridge URLs (memory://, redis://...). Default: memory:// and the test Redis.",
 )
-@click.option("--events", "n_events", type=int, default=1000, show_default=True, help="Events per latency run.")
+@click.option(
+    "--events",
+    "n_events",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Events per latency run.",
+)
 @click.option("--throughput-events", type=int, default=5000, show_default=True)
 @click.option("--subscribers", callback=_ints, default="1,50", show_default=True)
 @_common_run_options
@@ -465,7 +484,9 @@ def streams_cmd(
     default=None,
     help="Draw storage and write time against turns (PNG, needs matplotlib).",
 )
-def summarize_cmd(files: tuple[str, ...], as_json: bool, as_csv: bool, plot_path: str | None) -> None:
+def summarize_cmd(
+    files: tuple[str, ...], as_json: bool, as_csv: bool, plot_path: str | None
+) -> None:
     """Medians over paired successful repetitions, with delta/full and runstore/peer ratios."""
     try:
         loaded = [read_jsonl(f) for f in files]

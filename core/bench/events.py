@@ -43,9 +43,7 @@ CONTENT_BYTES = 200
 POPULATE_CHUNK = 500
 
 
-def make_events(
-    thread_id: str, start: int, count: int, rng: random.Random
-) -> list[dict[str, Any]]:
+def make_events(thread_id: str, start: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
     """``count`` events alternating message / trace, with seeded content."""
     out = []
     for i in range(start, start + count):
@@ -185,8 +183,13 @@ async def _raw_aiosqlite(
         durations = await _time_calls(params["batches"], put)
         out.append(
             _measurement(
-                "put_batch", str(batch_size), label, durations,
-                units=params["batches"] * batch_size, metric="rate_per_s", reference=None,
+                "put_batch",
+                str(batch_size),
+                label,
+                durations,
+                units=params["batches"] * batch_size,
+                metric="rate_per_s",
+                reference=None,
             )
         )
         for size in params["thread_sizes"]:
@@ -200,7 +203,9 @@ async def _raw_aiosqlite(
                 await conn.execute("COMMIT")
             out.extend(
                 await _page_measurements(
-                    label, size, params,
+                    label,
+                    size,
+                    params,
                     functools.partial(_aiosqlite_page, conn, raw, thread),
                     reference=None,
                 )
@@ -238,8 +243,13 @@ async def _raw_sqlite3(
         durations = await _time_calls(params["batches"], put)
         return [
             _measurement(
-                "put_batch", str(batch_size), label, durations,
-                units=params["batches"] * batch_size, metric="rate_per_s", reference=None,
+                "put_batch",
+                str(batch_size),
+                label,
+                durations,
+                units=params["batches"] * batch_size,
+                metric="rate_per_s",
+                reference=None,
             )
         ]
     finally:
@@ -269,8 +279,16 @@ async def _raw_asyncpg(
         def rows(events: Sequence[Mapping[str, Any]], first: int) -> list[tuple[Any, ...]]:
             now = datetime.now(UTC)
             return [
-                (e["thread_id"], e["run_id"], e["event_type"], e["category"], e["content"],
-                 orjson.dumps(e["metadata"]).decode(), first + i, now)
+                (
+                    e["thread_id"],
+                    e["run_id"],
+                    e["event_type"],
+                    e["category"],
+                    e["content"],
+                    orjson.dumps(e["metadata"]).decode(),
+                    first + i,
+                    now,
+                )
                 for i, e in enumerate(events)
             ]
 
@@ -287,8 +305,13 @@ async def _raw_asyncpg(
         durations = await _time_calls(params["batches"], put)
         out.append(
             _measurement(
-                "put_batch", str(batch_size), label, durations,
-                units=params["batches"] * batch_size, metric="rate_per_s", reference=None,
+                "put_batch",
+                str(batch_size),
+                label,
+                durations,
+                units=params["batches"] * batch_size,
+                metric="rate_per_s",
+                reference=None,
             )
         )
         page_sql = (
@@ -298,7 +321,9 @@ async def _raw_asyncpg(
         )
 
         async def page(thread: str, before: int | None, limit: int) -> list[dict[str, Any]]:
-            fetched = await conn.fetch(page_sql, thread, before if before is not None else 2**62, limit)
+            fetched = await conn.fetch(
+                page_sql, thread, before if before is not None else 2**62, limit
+            )
             result = []
             for r in reversed(fetched):
                 rec = dict(r)
@@ -312,10 +337,14 @@ async def _raw_asyncpg(
             for start in range(0, size, POPULATE_CHUNK):
                 n = min(POPULATE_CHUNK, size - start)
                 async with conn.transaction():
-                    await conn.executemany(insert, rows(make_events(thread, start, n, rng), start + 1))
+                    await conn.executemany(
+                        insert, rows(make_events(thread, start, n, rng), start + 1)
+                    )
             out.extend(
                 await _page_measurements(
-                    label, size, params,
+                    label,
+                    size,
+                    params,
                     functools.partial(page, thread),
                     reference=None,
                 )
@@ -348,11 +377,21 @@ async def _page_measurements(
     ref = (lambda op: {"backend": reference, "op": op, "variant": str(size)}) if reference else None
     return [
         _measurement(
-            "page_latest", str(size), label, latest, units=n, metric="p50_ms",
+            "page_latest",
+            str(size),
+            label,
+            latest,
+            units=n,
+            metric="p50_ms",
             reference=ref("page_latest") if ref else None,
         ),
         _measurement(
-            "page_before", str(size), label, before, units=n, metric="p50_ms",
+            "page_before",
+            str(size),
+            label,
+            before,
+            units=n,
+            metric="p50_ms",
             reference=ref("page_before") if ref else None,
         ),
     ]
@@ -405,10 +444,15 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
             durations = await _time_calls(case["batches"], put)
             measurements.append(
                 _measurement(
-                    "put_batch", str(batch_size), label, durations,
-                    units=case["batches"] * batch_size, metric="rate_per_s",
+                    "put_batch",
+                    str(batch_size),
+                    label,
+                    durations,
+                    units=case["batches"] * batch_size,
+                    metric="rate_per_s",
                     reference={"backend": reference, "op": "put_batch", "variant": str(batch_size)}
-                    if reference else None,
+                    if reference
+                    else None,
                 )
             )
             for size in case["thread_sizes"]:
@@ -446,17 +490,23 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
     if len(sizes) >= 2:
         for op in ("page_latest", "page_before"):
             small = next(
-                (m for m in measurements if m["backend"] == label and m["op"] == op
-                 and m["variant"] == str(sizes[0])), None,
+                (
+                    m
+                    for m in measurements
+                    if m["backend"] == label and m["op"] == op and m["variant"] == str(sizes[0])
+                ),
+                None,
             )
             large = next(
-                (m for m in measurements if m["backend"] == label and m["op"] == op
-                 and m["variant"] == str(sizes[-1])), None,
+                (
+                    m
+                    for m in measurements
+                    if m["backend"] == label and m["op"] == op and m["variant"] == str(sizes[-1])
+                ),
+                None,
             )
             if small and large:
-                large["size_ratio"] = (
-                    large["p50_ms"] / small["p50_ms"] if small["p50_ms"] else None
-                )
+                large["size_ratio"] = large["p50_ms"] / small["p50_ms"] if small["p50_ms"] else None
     return {"status": "ok", "measurements": measurements}
 
 
@@ -473,9 +523,15 @@ def run_measurement_cases(
 ) -> Outcome:
     """Run one child per (repetition, backend); each measurement becomes one row."""
     runner = CaseRunner(
-        bench, output, options, argv=argv,
-        params={**params, "backends": [display_backend(b) for b in backends],
-                "repetitions": repetitions},
+        bench,
+        output,
+        options,
+        argv=argv,
+        params={
+            **params,
+            "backends": [display_backend(b) for b in backends],
+            "repetitions": repetitions,
+        },
         reporter=reporter,
     )
     runner.reporter.start(repetitions * len(backends))
@@ -518,6 +574,12 @@ def run_events(
 ) -> Outcome:
     """`runstore bench events`."""
     return run_measurement_cases(
-        "events", backends, output=output, options=options, repetitions=repetitions,
-        params=params, argv=argv, reporter=reporter,
+        "events",
+        backends,
+        output=output,
+        options=options,
+        repetitions=repetitions,
+        params=params,
+        argv=argv,
+        reporter=reporter,
     )

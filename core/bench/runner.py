@@ -223,9 +223,7 @@ class CaseRunner:
         if profiled:
             assert self.options.profile_dir is not None
             safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
-            case["profile_path"] = str(
-                self.options.profile_dir / f"{self._index:04d}-{safe}.prof"
-            )
+            case["profile_path"] = str(self.options.profile_dir / f"{self._index:04d}-{safe}.prof")
         self.reporter.case_started(label)
         try:
             result = self.child(case, self.options.timeout_seconds)
@@ -286,7 +284,9 @@ def run_checkpoint_plan(
             rows: list[dict[str, Any]] = []
             for case in cell_cases:
                 case_params = case.params()
-                case_params["backend_name"] = backend_name(backend_urls.get(case.backend, case.backend))
+                case_params["backend_name"] = backend_name(
+                    backend_urls.get(case.backend, case.backend)
+                )
                 if case.skipped:
                     rows.append(
                         runner.row(

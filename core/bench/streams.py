@@ -171,8 +171,14 @@ async def _bridge_measurements(
         ref_op = "publish_pipelined" if reference == "raw:redis-py" else "throughput"
         out.append(
             _rate_row(
-                label, "throughput", subs, case["throughput_events"], elapsed,
-                {"backend": reference, "op": ref_op, "variant": f"{subs} sub"} if reference else None,
+                label,
+                "throughput",
+                subs,
+                case["throughput_events"],
+                elapsed,
+                {"backend": reference, "op": ref_op, "variant": f"{subs} sub"}
+                if reference
+                else None,
             )
         )
     return out
@@ -215,8 +221,12 @@ async def _queue_measurements(label: str, case: Mapping[str, Any]) -> list[dict[
             await subscribe(run_id, sub, fan, ready)
 
         samples, elapsed = await _measure(
-            subs, case["events"], case["throughput_events"],
-            subscribe_with_setup, publish_with_setup, finish,
+            subs,
+            case["events"],
+            case["throughput_events"],
+            subscribe_with_setup,
+            publish_with_setup,
+            finish,
         )
         out.append(_latency_row(label, subs, samples, None))
         out.append(_rate_row(label, "throughput", subs, case["throughput_events"], elapsed, None))
@@ -234,6 +244,7 @@ async def _redis_measurements(
     keys: list[str] = []
     out: list[dict[str, Any]] = []
     try:
+
         def key_of(run_id: str) -> str:
             key = f"{prefix}raw:{run_id}"
             if key not in keys:
@@ -263,7 +274,9 @@ async def _redis_measurements(
                 subs, case["events"], case["throughput_events"], subscribe, publish, finish
             )
             out.append(_latency_row(label, subs, samples, None))
-            out.append(_rate_row(label, "throughput", subs, case["throughput_events"], elapsed, None))
+            out.append(
+                _rate_row(label, "throughput", subs, case["throughput_events"], elapsed, None)
+            )
             # publish side alone, pipelined by 100 (the issue's throughput reference)
             key = key_of(f"pipe-{uuid.uuid4().hex[:8]}")
             n = case["throughput_events"]
@@ -348,6 +361,12 @@ def run_streams(
 ) -> Outcome:
     """`runstore bench streams`."""
     return run_measurement_cases(
-        "streams", backends, output=output, options=options, repetitions=repetitions,
-        params=params, argv=argv, reporter=reporter,
+        "streams",
+        backends,
+        output=output,
+        options=options,
+        repetitions=repetitions,
+        params=params,
+        argv=argv,
+        reporter=reporter,
     )

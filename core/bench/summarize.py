@@ -128,7 +128,7 @@ def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
         if failed:
             summary.warnings.append(
                 f"{bench_file.path}: {len(failed)} row(s) not ok ("
-                + ", ".join(sorted({str(r.get('status')) for r in failed}))
+                + ", ".join(sorted({str(r.get("status")) for r in failed}))
                 + "); their pairs are left out"
             )
         ok = [r for r in rows if r.get("status") == "ok"]

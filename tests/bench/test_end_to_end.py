@@ -1,0 +1,69 @@
+"""One tiny real run of ``runstore bench checkpoint`` as a subprocess, parsed from JSONL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from runstore.bench.common import read_jsonl
+
+
+def _runstore() -> list[str]:
+    script = Path(sys.executable).parent / "runstore"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runstore.bench"]
+
+
+def test_tiny_checkpoint_run_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    cmd = [*_runstore()]
+    if cmd[-1] != "runstore.bench":
+        cmd.append("bench")
+    proc = subprocess.run(
+        [
+            *cmd,
+            "checkpoint",
+            "--backends",
+            "memory://",
+            "--updates",
+            "5",
+            "--repetitions",
+            "1",
+            "--snapshot-frequencies",
+            "2",
+            "--output",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = read_jsonl(out)
+    assert len(data.runs) == 1
+    rows = data.rows
+    assert sorted(r["mode"] for r in rows) == ["delta", "full"]
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert len({r["digest"] for r in rows}) == 1
+    for r in rows:
+        assert r["messages"] == 10
+        assert r["checkpoint_rows"] > 0 and r["write_rows"] > 0 and r["logical_bytes"] > 0
+        assert r["peak_rss_bytes"] > 0
+        for key in (
+            "turn_p50_ms",
+            "turn_p95_ms",
+            "turn_p99_ms",
+            "window_first_ms",
+            "window_middle_ms",
+            "window_last_ms",
+            "warm_read_ms",
+            "cold_read_ms",
+        ):
+            assert r[key] is not None, key
+    summary = orjson.loads(proc.stdout)
+    assert {e["mode"] for e in summary["checkpoint"]} == {"full", "delta"}
