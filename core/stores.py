@@ -90,16 +90,21 @@ async def _wrap_checkpointer(
 ) -> BaseCheckpointSaver[Any]:
     """Wrap the saver in the delta history cache when the settings ask for one.
 
-    Only in delta mode: full-mode checkpoints store every value, so nothing ever
-    asks for delta history. ``checkpoint_cache.max_entries: 0`` disables the cache.
+    Only in delta mode (full-mode checkpoints store every value, so nothing ever
+    asks for delta history): the saver is wrapped in `DeltaMarkingSaver` (the mode
+    marker on every checkpoint) and, unless ``checkpoint_cache.max_entries`` is 0,
+    in `CachedHistorySaver`. Full mode returns the saver unwrapped.
     """
     settings = options.settings
-    if settings.checkpoint_channel_mode != "delta" or settings.checkpoint_cache.max_entries <= 0:
+    if settings.checkpoint_channel_mode != "delta":
         return saver
     from .checkpoint.cache import CachedHistorySaver, open_history_cache
+    from .checkpoint.forwarding import DeltaMarkingSaver
 
+    # Every delta checkpoint carries the mode marker, whoever runs the graph.
+    marked = DeltaMarkingSaver(saver)
     cache = await open_history_cache(settings, options, registry)
     if cache is None:
-        return saver
+        return marked
     options.on_close(cache.close)
-    return CachedHistorySaver(saver, cache)
+    return CachedHistorySaver(marked, cache)

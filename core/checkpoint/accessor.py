@@ -21,9 +21,6 @@ from langgraph.channels.binop import BinaryOperatorAggregate, _get_overwrite
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
 )
 from langgraph.graph import END, START, StateGraph
@@ -31,7 +28,7 @@ from langgraph.types import Overwrite, StateSnapshot
 
 from ..errors import CheckpointModeError
 from . import modes
-from .forwarding import ForwardingSaver
+from .forwarding import DeltaMarkingSaver
 
 #: Node name the mutation graph uses when the caller gives no ``as_node``.
 DEFAULT_AS_NODE = "runstore_state_update"
@@ -61,34 +58,6 @@ def _graph_max_from_settings() -> int:
     if settings is None:
         return 64
     return settings.checkpoint_graph_cache.accessor_graph_max
-
-
-class _MarkingSaver(ForwardingSaver):
-    """Stamps the delta marker on every checkpoint the accessor's graphs write."""
-
-    def __init__(self, inner: BaseCheckpointSaver[Any], mode: str) -> None:
-        super().__init__(inner)
-        self.mode = mode
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        marked = cast(CheckpointMetadata, modes.mark_metadata(metadata, self.mode))
-        return self.inner.put(config, checkpoint, marked, new_versions)
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        marked = cast(CheckpointMetadata, modes.mark_metadata(metadata, self.mode))
-        return await self.inner.aput(config, checkpoint, marked, new_versions)
 
 
 def _noop(state: Any) -> dict[str, Any]:
@@ -143,7 +112,13 @@ class CheckpointStateAccessor:
         self._graph_source = graph
         self._extra_schemas = tuple(extra_schemas)
         self._schemas: tuple[type, ...] | None = None
-        self._proxy = _MarkingSaver(checkpointer, mode)
+        # Delta writes are stamped by the proxy itself: update_state does not copy
+        # config metadata into the checkpoint it writes.
+        self._proxy: BaseCheckpointSaver[Any] = (
+            checkpointer
+            if mode == "full" or isinstance(checkpointer, DeltaMarkingSaver)
+            else DeltaMarkingSaver(checkpointer)
+        )
         if graph_cache_max is None:
             self._graph_max: Callable[[], int] = _graph_max_from_settings
         elif callable(graph_cache_max):

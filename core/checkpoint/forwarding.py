@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -151,3 +151,39 @@ class ForwardingSaver(BaseCheckpointSaver[Any]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self.inner.aget_delta_channel_history(config=config, channels=channels)
+
+
+class DeltaMarkingSaver(ForwardingSaver):
+    """Stamps ``runstore_checkpoint_channel_mode: "delta"`` on every checkpoint it writes.
+
+    `runstore.open` wraps the saver in it in delta mode (and the accessor's graphs
+    write through it), so the marker does not depend on callers remembering
+    `inject_checkpoint_mode`. Right after a snapshot LangGraph's own counters are
+    absent, so without the marker such a checkpoint would look like full mode.
+    """
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.inner.put(config, checkpoint, _marked(metadata), new_versions)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self.inner.aput(config, checkpoint, _marked(metadata), new_versions)
+
+
+def _marked(metadata: CheckpointMetadata) -> CheckpointMetadata:
+    from .modes import MODE_METADATA_KEY
+
+    out: dict[str, Any] = dict(metadata)
+    out[MODE_METADATA_KEY] = "delta"
+    return cast(CheckpointMetadata, out)

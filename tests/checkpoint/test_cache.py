@@ -218,3 +218,25 @@ async def test_open_with_redis_cache(redis_url: str) -> None:
     async with runstore.open({**base, "checkpoint_channel_mode": "delta",
                               "checkpoint_cache": {"type": "redis", "url": redis_url}}) as stores:
         assert isinstance(stores.checkpointer.cache, RedisHistoryCache)
+
+
+async def test_open_in_delta_marks_every_checkpoint_without_inject() -> None:
+    from runstore.checkpoint import modes
+
+    from .graphs import chat_builder, turn
+
+    base = {"checkpointer": "memory://", "events": "memory://", "streams": "memory://"}
+    async with runstore.open({**base, "checkpoint_channel_mode": "delta",
+                              "checkpoint_delta": {"snapshot_frequency": 5}}) as stores:
+        graph = chat_builder("delta", 5).compile(checkpointer=stores.checkpointer)
+        cfg = {"configurable": {"thread_id": "t-plain"}}  # no inject_checkpoint_mode
+        for q in ("a", "b", "c"):
+            await turn(graph, cfg, q)
+        metas = [t.metadata async for t in stores.checkpointer.alist(cfg)]
+        assert metas and all(modes.is_delta_metadata(m) for m in metas)
+        assert all(m.get(modes.MODE_METADATA_KEY) == "delta" for m in metas), (
+            "contract: every delta checkpoint carries the marker (snapshot ones too)"
+        )
+        state = await graph.aget_state(cfg)
+        assert len(state.values["messages"]) == 6
+        assert stores.checkpointer.stats()["misses"] > 0
