@@ -385,9 +385,11 @@ def test_put_if_absent_race_in_one_process(events_target: Any) -> None:
             seqs = [claims[0][0]["seq"]]
             for i in range(6):
                 seqs += [r["seq"] for r in await store.list_events(thread, f"b{i}", user_id=None)]
-            extra = await store.list_events(thread, "run-1", user_id=None)
-            assert len(extra) == 1, "contract: put_if_absent keeps one record per (thread, run, event_type)"
             _check_race(claims, batches, seqs, 1 + 6 * 3, f"round {round_}")
+            extra = await store.list_events(thread, "run-1", user_id=None)
+            assert len(extra) == 1, (
+                "contract: put_if_absent is serialized: one record per (thread, run, event_type)"
+            )
             await store.delete_by_thread(thread, user_id=None)
 
     events_target.run(body)
