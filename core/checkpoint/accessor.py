@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import typing
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
@@ -42,7 +43,7 @@ def _is_user_channel(name: str) -> bool:
     return bool(_USER_CHANNEL.match(name)) and not name.startswith("__")
 
 
-_TypedDict: Any = __import__("typing").TypedDict
+_TypedDict: Any = typing.TypedDict
 
 
 @lru_cache(maxsize=256)
@@ -81,10 +82,10 @@ def _head_config(config: RunnableConfig) -> RunnableConfig:
 
 
 def _empty_like(value: Any) -> Any:
-    try:
+    # Containers reset to empty (a reducer channel stays usable); anything else to None.
+    if isinstance(value, list | dict | set | tuple):
         return type(value)()
-    except Exception:
-        return None
+    return None
 
 
 class CheckpointStateAccessor:
@@ -112,6 +113,7 @@ class CheckpointStateAccessor:
         self._graph_source = graph
         self._extra_schemas = tuple(extra_schemas)
         self._schemas: tuple[type, ...] | None = None
+        self._declared: frozenset[str] | None = None
         # Delta writes are stamped by the proxy itself: update_state does not copy
         # config metadata into the checkpoint it writes.
         self._proxy: BaseCheckpointSaver[Any] = (
@@ -180,16 +182,22 @@ class CheckpointStateAccessor:
             self._schemas = found + self._extra_schemas
         return self._schemas
 
+    def _declared_channels(self) -> frozenset[str]:
+        if self._declared is None:
+            declared: set[str] = {modes.MESSAGES_CHANNEL}
+            for schema in self._bound_schemas():
+                declared.update(getattr(schema, "__annotations__", {}))
+                try:
+                    declared.update(typing.get_type_hints(schema))
+                except Exception:
+                    pass  # unresolvable forward refs: __annotations__ already named them
+            self._declared = frozenset(declared)
+        return self._declared
+
     def effective_schema(self, extra_channels: Iterable[str] = ()) -> type:
         """The thread-state schema for this accessor: mode ``messages`` + bound schemas + ``extra_channels``."""
         schemas = self._bound_schemas()
-        declared: set[str] = {modes.MESSAGES_CHANNEL}
-        for schema in schemas:
-            declared.update(getattr(schema, "__annotations__", {}))
-            try:
-                declared.update(__import__("typing").get_type_hints(schema))
-            except Exception:
-                pass
+        declared = self._declared_channels()
         loose = frozenset(k for k in extra_channels if _is_user_channel(k) and k not in declared)
         if loose:
             schemas = (*schemas, _loose_schema(loose))
@@ -420,7 +428,7 @@ class CheckpointStateAccessor:
             # Head-only channels did not exist at the target: reset them.
             for key, value in (head.values or {}).items():
                 if key not in values:
-                    values[key] = _empty_like(value) if key == modes.MESSAGES_CHANNEL else None
+                    values[key] = _empty_like(value)
         values.setdefault(modes.MESSAGES_CHANNEL, [])
         return values
 
