@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -80,3 +81,34 @@ def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("idle_ping", [False, True])
+async def test_postgres_pool_replaces_a_connection_the_server_killed(
+    postgres_url: str, idle_ping: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runstore.sql import engine as engine_module
+    from runstore.sql.events import SqlEventStore
+
+    if idle_ping:
+        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)
+    async with BackendOptions.scope() as options:
+        store = await SqlEventStore.open(BackendURL.parse(postgres_url), options)
+        await store.count_messages("t", user_id=None)
+        async with store.engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            victim = raw.get_server_pid()
+        async with BackendOptions.scope() as other:
+            killer = await shared_engine(
+                BackendURL.parse(postgres_url).without_query("schema"), other
+            )
+            async with killer.connect() as conn:
+                await conn.exec_driver_sql(f"SELECT pg_terminate_backend({victim})")
+        if not idle_ping:
+            # Once the event loop has seen the socket close, the checkout hook discards
+            # the dead connection without a round trip.
+            await asyncio.sleep(0.2)
+        # Otherwise the ping of an idle connection finds it dead. Either way the pool
+        # reconnects and the caller never sees the failure.
+        for _ in range(3):
+            assert await store.count_messages("t", user_id=None) == 0

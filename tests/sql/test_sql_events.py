@@ -354,3 +354,21 @@ async def test_sqlite_message_pages_use_the_message_index(sqlite_url: str) -> No
                     str(r[-1]) for r in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql)
                 )
                 assert "runstore_events_messages" in plan and "TEMP B-TREE" not in plan, plan
+
+
+async def test_saver_and_event_store_share_one_engine(db_url: str) -> None:
+    import runstore
+
+    async with runstore.open(checkpointer=db_url, events=db_url, streams="memory://") as stores:
+        saver = stores.checkpointer
+        engine = getattr(saver, "engine", None) or getattr(
+            getattr(saver, "saver", None), "engine", None
+        )
+        if engine is None:
+            pytest.skip(f"{type(saver).__name__} does not expose its engine")
+        assert engine is stores.events.engine  # type: ignore[attr-defined]
+        thread, run = ids()
+        record = await stores.events.put(
+            thread_id=thread, run_id=run, event_type="e", category="message", user_id=None
+        )
+        assert record["seq"] == 1
