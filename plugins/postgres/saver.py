@@ -16,6 +16,7 @@ handling and the round-trip budget:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
@@ -253,25 +254,32 @@ WITH c AS (DELETE FROM {CHECKPOINTS} WHERE thread_id = ANY($1::text[])),
 DELETE FROM {WRITES} WHERE thread_id = ANY($1::text[])
 """
 
+# The source wins on an id present in both threads (same rule as the sqlite saver).
 COPY_THREAD_SQL = f"""
 WITH c AS (
-    INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
-                               run_id, type, checkpoint, metadata, value_versions,
-                               channel_versions)
+    INSERT INTO {CHECKPOINTS} AS t (thread_id, checkpoint_ns, checkpoint_id,
+                                    parent_checkpoint_id, run_id, type, checkpoint, metadata,
+                                    value_versions, channel_versions)
     SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint,
            metadata, value_versions, channel_versions
     FROM {CHECKPOINTS} WHERE thread_id = $1
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
+        type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
+        value_versions = EXCLUDED.value_versions, channel_versions = EXCLUDED.channel_versions
 ), b AS (
     INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT $2, checkpoint_ns, channel, version, type, blob FROM {BLOBS} WHERE thread_id = $1
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+        type = EXCLUDED.type, blob = EXCLUDED.blob
 )
 INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path,
                       channel, type, blob)
 SELECT $2, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, blob
 FROM {WRITES} WHERE thread_id = $1
-ON CONFLICT DO NOTHING
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, type = EXCLUDED.type,
+    blob = EXCLUDED.blob
 """
 
 # keep_latest: per (thread, namespace) the head, plus every ancestor a delta
@@ -644,15 +652,20 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             if checkpoint_id := get_checkpoint_id(config):
                 wheres.append(f"checkpoint_id = {arg(str(checkpoint_id))}")
         for term in codec.metadata_filter_terms(filter):
-            key = arg(term.key)
+            if term.kind == "number" and not math.isfinite(term.value):
+                wheres.append("false")  # JSON holds no NaN/infinity
+                continue
+            key = f"{arg(term.key)}::text"
             if term.kind == "null":
                 wheres.append(f"(metadata -> {key} IS NULL OR metadata -> {key} = 'null'::jsonb)")
             elif term.kind == "bool":
                 wheres.append(f"metadata -> {key} = '{'true' if term.value else 'false'}'::jsonb")
             elif term.kind == "number":
+                # CASE, not AND: SQL does not promise to test the type before the cast.
                 wheres.append(
-                    f"(jsonb_typeof(metadata -> {key}) = 'number'"
-                    f" AND (metadata ->> {key})::numeric = {arg(repr(term.value))}::numeric)"
+                    f"(CASE WHEN jsonb_typeof(metadata -> {key}) = 'number'"
+                    f" THEN (metadata ->> {key})::numeric = {arg(repr(term.value))}::numeric"
+                    " ELSE false END)"
                 )
             elif term.kind == "text":
                 wheres.append(

@@ -570,3 +570,18 @@ async def test_prune_and_delete_for_runs_keep_real_graph_state(opened: PostgresS
     assert [(m.type, m.id, m.content) for m in copy_state.values["messages"]] == before[:10]
     await saver.aprune(["t-prune"], strategy="delete")
     assert await saver.aget_tuple(cfg("t-prune")) is None
+
+
+async def test_metadata_filters_tolerate_mixed_types(opened: PostgresSaver) -> None:
+    saver = opened
+    for i, step in enumerate([1, "1", 1.0, None, True]):
+        checkpoint = empty_checkpoint()
+        await saver.aput(cfg("t-filter"), checkpoint, {"step": step, "i": i}, {})
+    listed = [t async for t in saver.alist(cfg("t-filter"), filter={"step": 1})]
+    # 1 == 1.0 numerically; "1" is a string and True a boolean (never 1).
+    assert sorted(t.metadata["i"] for t in listed) == [0, 2]
+    assert [t async for t in saver.alist(cfg("t-filter"), filter={"step": float("nan")})] == []
+    listed = [t async for t in saver.alist(cfg("t-filter"), filter={"step": "1"})]
+    assert [t.metadata["i"] for t in listed] == [1]
+    listed = [t async for t in saver.alist(None, filter={"step": None, "i": 3})]
+    assert [t.metadata["i"] for t in listed] == [3]
