@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 #: Saver methods whose calls and time the harness records.
 PROBED_METHODS = ("aget_tuple", "aput", "aput_writes", "aget_delta_channel_history")
 WARM_READS = 5
-PHASES = ("write", "warm", "cold", "parent")
+PHASES = ("write", "warm", "cold", "parent", "history")
 
 _CALL: contextvars.ContextVar[str] = contextvars.ContextVar("runstore_bench_call", default="")
 
@@ -397,11 +397,17 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
             result["parent_replay_ms"] = (
                 probe.reducer["parent"].seconds * 1000.0 if mode == "delta" else None
             )
+        if mode == "delta" and parent_config is not None:
+            PHASE.set("history")
+            result.update(await _history_metrics(storage, parent_config))
         result["messages"] = len(messages)
         result["digest"] = message_digest(messages)
         result["saver_calls"] = probe.report()
         await target.close()
-        if warm_digest != result["digest"]:
+        if result.get("history_matches_base") is False:
+            result["status"] = "failed"
+            result["error"] = "delta history differs from the base-class walk on the same saver"
+        elif warm_digest != result["digest"]:
             result["status"] = "failed"
             result["error"] = "warm and cold reads materialized different messages"
         elif len(messages) != 2 * updates:
@@ -415,6 +421,43 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         await target.cleanup()
     result["peak_rss_bytes"] = peak_rss_bytes()
     return result
+
+
+def _history_key(entry: Any) -> Any:
+    """What must agree between two delta-history answers: seed presence and write ids."""
+    writes = []
+    for write in entry.get("writes", []):
+        value = write[2]
+        items = value if isinstance(value, list) else [value]
+        writes.append([getattr(m, "id", None) or repr(m)[:80] for m in items])
+    return {"seed": "seed" in entry, "writes": writes}
+
+
+async def _history_metrics(storage: Any, config: Any) -> dict[str, Any]:
+    """The saver's delta-history walk vs LangGraph's base-class walk on the same saver.
+
+    Timed on the checkpoint with the longest replay; the answers must agree.
+    """
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    channels = ["messages"]
+    t0 = time.perf_counter()
+    own = await storage.aget_delta_channel_history(config=config, channels=channels)
+    own_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    base = await BaseCheckpointSaver.aget_delta_channel_history(
+        storage, config=config, channels=channels
+    )
+    base_s = time.perf_counter() - t0
+    own_entry = own.get("messages", {})
+    out: dict[str, Any] = {
+        "history_writes": len(own_entry.get("writes", [])),
+        "history_ms": own_s * 1000.0,
+        "history_base_walk_ms": base_s * 1000.0,
+        "history_speedup": base_s / own_s if own_s > 0 else None,
+        "history_matches_base": _history_key(own_entry) == _history_key(base.get("messages", {})),
+    }
+    return out
 
 
 def _write_metrics(latencies: Sequence[float], total: float) -> dict[str, Any]:

@@ -115,9 +115,12 @@ class RichReporter(Reporter):
         extra = ""
         if row.get("turns_per_s") is not None:
             extra = f"{row['turns_per_s']:.1f} turns/s"
-        elif row.get("measurements_count") is not None:
-            extra = f"{row['measurements_count']} measurements"
         self._progress.update(self._task, advance=1, last=f"{status} {extra}")
+        if not self.console.is_terminal:
+            # Redirected output (CI logs): one line per case instead of a live bar.
+            seconds = row.get("case_seconds")
+            took = f" in {seconds:.1f}s" if isinstance(seconds, int | float) else ""
+            self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
 
     def warn(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)

@@ -47,14 +47,16 @@ def display_backend(raw: str) -> str:
         return raw
     from ..urls import BackendURL
 
+    url, sep, suffix = raw.partition("|")
     try:
-        return str(BackendURL.parse(raw))
+        return str(BackendURL.parse(url)) + sep + suffix
     except Exception:
         return raw
 
 
 def backend_name(raw: str) -> str:
     """The registered backend name behind ``raw`` (``sqlite`` for both ``sqlite://`` and the peer)."""
+    raw = raw.partition("|")[0]
     if raw.startswith(PEER_PREFIX):
         return raw[len(PEER_PREFIX) :]
     if raw.startswith("raw:"):

@@ -25,6 +25,39 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 FILE_SCHEMES = ("sqlite", "jsonl")
 
 
+def split_backend(raw: str) -> tuple[str, dict[str, Any]]:
+    """Split ``URL|key=value|...`` into the URL and nested runstore setting overrides.
+
+    The suffix lets one run compare settings of one backend, e.g.
+    ``sqlite://|sqlite.synchronous=full`` next to ``sqlite://``.
+    """
+    import yaml
+
+    url, *pairs = raw.split("|")
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"backend setting {pair!r} is not KEY=VALUE (in {url}|...)")
+        key, value = pair.split("=", 1)
+        node = overrides
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    return url, overrides
+
+
+def merge_settings(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_settings(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def is_file_url(url: BackendURL) -> bool:
     """Whether ``url`` names a file or directory (so each case needs its own copy)."""
     return url.scheme in FILE_SCHEMES or (not url.host and bool(url.path.strip("/")))
@@ -119,10 +152,11 @@ class SaverTarget:
         postgres_url: str | None = None,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
+        backend, extra = split_backend(backend)
         self.backend = backend
         self.work_dir = work_dir
         self.postgres_url = postgres_url
-        self.settings_overrides = dict(settings or {})
+        self.settings_overrides = merge_settings(settings or {}, extra)
         self.durable = False
         self.file_path: Path | None = None
         self.pg_dsn: str | None = None

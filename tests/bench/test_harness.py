@@ -391,3 +391,43 @@ def test_child_timeout_and_error_become_statuses() -> None:
     assert broken["status"] == "error" and "selftest failure" in broken["error"]
     fine = run_child({"bench": "selftest", "digest": "abc"}, timeout=60)
     assert fine["status"] == "ok" and fine["digest"] == "abc"
+
+
+# --------------------------------------------------------------------------- output forms
+
+
+def test_passwords_stay_out_of_rows_and_per_backend_settings_parse(tmp_path: Path) -> None:
+    from runstore.bench.runner import backend_name, display_backend
+    from runstore.bench.targets import split_backend
+
+    raw = "postgresql://bench:s3cret@db.example:5432/app|sqlite.synchronous=full"
+    label = display_backend(raw)
+    assert "s3cret" not in label and label.endswith("|sqlite.synchronous=full")
+    assert backend_name("sqlite://|sqlite.synchronous=full") == "sqlite"
+    assert backend_name("langgraph:sqlite") == "sqlite"
+    url, settings = split_backend("sqlite://|sqlite.synchronous=full|postgres.pool_max_size=3")
+    assert url == "sqlite://"
+    assert settings == {"sqlite": {"synchronous": "full"}, "postgres": {"pool_max_size": 3}}
+    plan = _plan(backends=[label], updates=[10], repetitions=1, snapshot_frequencies=[10])
+    child = FakeChild()
+    out = tmp_path / "run.jsonl"
+    run_checkpoint_plan(
+        plan, backend_urls={label: raw}, output=out, options=RunOptions(), child=child
+    )
+    assert "s3cret" not in out.read_text()
+    assert all(c["backend_url"] == raw for c in child.cases)
+
+
+def test_csv_and_plot_render(tmp_path: Path) -> None:
+    from runstore.bench.summarize import plot, to_csv
+
+    path = _file(tmp_path, "a.jsonl", ["memory://", "langgraph:memory"])
+    summary = summarize([read_jsonl(path)])
+    text = to_csv(summary)
+    header = text.splitlines()[0].split(",")
+    assert "delta_full_write" in header and "peer_turns_per_s" in header
+    assert len(text.strip().splitlines()) == 1 + len(summary.checkpoint)
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plot.png"
+    plot(summary, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
