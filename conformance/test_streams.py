@@ -32,7 +32,7 @@ from runstore.streams import (
 )
 
 #: Upper bound for anything that should arrive; only a broken bridge waits this long.
-WAIT = 10.0
+WAIT = float(os.environ.get("RUNSTORE_CONFORMANCE_WAIT", "10"))
 #: Bridge default long enough that no heartbeat shows up unless a test asks for it.
 QUIET = {"heartbeat_interval_seconds": 30}
 

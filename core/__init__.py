@@ -39,6 +39,13 @@ _EXPORTS: dict[str, str] = {
     "StreamGap": ".streams",
     "HEARTBEAT": ".streams",
     "END": ".streams",
+    "StreamEndedError": ".streams",
+    "parse_event_id": ".streams",
+    "sse_stream": ".sse",
+    "sse_frames": ".sse",
+    "sse_frame": ".sse",
+    "SSE_MEDIA_TYPE": ".sse",
+    "SSE_HEADERS": ".sse",
     "AUTO": ".owner",
     "owner_scope": ".owner",
     "current_owner": ".owner",
@@ -103,9 +110,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .events import EventRecord, RunEventStore
     from .hookspecs import hookimpl, hookspec
     from .identity import message_identity
+    from .loader import get_backends, register_plugin
     from .options import BackendOptions
     from .owner import AUTO, current_owner, owner_scope
-    from .loader import get_backends, register_plugin
     from .registry import (
         BackendSpec,
         EventStoreRegistry,
@@ -114,6 +121,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         StreamBridgeRegistry,
     )
     from .settings import Settings
+    from .sse import SSE_HEADERS, SSE_MEDIA_TYPE, sse_frame, sse_frames, sse_stream
     from .stores import Stores, open
-    from .streams import END, HEARTBEAT, StreamBridge, StreamEvent, StreamGap
+    from .streams import (
+        END,
+        HEARTBEAT,
+        StreamBridge,
+        StreamEndedError,
+        StreamEvent,
+        StreamGap,
+        parse_event_id,
+    )
     from .urls import BackendURL
