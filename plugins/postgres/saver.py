@@ -60,8 +60,25 @@ CHECKPOINTS = "runstore_checkpoints"
 BLOBS = "runstore_checkpoint_blobs"
 WRITES = "runstore_checkpoint_writes"
 
-#: Schema versions; append, never edit a released one.
-SCHEMA_STEPS: list[list[str]] = [
+
+async def _use_lz4(conn: AsyncConnection) -> None:
+    """Compress large values with lz4 instead of pglz when the server has it (PG 14+ built
+    with lz4): several times cheaper in server CPU, which shares the host with the app."""
+    supported = (
+        await conn.exec_driver_sql(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_catalog.pg_settings"
+            " WHERE name = 'default_toast_compression'"
+        )
+    ).scalar()
+    if not supported:
+        return
+    for table, column in ((BLOBS, "blob"), (WRITES, "blob"), (CHECKPOINTS, "checkpoint")):
+        await conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
+#: Schema versions; append, never edit a released one. A step is one SQL statement or
+#: an async callable on the migration's SQLAlchemy connection.
+SCHEMA_STEPS: list[list[Any]] = [
     [
         f"""CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
             thread_id TEXT NOT NULL,
@@ -100,6 +117,7 @@ SCHEMA_STEPS: list[list[str]] = [
             PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
         )""",
     ],
+    [_use_lz4],
 ]
 
 # One statement: both blob inserts and the checkpoint upsert commit together (one

@@ -585,3 +585,33 @@ async def test_metadata_filters_tolerate_mixed_types(opened: PostgresSaver) -> N
     assert [t.metadata["i"] for t in listed] == [1]
     listed = [t async for t in saver.alist(None, filter={"step": None, "i": 3})]
     assert [t.metadata["i"] for t in listed] == [3]
+
+
+async def test_schema_upgrades_from_version_1(postgres_url: str) -> None:
+    from runstore.sql.engine import shared_engine
+    from runstore.sql.migrations import Migration, ensure_schema
+
+    url = BackendURL.parse(postgres_url)
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(url, options)
+        assert await ensure_schema(engine, COMPONENT, [Migration(1, SCHEMA_STEPS[0])]) == 1
+        saver = await PostgresSaver.open(url, options)
+        await put_chain(saver, "t-up", [{"a": [1]}])
+    conn = await raw_conn(postgres_url)
+    try:
+        version = await conn.fetchval(
+            "SELECT version FROM runstore_schema_versions WHERE component = $1", COMPONENT
+        )
+        lz4 = await conn.fetchval(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+        compression = await conn.fetchval(
+            "SELECT attcompression FROM pg_attribute WHERE attrelid = $1::regclass"
+            " AND attname = 'blob'",
+            BLOBS,
+        )
+    finally:
+        await conn.close()
+    assert version == len(SCHEMA_STEPS) == 2
+    if lz4:
+        assert compression in ("l", b"l")
