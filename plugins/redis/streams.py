@@ -587,3 +587,5 @@ class RedisStreamBridge(StreamBridge):
                 if watch is not None and entries:
                     watch.add(entries)
                     watch.notify()
+            # Let the woken subscribers run before this task spends time on the next XREAD.
+            await asyncio.sleep(0)
