@@ -19,10 +19,16 @@ import contextlib
 import os
 import re
 import shutil
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+try:  # POSIX; elsewhere crash recovery of batches is skipped
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 from runstore.errors import InvalidURLError
 from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
@@ -55,6 +61,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 SUFFIX = ".jsonl"
+#: Under the root: ``{token}.lock`` (held with flock by a live instance) and
+#: ``{token}-{n}.json`` (pre-images of a batch being appended).
+JOURNAL_DIR = ".pending"
 #: Appended to a torn last line before the next write: makes the fragment invalid JSON
 #: whatever it held (an unclosed prefix stays unclosed, a complete object gains garbage).
 TORN_TERMINATOR = b" <torn>\n"
@@ -116,6 +125,9 @@ class JsonlEventStore(RunEventStore):
         #: thread_id -> last seq used, recovered from disk on the first write
         self._last_seq: dict[str, int] = {}
         self._closed = False
+        self._token = uuid.uuid4().hex
+        self._journal_seq = 0
+        self._lock_fd: int | None = None
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> JsonlEventStore:
@@ -126,8 +138,71 @@ class JsonlEventStore(RunEventStore):
             raise InvalidURLError(
                 f"{url} names no directory; use jsonl:///relative/dir or jsonl:////absolute/dir"
             )
-        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
-        return cls(path, max_trace_content=options.settings.run_events.max_trace_content)
+        store = cls(path, max_trace_content=options.settings.run_events.max_trace_content)
+        await asyncio.to_thread(store._start)
+        return store
+
+    # -- crash recovery of multi-line batches ---------------------------------------
+
+    def _start(self) -> None:
+        """Create the root, roll back batches of crashed instances, take our instance lock."""
+        journal = self.root / JOURNAL_DIR
+        journal.mkdir(parents=True, exist_ok=True)
+        for lock_path in journal.glob("*.lock"):
+            self._recover(lock_path)
+        if fcntl is not None:
+            fd = os.open(journal / f"{self._token}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_fd = fd
+
+    def _recover(self, lock_path: Path) -> None:
+        """Undo the unfinished batches of the instance owning ``lock_path`` if it is gone."""
+        if fcntl is None:
+            return
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # a live instance (in this process or another) holds it
+            token = lock_path.stem
+            for journal in sorted(lock_path.parent.glob(f"{token}-*.json")):
+                try:
+                    files = loads(journal.read_bytes())["files"]
+                except (ValueError, KeyError, TypeError):
+                    files = []  # the journal itself was torn: the appends never started
+                for rel, size in files:
+                    target = self.root / rel
+                    with contextlib.suppress(FileNotFoundError):
+                        if target.stat().st_size > size:
+                            if size:
+                                os.truncate(target, size)
+                            else:
+                                target.unlink()
+                journal.unlink()
+            lock_path.unlink()
+        finally:
+            os.close(fd)
+
+    def _journal_begin(self, groups: dict[Path, list[bytes]]) -> Path:
+        """Durably record every file's size before a multi-line append."""
+        files = []
+        for path in groups:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            files.append([path.relative_to(self.root).as_posix(), size])
+        self._journal_seq += 1
+        journal = self.root / JOURNAL_DIR / f"{self._token}-{self._journal_seq}.json"
+        with open(journal, "wb") as fh:
+            fh.write(dumps_bytes({"files": files}))
+            fh.flush()
+            os.fsync(fh.fileno())
+        return journal
 
     # -- paths and locking ----------------------------------------------------------
 
@@ -207,8 +282,17 @@ class JsonlEventStore(RunEventStore):
         return self._last_seq[thread_id] + 1
 
     def _append_groups(self, groups: dict[Path, list[bytes]]) -> None:
-        """Append each file's lines in one write; on any failure restore every file."""
+        """Append each file's lines in one write; on any failure restore every file.
+
+        A batch of several lines is journaled first, so a crash half-way is rolled
+        back by the next instance that opens the directory (all-or-nothing).
+        """
         done: list[tuple[Path, int | None]] = []
+        journal = None
+        if sum(len(lines) for lines in groups.values()) > 1:
+            for path in groups:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            journal = self._journal_begin(groups)
         try:
             for path, lines in groups.items():
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,6 +315,10 @@ class JsonlEventStore(RunEventStore):
                     else:
                         path.unlink()
             raise
+        finally:
+            if journal is not None:
+                with contextlib.suppress(OSError):
+                    journal.unlink()
 
     def _write(self, events: list[PreparedEvent]) -> list[EventRecord]:
         """Assign seqs and append; the in-memory counters move only after success."""
@@ -501,4 +589,14 @@ class JsonlEventStore(RunEventStore):
         return await self._locked([thread_id], delete)
 
     async def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            await asyncio.to_thread(self._release, fd)
+
+    def _release(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            (self.root / JOURNAL_DIR / f"{self._token}.lock").unlink()
+        os.close(fd)

@@ -205,3 +205,65 @@ async def test_url_needs_a_directory(options: BackendOptions) -> None:
         await JsonlEventStore.open(BackendURL.parse("jsonl://"), options)
     with pytest.raises(ValueError, match="unknown option"):
         await JsonlEventStore.open(BackendURL.parse("jsonl:///x?fsync=no"), options)
+
+
+CRASHING_CHILD = r"""
+import asyncio, os, sys
+from runstore.options import BackendOptions
+from runstore.plugins.jsonl import events as jsonl_events
+from runstore.plugins.jsonl.events import JsonlEventStore
+from runstore.urls import BackendURL
+
+def ev(run, content):
+    return {"thread_id": "t", "run_id": run, "event_type": "ai_message", "category": "message", "content": content}
+
+async def main():
+    async with BackendOptions.scope() as options:
+        store = await JsonlEventStore.open(BackendURL.for_file("jsonl", sys.argv[1]), options)
+        await store.put(**ev("r1", "before"), user_id=None)
+        calls = {"n": 0}
+        real = os.fsync
+        def crash_after_first_file(fd):
+            calls["n"] += 1
+            if calls["n"] == 3:  # journal, first file: then the process dies
+                os._exit(17)
+            real(fd)
+        jsonl_events.os.fsync = crash_after_first_file
+        await store.put_batch([ev("r1", "a"), ev("r1", "b"), ev("r2", "c")], user_id=None)
+
+asyncio.run(main())
+"""
+
+
+async def test_crash_mid_batch_is_rolled_back_on_reopen(tmp_path: Path, options: BackendOptions) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "events"
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", CRASHING_CHILD, str(root)], capture_output=True, text=True
+    )
+    assert proc.returncode == 17, proc.stderr
+    r1 = root / "threads" / "t" / "runs" / "r1.jsonl"
+    assert r1.read_bytes().count(b"\n") == 3, "the crash left the first file's part of the batch"
+    store = await _open(root, options)
+    got = await store.list_messages("t", user_id=None)
+    assert [r["content"] for r in got] == ["before"], "a crashed batch is rolled back: all-or-nothing"
+    again = await store.put_batch([_ev("t", "r1", "a"), _ev("t", "r2", "c")], user_id=None)
+    assert [r["seq"] for r in again] == [2, 3]
+    assert sorted(p.name for p in (root / ".pending").iterdir()) == [f"{store._token}.lock"]
+
+
+async def test_live_instance_batches_are_not_rolled_back(tmp_path: Path, options: BackendOptions) -> None:
+    first = await _open(tmp_path, options)
+    await first.put_batch([_ev("t", "r1"), _ev("t", "r2")], user_id=None)
+    # A journal of a live instance (as if its batch were in flight) must be left alone.
+    journal = tmp_path / ".pending" / f"{first._token}-99.json"
+    journal.write_bytes(b'{"files": [["threads/t/runs/r1.jsonl", 0]]}')
+    second = await _open(tmp_path, options)
+    assert len(await second.list_messages("t", user_id=None)) == 2
+    assert journal.exists()
+    journal.unlink()
+    await first.close()
+    await second.close()
+    assert list((tmp_path / ".pending").iterdir()) == []
