@@ -112,3 +112,19 @@ async def test_postgres_pool_replaces_a_connection_the_server_killed(
         # reconnects and the caller never sees the failure.
         for _ in range(3):
             assert await store.count_messages("t", user_id=None) == 0
+
+
+async def test_write_connection_commits_or_rolls_back(db_url: str) -> None:
+    from runstore.sql.engine import write_connection
+
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(BackendURL.parse(db_url), options)
+        async with write_connection(engine) as conn:
+            await conn.exec_driver_sql("CREATE TABLE w (x INTEGER)")
+            await conn.exec_driver_sql("INSERT INTO w VALUES (1)")
+        with pytest.raises(RuntimeError, match="boom"):
+            async with write_connection(engine) as conn:
+                await conn.exec_driver_sql("INSERT INTO w VALUES (2)")
+                raise RuntimeError("boom")
+        async with engine.connect() as conn:
+            assert [r[0] for r in await conn.exec_driver_sql("SELECT x FROM w")] == [1]
