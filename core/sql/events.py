@@ -308,7 +308,12 @@ class _PostgresDriver(_Driver):
     also allocates the seqs, so a write is BEGIN, lock, insert, COMMIT.
     """
 
-    _LOCK = f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, hashtext(t)) FROM unnest($1::text[]) AS t"
+    # Locks are taken in key order, so two batches sharing threads (even threads whose
+    # hashes collide) always lock in the same order and cannot deadlock.
+    _LOCK = (
+        f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, k) FROM "
+        "(SELECT DISTINCT hashtext(t) AS k FROM unnest($1::text[]) AS t ORDER BY k) AS keys"
+    )
     _INSERT = (
         f"INSERT INTO {TABLE} ({', '.join(INSERT_COLUMNS)}) "
         "SELECT u.thread_id, "
@@ -347,7 +352,7 @@ class _PostgresDriver(_Driver):
     async def insert(self, rows: list[list[Any]]) -> list[int]:
         columns = list(zip(*rows, strict=True))
         owner = rows[0][9]
-        threads = sorted({r[0] for r in rows})
+        threads = list({r[0] for r in rows})
 
         async def work(raw: Any) -> list[Any]:
             async with raw.transaction():

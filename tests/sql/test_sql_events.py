@@ -372,3 +372,37 @@ async def test_saver_and_event_store_share_one_engine(db_url: str) -> None:
             thread_id=thread, run_id=run, event_type="e", category="message", user_id=None
         )
         assert record["seq"] == 1
+
+
+async def test_concurrent_mixed_thread_batches_get_contiguous_blocks(store: SqlEventStore) -> None:
+    import asyncio
+
+    a, b = ids()
+
+    def batch(first: str, second: str, i: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "thread_id": tid,
+                "run_id": f"r{i}",
+                "event_type": "e",
+                "category": "message",
+                "content": f"{i}",
+            }
+            for tid in (first, second, first)
+        ]
+
+    results = await asyncio.gather(
+        *(
+            store.put_batch(batch(a, b, i) if i % 2 else batch(b, a, i), user_id=None)
+            for i in range(12)
+        )
+    )
+    for records in results:
+        for thread in (a, b):
+            seqs = [r["seq"] for r in records if r["thread_id"] == thread]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (
+                "contract: one contiguous block per thread"
+            )
+    for thread in (a, b):
+        stored = [r["seq"] for r in await store.list_messages(thread, limit=1000, user_id=None)]
+        assert stored == list(range(1, len(stored) + 1))
