@@ -29,6 +29,7 @@ from .summarize import (
     summarize,
     table_rows,
     to_csv,
+    to_markdown,
 )
 
 
@@ -480,6 +481,7 @@ def streams_cmd(
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print Markdown tables.")
 @click.option(
     "--plot",
     "plot_path",
@@ -488,7 +490,7 @@ def streams_cmd(
     help="Draw storage and write time against turns (PNG, needs matplotlib).",
 )
 def summarize_cmd(
-    files: tuple[str, ...], as_json: bool, as_csv: bool, plot_path: str | None
+    files: tuple[str, ...], as_json: bool, as_csv: bool, as_markdown: bool, plot_path: str | None
 ) -> None:
     """Medians over paired successful repetitions, with delta/full and runstore/peer ratios."""
     try:
@@ -496,7 +498,10 @@ def summarize_cmd(
     except BenchSchemaError as exc:
         raise click.ClickException(str(exc)) from None
     summary = summarize(loaded)
-    print_summary(summary, as_json=as_json, as_csv=as_csv)
+    if as_markdown:
+        click.echo(to_markdown(summary), nl=False)
+    else:
+        print_summary(summary, as_json=as_json, as_csv=as_csv)
     if plot_path:
         try:
             plot(summary, plot_path)

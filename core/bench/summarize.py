@@ -349,6 +349,24 @@ def table_rows(
     return headers, rows
 
 
+def to_markdown(summary: Summary) -> str:
+    """The summary tables as GitHub-flavoured Markdown (for docs and PR comments)."""
+    parts: list[str] = []
+    for entries, columns in (
+        (summary.checkpoint, CHECKPOINT_COLUMNS),
+        (summary.measurements, MEASUREMENT_COLUMNS),
+    ):
+        if not entries:
+            continue
+        headers, rows = table_rows(entries, columns)
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
+        parts.append("\n".join(lines))
+    for warning in summary.warnings:
+        parts.append(f"warning: {warning}")
+    return "\n\n".join(parts) + "\n"
+
+
 def to_csv(summary: Summary) -> str:
     """Both summaries as CSV (every key, one section per benchmark family)."""
     out = io.StringIO()

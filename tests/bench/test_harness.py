@@ -419,7 +419,7 @@ def test_passwords_stay_out_of_rows_and_per_backend_settings_parse(tmp_path: Pat
 
 
 def test_csv_and_plot_render(tmp_path: Path) -> None:
-    from runstore.bench.summarize import plot, to_csv
+    from runstore.bench.summarize import plot, to_csv, to_markdown
 
     path = _file(tmp_path, "a.jsonl", ["memory://", "langgraph:memory"])
     summary = summarize([read_jsonl(path)])
@@ -427,6 +427,8 @@ def test_csv_and_plot_render(tmp_path: Path) -> None:
     header = text.splitlines()[0].split(",")
     assert "delta_full_write" in header and "peer_turns_per_s" in header
     assert len(text.strip().splitlines()) == 1 + len(summary.checkpoint)
+    md = to_markdown(summary).splitlines()
+    assert md[0].startswith("| backend |") and len(md) == 2 + len(summary.checkpoint)
     pytest.importorskip("matplotlib")
     png = tmp_path / "plot.png"
     plot(summary, str(png))
