@@ -450,33 +450,38 @@ class _Leases:
             await self._discard(lease, invalidate=False)
 
 
+_Op = tuple[str, Sequence[Any]]
+
+
 class _WriteBatcher:
     """Coalesces concurrent checkpoint writes into one transaction (one WAL flush).
 
     LangGraph issues a step's ``aput_writes`` and the chained ``aput`` calls in the
     background, so several are usually in flight at once. A commit waits for a WAL
     flush (an fdatasync, milliseconds on a busy disk), so the writes that queue up
-    while one batch commits go out together in the next. Every caller still returns
-    only after its own rows are committed: durability is unchanged. A batch that
-    fails is re-run one operation at a time, so each caller gets its own error.
+    while one batch commits go out together in the next: one ``executemany`` per
+    statement (asyncpg pipelines its argument sets in one round trip), inside one
+    transaction. Every caller still returns only after its own rows are committed:
+    durability is unchanged. A batch that fails is re-run one operation at a time,
+    so each caller gets its own error.
     """
 
     def __init__(self, leases: _Leases) -> None:
         self._leases = leases
-        self._queue: list[tuple[Callable[[Any], Awaitable[Any]], asyncio.Future[None]]] = []
+        self._queue: list[tuple[_Op, asyncio.Future[None]]] = []
         self._busy = False
         self._tasks: set[asyncio.Future[None]] = set()
 
-    async def run(self, op: Callable[[Any], Awaitable[Any]]) -> None:
-        """Run ``op(connection)`` in the next batch and return once it is committed."""
+    async def run(self, sql: str, args: Sequence[Any]) -> None:
+        """Execute ``sql`` with ``args`` in the next batch; return once it is committed."""
         if self._busy:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._queue.append((op, fut))
+            self._queue.append(((sql, args), fut))
             await fut
             return
         self._busy = True
         try:
-            await self._leases.run(op)
+            await self._leases.run(lambda conn: conn.execute(sql, *args))
         finally:
             if self._queue:
                 task = asyncio.ensure_future(self._drain())
@@ -493,15 +498,23 @@ class _WriteBatcher:
         finally:
             self._busy = False
 
-    async def _run_batch(
-        self, batch: list[tuple[Callable[[Any], Awaitable[Any]], asyncio.Future[None]]]
-    ) -> None:
+    async def _run_batch(self, batch: list[tuple[_Op, asyncio.Future[None]]]) -> None:
         if len(batch) > 1:
+            # Per statement, in arrival order: rows one caller touches twice keep
+            # their order, and rows of different statements never overlap.
+            groups: dict[str, list[Sequence[Any]]] = {}
+            for (sql, args), _ in batch:
+                groups.setdefault(sql, []).append(args)
 
             async def together(conn: Any) -> None:
+                if len(groups) == 1:
+                    # executemany is atomic on its own: no BEGIN/COMMIT round trips.
+                    [(sql, many)] = groups.items()
+                    await conn.executemany(sql, many)
+                    return
                 async with conn.transaction():
-                    for op, _ in batch:
-                        await op(conn)
+                    for sql, many in groups.items():
+                        await conn.executemany(sql, many)
 
             try:
                 await self._leases.run(together)
@@ -512,9 +525,9 @@ class _WriteBatcher:
                     if not fut.done():
                         fut.set_result(None)
                 return
-        for op, fut in batch:
+        for (sql, args), fut in batch:
             try:
-                await self._leases.run(op)
+                await self._leases.run(lambda conn, sql=sql, args=args: conn.execute(sql, *args))
             except BaseException as exc:  # handed to the waiting caller
                 if not fut.done():
                     fut.set_exception(exc)
@@ -771,10 +784,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             ),
         )
 
-        async def go(conn: Any) -> None:
-            await conn.execute(PUT_SQL, *args)
-
-        await self._writer.run(go)
+        await self._writer.run(PUT_SQL, args)
         for b in enc.blobs:
             self._remember((thread_id, ns, b.channel, b.version))
         for b in carried:
@@ -813,10 +823,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             [w.value for w in vals],
         )
 
-        async def go(conn: Any) -> None:
-            await conn.execute(PUT_WRITES_SQL, *args)
-
-        await self._writer.run(go)
+        await self._writer.run(PUT_WRITES_SQL, args)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of ``thread_id`` (all namespaces)."""
