@@ -26,7 +26,7 @@ def store_class(url: str) -> type[SqlEventStore]:
     return PostgresEventStore
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest) -> str:
     """A fresh database URL of each dialect (PostgreSQL: a fresh schema)."""
     if request.param == "sqlite":

@@ -56,6 +56,7 @@ def test_postgres_key_keeps_schema_only() -> None:
     assert a[1].startswith("postgresql://") and "schema=a" in a[1]
 
 
+@pytest.mark.postgres
 async def test_postgres_schema_created_and_search_path_on_raw_connections(
     postgres_url: str,
 ) -> None:
@@ -83,6 +84,7 @@ def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("idle_ping", [False, True])
 async def test_postgres_pool_replaces_a_connection_the_server_killed(
     postgres_url: str, idle_ping: bool, monkeypatch: pytest.MonkeyPatch
