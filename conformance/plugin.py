@@ -116,6 +116,9 @@ def _resolve_backends(config: pytest.Config) -> None:
     config.option.runstore_backend = urls
 
 
+# First, so our Hypothesis profiles exist before Hypothesis's own plugin loads the one
+# named by --hypothesis-profile.
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires(*capabilities): run only on backends declaring these capabilities"
@@ -124,16 +127,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for spec in [*project_settings(config).get("plugins", []), *(config.getoption("runstore_plugin") or [])]:
         _register_plugin(spec)
     _resolve_backends(config)
-    if named_backends(config):
+    requested = config.getoption("hypothesis_profile", default=None)
+    if named_backends(config) or str(requested).startswith("runstore-"):
         from .profiles import register_profiles
 
         register_profiles()
-        if not config.getoption("hypothesis_profile", default=None):
-            from hypothesis import settings
+    if named_backends(config) and not requested:
+        from hypothesis import settings
 
-            from .harness import in_ci
+        from .harness import in_ci
 
-            settings.load_profile("runstore-ci" if in_ci() else "runstore-dev")
+        settings.load_profile("runstore-ci" if in_ci() else "runstore-dev")
 
 
 def _register_plugin(spec: str) -> None:

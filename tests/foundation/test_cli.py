@@ -57,7 +57,7 @@ def test_backends_json_and_table(tmp_path: Path) -> None:
 
 
 def test_check_passes_and_reports_json(tmp_path: Path) -> None:
-    out = _runstore("check", "memory://", "--json", "-k", "roundtrip", cwd=tmp_path)
+    out = _runstore("check", "memory://", "--json", "--profile", "runstore-ci", "-k", "roundtrip", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     result = json.loads(out.stdout)
     assert result["ok"] is True and result["collected"] >= 1
