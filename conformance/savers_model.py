@@ -24,10 +24,14 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
 
 #: Stored-value kinds per channel per node. ``delta`` = new version, nothing stored
-#: (what a DeltaChannel does between snapshots); ``snapshot`` = `_DeltaSnapshot`;
-#: ``plain`` = a pre-delta value (migration seed); ``unchanged`` = version kept.
-KINDS = ("delta", "delta", "unchanged", "snapshot", "plain")
-ROOT_KINDS = ("absent", "delta", "snapshot", "plain")
+#: (what a DeltaChannel does between snapshots; the channel is named in the metadata
+#: ``counters_since_delta_snapshot`` as LangGraph does); ``snapshot`` = `_DeltaSnapshot`;
+#: ``plain`` = a pre-delta value (migration seed); ``unchanged`` = version kept;
+#: ``ephemeral`` = new version, nothing stored, not a delta channel (a consumed
+#: trigger channel: reconstruction does not need its history).
+KINDS = ("delta", "delta", "unchanged", "snapshot", "plain", "ephemeral")
+ROOT_KINDS = ("absent", "delta", "snapshot", "plain", "ephemeral")
+COUNTERS_KEY = "counters_since_delta_snapshot"
 TASKS = ("task-b", "task-a", "task-c")
 PATHS = ("~", "", "~__pregel_pull, n2", "~__pregel_pull, n1")
 SPECIAL_CHANNELS = (ERROR, INTERRUPT, RESUME, SCHEDULED)
@@ -174,6 +178,8 @@ class Node:
     run_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     batches: list[tuple[str, str, list[tuple[str, Any]]]] = field(default_factory=list)
+    # Delta channels with nothing stored here (named in the counters metadata).
+    delta_channels: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -220,8 +226,9 @@ class Tree:
         return result
 
     def needed_ancestors(self, index: int) -> set[int]:
-        """Ancestors a delta reconstruction at ``index`` reads (for prune / delete_for_runs)."""
-        unvalued = {ch for ch, v in self.nodes[index].values.items() if v is EMPTY}
+        """Ancestors a delta reconstruction at ``index`` reads (for prune / delete_for_runs):
+        the walk for each delta channel (named in the counters metadata) with nothing stored."""
+        unvalued = set(self.unvalued(index))
         needed: set[int] = set()
         for anc in self.ancestors(index):
             if not unvalued:
@@ -231,7 +238,8 @@ class Tree:
         return needed
 
     def unvalued(self, index: int) -> list[str]:
-        return sorted(ch for ch, v in self.nodes[index].values.items() if v is EMPTY)
+        """Delta channels that ``index`` rebuilds from history (nothing stored there)."""
+        return sorted(self.nodes[index].delta_channels)
 
 
 def fold(history: Mapping[str, Any]) -> list[Any]:
@@ -280,9 +288,13 @@ def _plan(saver: BaseCheckpointSaver[Any], spec: TreeSpec, thread_id: str | None
         parent = tree.nodes[nspec.parent] if nspec.parent is not None else None
         versions = dict(parent.versions) if parent else {}
         values = dict(parent.values) if parent else {}
+        delta_channels = set(parent.delta_channels) if parent else set()
         for ch, kind in nspec.kinds.items():
             if kind in ("unchanged", "absent"):
                 continue
+            delta_channels.discard(ch)
+            if kind == "delta":
+                delta_channels.add(ch)
             # One version sequence per channel and thread: forks never reuse a version.
             version = saver.get_next_version(last_version.get(ch), None)
             last_version[ch] = version
@@ -295,8 +307,11 @@ def _plan(saver: BaseCheckpointSaver[Any], spec: TreeSpec, thread_id: str | None
             else:
                 values[ch] = EMPTY
         node = Node(i, new_checkpoint_id(), nspec.parent, versions, values)
+        node.delta_channels = delta_channels
         node.run_id = tree.run_ids[nspec.run]
         node.metadata = {"source": "loop", "step": i, "run_id": node.run_id, "parents": {}}
+        if delta_channels:
+            node.metadata[COUNTERS_KEY] = {ch: [1, i + 1] for ch in sorted(delta_channels)}
         for task_id, task_path, chans in nspec.batches:
             batch = []
             for ch in chans:

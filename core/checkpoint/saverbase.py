@@ -20,8 +20,13 @@ from ..errors import SyncCallOnEventLoopError
 
 R = TypeVar("R")
 
+#: LangGraph's per-checkpoint metadata naming the delta channels not snapshotted there.
+DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
+
 __all__ = [
+    "DELTA_COUNTERS_KEY",
     "checkpoint_config",
+    "delta_channels",
     "ensure_off_loop",
     "is_last_write_wins",
     "metadata_matches",
@@ -62,6 +67,19 @@ def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | No
     return all(metadata.get(key, missing) == value for key, value in filter.items())
 
 
+def delta_channels(metadata: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The delta channels a checkpoint's metadata names (``counters_since_delta_snapshot``).
+
+    LangGraph lists every `DeltaChannel` there whose counters are non-zero, i.e. each
+    one not snapshotted at that checkpoint. Only these need their history to rebuild:
+    an ordinary channel with nothing stored (a consumed trigger, say) is just empty.
+    """
+    counters = (metadata or {}).get(DELTA_COUNTERS_KEY)
+    if not isinstance(counters, Mapping):
+        return ()
+    return tuple(sorted(str(k) for k in counters))
+
+
 def reconstruction_ancestors(
     start_id: str,
     channels: Iterable[str],
@@ -72,7 +90,8 @@ def reconstruction_ancestors(
 
     Walks parent links from ``start_id``'s parent; each channel stops at the first
     ancestor holding a value for it (``valued_channels(id)``). Savers keep these when
-    pruning or deleting so a surviving checkpoint still rebuilds the same state.
+    pruning or deleting so a surviving checkpoint still rebuilds the same state; pass
+    as ``channels`` the `delta_channels` of the start checkpoint that hold no value there.
     ``parent_of`` returns ``None`` for a root or a checkpoint that no longer exists.
     """
     remaining = set(channels)

@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import (
 
 from runstore.checkpoint.saverbase import (
     checkpoint_config,
+    delta_channels,
     is_last_write_wins,
     metadata_matches,
     reconstruction_ancestors,
@@ -59,6 +60,8 @@ class _Entry:
     metadata_plain: dict[str, Any]
     parent: str | None
     run_id: Any
+    # Delta channels named in the metadata counters (see saverbase.delta_channels).
+    delta: tuple[str, ...] = ()
 
 
 @dataclass
@@ -119,8 +122,8 @@ class _Namespace:
         entry = self.entries[checkpoint_id]
         unvalued = [
             ch
-            for ch, ver in entry.versions.items()
-            if self.blobs.get((ch, ver)) is None
+            for ch in entry.delta
+            if ch in entry.versions and self.blobs.get((ch, entry.versions[ch])) is None
         ]
         return reconstruction_ancestors(
             checkpoint_id, unvalued, self.parent_of, self.valued_channels
@@ -150,6 +153,7 @@ class _Namespace:
                     metadata_plain=dict(e.metadata_plain),
                     parent=e.parent,
                     run_id=e.run_id,
+                    delta=e.delta,
                 )
                 for cid, e in self.entries.items()
             },
@@ -322,6 +326,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
             metadata_plain=dict(full_metadata),
             parent=parent,
             run_id=full_metadata.get("run_id"),
+            delta=delta_channels(full_metadata),
         )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
@@ -378,7 +383,8 @@ class MemorySaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
-        ancestor its delta reconstruction reads; ``delete``: drop the threads."""
+        ancestor its delta reconstruction reads (for each delta channel the metadata counters
+        name that holds no value there); ``delete``: drop the threads."""
         if strategy not in _PRUNE_STRATEGIES:
             raise ValueError(
                 f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
