@@ -206,7 +206,7 @@ class RedisStreamBridge(StreamBridge):
         self._control = f"{prefix}ctl:{uuid.uuid4().hex}".encode()
         self._waker: asyncio.Task[None] | None = None
         self._waker_idle = asyncio.Event()
-        self._pending: list[tuple[bytes, str, bytes, asyncio.Future[str]]] = []
+        self._pending: list[tuple[bytes, str, bytes, asyncio.Future[str], str]] = []
         self._inflight = False
         self._closed = False
 
@@ -267,7 +267,7 @@ class RedisStreamBridge(StreamBridge):
         key = self.key(run_id)
         if self._inflight:
             future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            self._pending.append((key, event, payload, future))
+            self._pending.append((key, event, payload, future, run_id))
             return await future
         self._inflight = True
         try:
@@ -289,46 +289,50 @@ class RedisStreamBridge(StreamBridge):
         return exc
 
     async def _drain(self) -> None:
-        from redis.exceptions import NoScriptError
-
+        """Send the publishes queued behind an in-flight one, a pipeline per batch."""
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                todo = batch
-                for _ in range(2):
-                    pipe = self._client.pipeline(transaction=False)
-                    for key, event, payload, _future in todo:
-                        pipe.evalsha(
-                            PUBLISH.sha, 1, key, self.queue_maxsize, self.stream_ttl_ms, event, payload
-                        )
-                    try:
-                        results = await pipe.execute(raise_on_error=False)
-                    except Exception as exc:
-                        for *_, future in todo:
-                            if not future.done():
-                                future.set_exception(exc)
-                        break
-                    retry = []
-                    for item, result in zip(todo, results, strict=True):
-                        future = item[3]
-                        if isinstance(result, NoScriptError):
-                            retry.append(item)
-                        elif future.done():
-                            continue
-                        elif isinstance(result, Exception):
-                            future.set_exception(self._publish_error(item[0].decode(), result))
-                        else:
-                            future.set_result(result.decode() if isinstance(result, bytes) else str(result))
-                    if not retry:
-                        break
-                    await self._client.script_load(PUBLISH.text)
-                    todo = retry
+                try:
+                    await self._send_batch(batch)
+                except BaseException as exc:
+                    for item in batch:
+                        if not item[3].done():
+                            item[3].set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
         finally:
             self._inflight = False
-            for *_, future in self._pending:
-                if not future.done():
-                    future.set_exception(RuntimeError("stream bridge publisher stopped"))
+            for item in self._pending:
+                if not item[3].done():
+                    item[3].set_exception(RuntimeError("stream bridge publisher stopped"))
             self._pending = []
+
+    async def _send_batch(self, batch: list[tuple[bytes, str, bytes, asyncio.Future[str], str]]) -> None:
+        from redis.exceptions import NoScriptError
+
+        todo = batch
+        for attempt in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for key, event, payload, _future, _run_id in todo:
+                pipe.evalsha(PUBLISH.sha, 1, key, self.queue_maxsize, self.stream_ttl_ms, event, payload)
+            results = await pipe.execute(raise_on_error=False)
+            retry = []
+            for item, result in zip(todo, results, strict=True):
+                future = item[3]
+                if isinstance(result, NoScriptError) and attempt == 0:
+                    retry.append(item)
+                elif future.done():
+                    continue
+                elif isinstance(result, Exception):
+                    future.set_exception(self._publish_error(item[4], result))
+                else:
+                    future.set_result(result.decode() if isinstance(result, bytes) else str(result))
+            if not retry:
+                return
+            # The server lost the script (restart, SCRIPT FLUSH): nothing ran; load and resend.
+            await self._client.script_load(PUBLISH.text)
+            todo = retry
 
     async def publish_end(self, run_id: str) -> None:
         """Append END (never evicting data) and shorten the stream's life to the window."""
@@ -566,12 +570,18 @@ class RedisStreamBridge(StreamBridge):
             try:
                 reply = await self._client.xread(streams, count=self.queue_maxsize + 1, block=WAKER_BLOCK_MS)
                 failures = 0
-            except errors as exc:
-                if failures < len(self.retry_backoff):
+            except Exception as exc:
+                if isinstance(exc, errors) and failures < len(self.retry_backoff):
+                    log.warning(
+                        "redis stream reader failed (%s); retrying in %.2fs",
+                        type(exc).__name__,
+                        self.retry_backoff[failures],
+                    )
                     await asyncio.sleep(self.retry_backoff[failures])
                     failures += 1
                     continue
-                # Retries exhausted: the followers raise; new subscribers start over.
+                # Retries exhausted (or not a connection error): the current followers
+                # raise it; later subscribers start over.
                 failures = 0
                 for watch in list(self._watches.values()):
                     watch.error = exc

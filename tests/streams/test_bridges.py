@@ -7,6 +7,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -128,23 +129,24 @@ async def test_redis_keys_trimming_and_ttls(redis_url: str, options: BackendOpti
     bridge = await _open(redis_url, options)
     prefix = BackendURL.parse(redis_url).option("prefix")
     assert prefix and bridge.prefix == prefix
-    ids = [await bridge.publish("run", "values", {"i": i}) for i in range(5)]
+    run = f"keys-{uuid.uuid4().hex}"
+    ids = [await bridge.publish(run, "values", {"i": i}) for i in range(5)]
     assert ids == [f"0-{i}" for i in range(1, 6)], "ids are the stream ids"
     raw = _raw(redis_url)
     try:
-        keys = [k.decode() async for k in raw.scan_iter(match="*run*")]
-        assert keys and all(k.startswith(prefix) for k in keys), keys
-        key = bridge.key("run")
+        keys = [k.decode() async for k in raw.scan_iter(match=f"*{run}*")]
+        assert keys == [f"{prefix}stream:{run}"], keys
+        key = bridge.key(run)
         assert await raw.xlen(key) == 3, "exact MAXLEN at queue_maxsize"
         ttl = await raw.pttl(key)
         assert 0 < ttl <= 100_000, "rolling TTL from stream_ttl_seconds"
         await raw.pexpire(key, 50_000)
-        await bridge.publish("run", "values", {"i": 5})
+        await bridge.publish(run, "values", {"i": 5})
         assert await raw.pttl(key) > 50_000, "publish refreshes the TTL"
-        await bridge.publish_end("run")
+        await bridge.publish_end(run)
         assert await raw.xlen(key) == 4, "END is one extra entry, evicting no data"
         assert 0 < await raw.pttl(key) <= 60_000, "after END the key lives for the window"
-        await bridge.cleanup("run", delay=5)
+        await bridge.cleanup(run, delay=5)
         assert 0 < await raw.pttl(key) <= 5_000
     finally:
         await raw.aclose()
@@ -283,3 +285,31 @@ async def test_redis_slow_subscriber_gets_gap(redis_url: str, options: BackendOp
     assert got == StreamGap(ids[0], ids[7], ids[9])
     with pytest.raises(StopAsyncIteration):
         await anext(sub)
+
+
+@pytest.mark.redis
+async def test_redis_scripts_load_when_the_server_lacks_them(
+    redis_url: str, options: BackendOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOSCRIPT (server restart or SCRIPT FLUSH) loads the script and resends, direct and
+    pipelined. Simulated with scripts the server has never seen (no global flush)."""
+    import uuid
+
+    from runstore.plugins.redis import streams as module
+
+    def fresh() -> None:
+        tag = f"\n-- {uuid.uuid4().hex}\n"
+        for name in ("PUBLISH", "PUBLISH_END", "SNAPSHOT"):
+            monkeypatch.setattr(module, name, module._Script(getattr(module, name).text + tag))
+
+    bridge = await _open(redis_url, options)
+    fresh()
+    assert await bridge.publish("noscript", "values", 0) == "0-1"
+    fresh()
+    ids = await asyncio.gather(*(bridge.publish("noscript", "values", i) for i in range(1, 6)))
+    assert ids == ["0-2", "0-3", "0-4", "0-5", "0-6"]
+    fresh()
+    await bridge.publish_end("noscript")
+    fresh()
+    got = [item async for item in bridge.subscribe("noscript")]
+    assert [g.data for g in got[:-1]] == [3, 4, 5] and got[-1] is END  # queue_maxsize 3
