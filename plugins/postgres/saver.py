@@ -42,7 +42,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.saverbase import ensure_off_loop, run_sync
+from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY, ensure_off_loop, run_sync
 from runstore.errors import MissingDriverError
 from runstore.urls import BackendURL
 
@@ -174,11 +174,17 @@ _TUPLE_COLUMNS = f"""
     wr.blobs AS w_blobs, wr.paths AS w_paths, wr.idxs AS w_idxs
 FROM {{source}}
 LEFT JOIN LATERAL (
-    SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
+    SELECT array_agg(v.key) AS channels, array_agg(b.type) AS types,
            array_agg(b.blob) AS blobs
     FROM jsonb_each_text(c.value_versions) AS v
-    JOIN {BLOBS} b ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-                  AND b.channel = v.key AND b.version = v.value
+    CROSS JOIN LATERAL (
+        -- LIMIT 1 keeps this a primary-key probe per held channel; as a plain join
+        -- the planner may hash the thread's whole blob set instead.
+        SELECT b.type, b.blob FROM {BLOBS} b
+        WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+          AND b.channel = v.key AND b.version = v.value
+        LIMIT 1
+    ) b
 ) bl ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(w.task_id) AS task_ids, array_agg(w.channel) AS channels,
@@ -248,22 +254,37 @@ DELTA_HISTORY_SQL = (
 SELECT w.depth, x.channel, {codec.HISTORY_WRITE} AS kind, x.task_id, x.task_path, x.idx,
        x.type, x.blob
 FROM walk w
-JOIN {WRITES} x ON x.thread_id = w.thread_id AND x.checkpoint_ns = w.checkpoint_ns
-               AND x.checkpoint_id = w.checkpoint_id AND x.channel = ANY(w.need)
+CROSS JOIN LATERAL (
+    -- OFFSET 0 / LIMIT 1 keep these index probes per walk row: flattened into joins,
+    -- the planner may scan whole tables.
+    SELECT x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob FROM {WRITES} x
+    WHERE x.thread_id = w.thread_id AND x.checkpoint_ns = w.checkpoint_ns
+      AND x.checkpoint_id = w.checkpoint_id AND x.channel = ANY(w.need)
+    OFFSET 0
+) x
 UNION ALL
-SELECT w.depth, b.channel, {codec.HISTORY_SEED}, NULL, NULL, NULL, b.type, b.blob
+SELECT w.depth, ch, {codec.HISTORY_SEED}, NULL, NULL, NULL, b.type, b.blob
 FROM walk w
 CROSS JOIN LATERAL unnest(w.need) AS ch
-JOIN {BLOBS} b ON b.thread_id = w.thread_id AND b.checkpoint_ns = w.checkpoint_ns
-              AND b.channel = ch AND b.version = w.value_versions ->> ch
+CROSS JOIN LATERAL (
+    SELECT b.type, b.blob FROM {BLOBS} b
+    WHERE b.thread_id = w.thread_id AND b.checkpoint_ns = w.checkpoint_ns
+      AND b.channel = ch AND b.version = w.value_versions ->> ch
+    LIMIT 1
+) b
+WHERE w.value_versions ? ch
 """
 )
 
-# Channels a checkpoint names a version for but holds no value of: what a delta
-# reconstruction at it must rebuild from ancestors.
+# The delta channels (named in LangGraph's `counters_since_delta_snapshot` metadata,
+# see `saverbase.delta_channels`) a checkpoint has a version of but holds no value
+# of: what a delta reconstruction at it rebuilds from ancestors. An ordinary channel
+# with nothing stored (a consumed trigger) is just empty and needs no history.
 _MISSING_CHANNELS = (
-    "ARRAY(SELECT k FROM jsonb_object_keys({alias}.channel_versions) AS k"
-    " WHERE NOT ({alias}.value_versions ? k))"
+    "ARRAY(SELECT k FROM jsonb_object_keys(CASE WHEN jsonb_typeof({alias}.metadata"
+    f" -> '{DELTA_COUNTERS_KEY}') = 'object' THEN {{alias}}.metadata -> '{DELTA_COUNTERS_KEY}'"
+    " ELSE '{{}}'::jsonb END) AS k"
+    " WHERE {alias}.channel_versions ? k AND NOT ({alias}.value_versions ? k))"
 )
 
 DELETE_THREAD_SQL = f"""
@@ -329,11 +350,18 @@ RUNS_KEEP_SQL = (
     f" SELECT thread_id, checkpoint_ns, checkpoint_id FROM {CHECKPOINTS}"
     " WHERE run_id = ANY($1::text[])),"
     " frontier AS ("
+    " SELECT s.thread_id, s.checkpoint_ns, s.parent_checkpoint_id, s.need"
+    " FROM (SELECT DISTINCT thread_id, checkpoint_ns FROM doomed) AS t"
+    # Per affected (thread, namespace): a primary-key prefix scan, never the whole table.
+    " CROSS JOIN LATERAL ("
     " SELECT s.thread_id, s.checkpoint_ns, s.parent_checkpoint_id,"
     " " + _MISSING_CHANNELS.format(alias="s") + " AS need"
-    f" FROM {CHECKPOINTS} s JOIN doomed d ON d.thread_id = s.thread_id"
-    " AND d.checkpoint_ns = s.checkpoint_ns AND d.checkpoint_id = s.parent_checkpoint_id"
-    " WHERE s.run_id IS NULL OR NOT (s.run_id = ANY($1::text[]))),"
+    f" FROM {CHECKPOINTS} s WHERE s.thread_id = t.thread_id"
+    " AND s.checkpoint_ns = t.checkpoint_ns"
+    " AND (s.run_id IS NULL OR NOT (s.run_id = ANY($1::text[])))"
+    " AND s.parent_checkpoint_id IN (SELECT d.checkpoint_id FROM doomed d"
+    " WHERE d.thread_id = t.thread_id AND d.checkpoint_ns = t.checkpoint_ns)"
+    " OFFSET 0) AS s),"
     + _WALK_CTE.format(
         start="SELECT thread_id, checkpoint_ns, parent_checkpoint_id, need, 1 FROM frontier"
     )
@@ -363,12 +391,14 @@ WHERE thread_id = $1 AND checkpoint_ns = $2 AND parent_checkpoint_id = ANY($3::t
 """
 
 DELETE_GARBAGE_BLOBS_SQL = f"""
+WITH held AS (
+    SELECT DISTINCT v.key AS channel, v.value AS version
+    FROM {CHECKPOINTS} c CROSS JOIN LATERAL jsonb_each_text(c.value_versions) AS v
+    WHERE c.thread_id = $1 AND c.checkpoint_ns = $2
+)
 DELETE FROM {BLOBS} b
 WHERE b.thread_id = $1 AND b.checkpoint_ns = $2
-  AND NOT EXISTS (
-      SELECT 1 FROM {CHECKPOINTS} c
-      WHERE c.thread_id = $1 AND c.checkpoint_ns = $2
-        AND c.value_versions ->> b.channel = b.version)
+  AND NOT EXISTS (SELECT 1 FROM held h WHERE h.channel = b.channel AND h.version = b.version)
 """
 
 
