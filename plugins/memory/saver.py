@@ -10,10 +10,12 @@ through ``self.serde`` so custom and encrypted serializers behave as on disk.
 from __future__ import annotations
 
 import bisect
+import functools
 import random
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -47,6 +49,19 @@ Typed = tuple[str, bytes]
 StoredWrite = tuple[str, str, Typed, str]
 
 _PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    # Sync twins may run on worker threads next to the loop; one lock keeps every
+    # compound update (ids + entries + blobs) and every read consistent.
+    @functools.wraps(method)
+    def wrapper(self: MemorySaver, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -183,6 +198,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
     def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self._threads: dict[str, dict[str, _Namespace]] = {}
+        self._lock = threading.RLock()
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> MemorySaver:
@@ -232,6 +248,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ sync API
 
+    @_locked
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (or the thread's latest), with its pending writes."""
         configurable = config["configurable"]
@@ -256,6 +273,24 @@ class MemorySaver(BaseCheckpointSaver[str]):
         """Matching checkpoints, newest first within each thread."""
         if limit is not None and limit <= 0:
             return
+        remaining = limit
+        for thread_id, checkpoint_ns, checkpoint_id in self._list_candidates(config, before):
+            with self._lock:
+                ns = self._ns(thread_id, checkpoint_ns)
+                entry = ns.entries.get(checkpoint_id) if ns is not None else None
+                if ns is None or entry is None or not metadata_matches(entry.metadata_plain, filter):
+                    continue
+                item = self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
+            yield item
+            if remaining is not None:
+                remaining -= 1
+                if remaining <= 0:
+                    return
+
+    @_locked
+    def _list_candidates(
+        self, config: RunnableConfig | None, before: RunnableConfig | None
+    ) -> list[tuple[str, str, str]]:
         configurable = (config or {}).get("configurable") or {}
         if "thread_id" in configurable:
             thread_ids: list[str] = [configurable["thread_id"]]
@@ -264,7 +299,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
         only_ns = configurable.get("checkpoint_ns")
         only_id = configurable.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
-        remaining = limit
+        out: list[tuple[str, str, str]] = []
         for thread_id in thread_ids:
             namespaces = self._threads.get(thread_id)
             if not namespaces:
@@ -274,7 +309,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 if only_ns is not None and checkpoint_ns != only_ns:
                     continue
                 if only_id:
-                    if only_id in ns.entries:
+                    if only_id in ns.entries and (before_id is None or only_id < before_id):
                         candidates.append((only_id, checkpoint_ns))
                     continue
                 ids = ns.order
@@ -285,18 +320,10 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 candidates.sort(reverse=True)
             else:
                 candidates.reverse()
-            for checkpoint_id, checkpoint_ns in candidates:
-                if before_id is not None and checkpoint_id >= before_id:
-                    continue
-                ns = namespaces[checkpoint_ns]
-                if not metadata_matches(ns.entries[checkpoint_id].metadata_plain, filter):
-                    continue
-                yield self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
+            out.extend((thread_id, ns_name, cid) for cid, ns_name in candidates)
+        return out
 
+    @_locked
     def put(
         self,
         config: RunnableConfig,
@@ -330,6 +357,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
         )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
+    @_locked
     def put_writes(
         self,
         config: RunnableConfig,
@@ -358,10 +386,12 @@ class MemorySaver(BaseCheckpointSaver[str]):
         if changed:
             stored._sorted = None
 
+    @_locked
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of ``thread_id``."""
         self._threads.pop(thread_id, None)
 
+    @_locked
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole of ``source_thread_id`` (every checkpoint, blob and write) into
         ``target_thread_id``; on an id present in both, the source's copy wins."""
@@ -381,6 +411,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
             existing.blobs.update(clone.blobs)
             existing.writes.update(clone.writes)
 
+    @_locked
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
         ancestor its delta reconstruction reads (for each delta channel the metadata counters
@@ -400,6 +431,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 keep = {latest, *ns.needed_ancestors(latest)}
                 ns.remove(set(ns.entries) - keep)
 
+    @_locked
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
         ``run_ids``, except ancestors a surviving checkpoint's delta reconstruction reads."""
@@ -422,6 +454,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
             if not namespaces:
                 del self._threads[thread_id]
 
+    @_locked
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:

@@ -198,3 +198,37 @@ def test_run_sync_refuses_a_stopped_loop() -> None:
             run_sync(loop, nothing, "get_tuple", "Saver")
     finally:
         loop.close()
+
+
+def test_sync_twins_from_many_threads_stay_consistent() -> None:
+    saver = MemorySaver()
+    errors: list[BaseException] = []
+
+    def writer(thread: str) -> None:
+        try:
+            parent = None
+            for _ in range(150):
+                cid = new_checkpoint_id()
+                saver.put(config_for(thread, parent), make_checkpoint(cid, {}, {}), {}, {})
+                saver.put_writes(config_for(thread, cid), [("x", 1), ("y", 2)], "t")
+                parent = cid
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(60):
+                for item in saver.list(None, limit=50):
+                    assert item.pending_writes is not None
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(4)]
+    workers += [threading.Thread(target=reader) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    for i in range(4):
+        assert len(list(saver.list(config_for(f"t{i}")))) == 150
