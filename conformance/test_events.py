@@ -395,6 +395,46 @@ def test_put_if_absent_race_in_one_process(events_target: Any) -> None:
     events_target.run(body)
 
 
+def test_concurrent_readers_never_see_half_a_batch(events_target: Any) -> None:
+    """Readers racing batch writers see each batch entirely or not at all."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("vis")
+        done = False
+
+        async def writer(i: int) -> None:
+            for k in range(4):
+                await store.put_batch(
+                    [_message(thread, f"w{i}-{k}", {"type": "ai", "id": f"{i}-{k}-{j}"}) for j in range(4)],
+                    user_id=None,
+                )
+                await asyncio.sleep(0)
+
+        async def reader() -> int:
+            looks = 0
+            while not done or looks == 0:
+                rows = await store.list_messages(thread, limit=10_000, user_id=None)
+                per_run: dict[str, int] = {}
+                for r in rows:
+                    per_run[r["run_id"]] = per_run.get(r["run_id"], 0) + 1
+                half = {run: n for run, n in per_run.items() if n != 4}
+                assert not half, (
+                    f"contract: put_batch is all-or-nothing: a concurrent reader saw part of a batch {half}"
+                )
+                looks += 1
+                await asyncio.sleep(0)
+            return looks
+
+        readers = [asyncio.ensure_future(reader()) for _ in range(2)]
+        await asyncio.gather(*(writer(i) for i in range(3)))
+        done = True
+        await asyncio.gather(*readers)
+        assert await store.count_messages(thread, user_id=None) == 3 * 4 * 4
+        await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
 @pytest.mark.requires("cross_process")
 def test_put_if_absent_race_across_processes(events_target: Any, request: pytest.FixtureRequest) -> None:
     """The same race from 4 OS processes, each opening its own instance by URL."""
@@ -1046,6 +1086,13 @@ def test_owner_filter(events_target: Any) -> None:
             assert await store.find_latest_ai_message_run_ids(thread, ["ma", "mb"]) == {"mb": "r1"}
             assert await store.get_last_visible_ai_seq_by_run(thread) == {"r1": b1["seq"]}
         assert await store.count_messages(thread, user_id="carol") == 0
+        existing, created = await store.put_if_absent(
+            thread_id=thread, run_id="r1", event_type="ai_message", category="message", user_id="carol",
+        )
+        assert created is False and existing["seq"] == a1["seq"], (
+            "contract: put_if_absent's existence check ignores the owner (one record per "
+            "(thread, run, event_type))"
+        )
         assert await store.delete_by_run(thread, "r1", user_id="bob") == 1, (
             "contract: owner_filter: deletes remove only the owner's events"
         )
