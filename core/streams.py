@@ -203,8 +203,45 @@ async def heartbeat_loop(poll: Poll, interval: float) -> AsyncIterator[StreamIte
             deadline = clock() + interval
 
 
-async def wait_for_change(waiter: asyncio.Future[Any], timeout: float) -> None:
-    """Wait until ``waiter`` is done or ``timeout`` passes, without cancelling ``waiter``."""
-    if waiter.done() or timeout <= 0:
-        return
-    await asyncio.wait((waiter,), timeout=timeout)
+class Notifier:
+    """Wakes the subscribers waiting for news of one stream.
+
+    ``version`` counts notifications: read it before looking for new items and pass it
+    to `wait`, so a notification that lands in between is never lost. Each waiter
+    has its own future, so a wake-up reaches every subscriber in one loop turn.
+    """
+
+    __slots__ = ("_waiters", "version")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._waiters: set[asyncio.Future[bool]] = set()
+
+    def notify(self) -> None:
+        """Wake every current waiter."""
+        self.version += 1
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+
+    async def wait(self, timeout: float, since: int) -> bool:
+        """Wait until a notification after ``since`` or ``timeout``; True when notified."""
+        if self.version != since:
+            return True
+        if timeout <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstore.streams import (
     END,
+    Notifier,
     StreamBridge,
     StreamEndedError,
     StreamEvent,
@@ -23,7 +24,6 @@ from runstore.streams import (
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
-    wait_for_change,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _event_id(seq: int) -> str:
 class _Run:
     """One run's stream: the retained events, the END flag and who waits for news."""
 
-    __slots__ = ("buffer", "ended", "last_seq", "published", "removed", "subscribers", "timer", "waiter")
+    __slots__ = ("buffer", "ended", "last_seq", "news", "published", "removed", "subscribers", "timer")
 
     def __init__(self, maxsize: int) -> None:
         self.buffer: deque[StreamEvent] = deque(maxlen=maxsize)
@@ -48,7 +48,7 @@ class _Run:
         self.published = False
         self.subscribers = 0
         self.timer: asyncio.TimerHandle | None = None
-        self.waiter: asyncio.Future[None] | None = None
+        self.news = Notifier()
 
     @property
     def first_seq(self) -> int:
@@ -56,14 +56,7 @@ class _Run:
         return self.last_seq - len(self.buffer) + 1
 
     def notify(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-        self.waiter = None
-
-    def changed(self) -> asyncio.Future[None]:
-        if self.waiter is None:
-            self.waiter = asyncio.get_running_loop().create_future()
-        return self.waiter
+        self.news.notify()
 
 
 class _Cursor:
@@ -191,10 +184,11 @@ class MemoryStreamBridge(StreamBridge):
         cursor = self._start(run, last_event_id)
 
         async def poll(timeout: float) -> Sequence[StreamItem]:
+            since = run.news.version
             items = self._collect(run, cursor)
             if items:
                 return items
-            await wait_for_change(run.changed(), timeout)
+            await run.news.wait(timeout, since)
             return self._collect(run, cursor)
 
         try:
@@ -227,9 +221,11 @@ class MemoryStreamBridge(StreamBridge):
         if gap is not None:
             return [gap]
         items: list[StreamItem] = []
-        skip = cursor.pos - run.first_seq + 1
-        if skip < len(run.buffer):
-            fresh = list(run.buffer)[max(0, skip) :]
+        fresh_count = min(run.last_seq - cursor.pos, len(run.buffer))
+        if fresh_count > 0:
+            # New events sit at the right end of the deque, where indexing is cheap.
+            buffer = run.buffer
+            fresh = [buffer[-k] for k in range(fresh_count, 0, -1)]
             items.extend(fresh)
             cursor.pos = run.last_seq
             cursor.requested = fresh[-1].id

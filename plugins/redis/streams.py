@@ -29,6 +29,7 @@ import orjson
 from runstore.errors import ConfigError
 from runstore.streams import (
     END,
+    Notifier,
     StreamBridge,
     StreamEndedError,
     StreamEvent,
@@ -37,7 +38,6 @@ from runstore.streams import (
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
-    wait_for_change,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
 class _Watch:
     """What this process knows of one followed stream, shared by its local subscribers."""
 
-    __slots__ = ("cache", "error", "key", "latest", "recheck", "refs", "waiter")
+    __slots__ = ("cache", "error", "key", "latest", "news", "recheck", "refs")
 
     def __init__(self, key: bytes, maxsize: int) -> None:
         self.key = key
@@ -140,17 +140,10 @@ class _Watch:
         self.refs = 0
         self.error: BaseException | None = None
         self.recheck = 0  # bumped when the stream may have been removed
-        self.waiter: asyncio.Future[None] | None = None
-
-    def changed(self) -> asyncio.Future[None]:
-        if self.waiter is None:
-            self.waiter = asyncio.get_running_loop().create_future()
-        return self.waiter
+        self.news = Notifier()
 
     def notify(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-        self.waiter = None
+        self.news.notify()
 
     def add(self, entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
         """Take entries the waker read; the cache stays a hole-free run of sequences."""
@@ -426,14 +419,14 @@ class RedisStreamBridge(StreamBridge):
                 if first:
                     items, first = first, []
                     return items
+                since = watch.news.version
                 items = await self._next(key, cursor, watch)
                 if items:
                     return items
-                changed = watch.changed()
-                await wait_for_change(changed, timeout)
+                notified = await watch.news.wait(timeout, since)
                 if watch.error is not None:
                     raise watch.error
-                if not changed.done() or watch.recheck != recheck:
+                if not notified or watch.recheck != recheck:
                     # Idle, or told the stream may be gone: a snapshot also sees removal.
                     recheck = watch.recheck
                     return await self._read(key, cursor, watch)

@@ -313,3 +313,18 @@ async def test_redis_scripts_load_when_the_server_lacks_them(
     fresh()
     got = [item async for item in bridge.subscribe("noscript")]
     assert [g.data for g in got[:-1]] == [3, 4, 5] and got[-1] is END  # queue_maxsize 3
+
+
+async def test_notifier_never_loses_a_wakeup() -> None:
+    from runstore.streams import Notifier
+
+    news = Notifier()
+    since = news.version
+    news.notify()  # lands between "look for items" and "wait"
+    assert await news.wait(30, since) is True, "a notification after `since` returns at once"
+    assert await news.wait(0.01, news.version) is False, "timeout without news"
+    since = news.version
+    waiters = [asyncio.ensure_future(news.wait(30, since)) for _ in range(5)]
+    await asyncio.sleep(0)
+    news.notify()
+    assert await asyncio.wait_for(asyncio.gather(*waiters), 10) == [True] * 5
