@@ -328,3 +328,22 @@ async def test_notifier_never_loses_a_wakeup() -> None:
     await asyncio.sleep(0)
     news.notify()
     assert await asyncio.wait_for(asyncio.gather(*waiters), 10) == [True] * 5
+
+
+@pytest.mark.redis
+async def test_redis_follower_raises_when_the_reader_gives_up(
+    redis_url: str, options: BackendOptions
+) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    bridge = await _open(redis_url, options)
+    bridge.retry_backoff = (0.01, 0.02)
+    await bridge.publish("lost", "values", 0)
+    sub = bridge.subscribe("lost")
+    assert (await anext(sub)).data == 0
+    pending = asyncio.ensure_future(anext(sub))
+    await asyncio.sleep(0.1)  # the waker is blocked in XREAD now
+    _break_connections(bridge)
+    await bridge._client.connection_pool.disconnect()
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(pending, 10)
