@@ -17,11 +17,19 @@ to the uncached walk, never to an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, DeltaChannelHistory
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 
 from .forwarding import ForwardingSaver
 
@@ -29,6 +37,8 @@ log = logging.getLogger("runstore.checkpoint.cache")
 
 #: How many ancestors a miss may be composed across before asking the inner saver.
 DEFAULT_MAX_COMPOSE_DEPTH = 4
+#: Child -> parent links remembered per saver instance.
+LINK_MEMO_SIZE = 4096
 
 
 @runtime_checkable
@@ -54,6 +64,18 @@ class HistoryCacheBackend(Protocol):
 def entry_key(checkpoint_ns: str, checkpoint_id: str, channel: str) -> str:
     """The key of one cached history entry inside a thread."""
     return f"{checkpoint_ns}\x1f{checkpoint_id}\x1f{channel}"
+
+
+def _seed_key(checkpoint_ns: str, checkpoint_id: str, channel: str, *, held: bool = False) -> str:
+    # "held": the checkpoint itself stores the value; otherwise a walk from it found it.
+    return entry_key(checkpoint_ns, checkpoint_id, channel) + ("\x1fheld" if held else "\x1fseed")
+
+
+class _Part(NamedTuple):
+    """``H(checkpoint)`` for one channel without the seed value: writes + where the seed is."""
+
+    writes: list[Any]
+    seed_ref: str | None
 
 
 def _cfg(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -94,6 +116,9 @@ class CachedHistorySaver(ForwardingSaver):
         bind = getattr(cache, "bind_serde", None)
         if callable(bind):
             bind(inner.serde)
+        # child -> parent links seen in put / get_tuple / list results. A checkpoint's
+        # parent never changes, so this saves the target read when composing a miss.
+        self._links: OrderedDict[tuple[str, str, str], tuple[str, str] | None] = OrderedDict()
 
     def stats(self) -> dict[str, int]:
         """Counters since creation: hits, misses, composed, inner_walks, cache_errors, purges."""
@@ -117,6 +142,7 @@ class CachedHistorySaver(ForwardingSaver):
             log.debug("history cache set failed: %s", type(exc).__name__)
 
     async def _purge(self, thread_ids: Sequence[str]) -> None:
+        self._forget_links(thread_ids)
         for thread_id in thread_ids:
             self._stats["purges"] += 1
             try:
@@ -126,6 +152,7 @@ class CachedHistorySaver(ForwardingSaver):
                 log.debug("history cache purge failed: %s", type(exc).__name__)
 
     def _purge_sync(self, thread_ids: Sequence[str] | None) -> None:
+        self._forget_links(thread_ids)
         # Sync saver calls cannot await an async backend; a backend may offer a sync
         # purge (memory does). Otherwise entries stay unreachable: ids are never reused.
         purge = getattr(self.cache, "purge_thread_sync", None)
@@ -140,6 +167,75 @@ class CachedHistorySaver(ForwardingSaver):
                     purge(str(thread_id))
         except Exception:
             self._stats["cache_errors"] += 1
+
+    # ------------------------------------------------------------------ parent links
+
+    def _link(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent: Any) -> None:
+        if parent is None:
+            value: tuple[str, str] | None = None
+        else:
+            conf = parent.get("configurable") or {}
+            parent_id = conf.get("checkpoint_id")
+            if not parent_id:
+                value = None
+            else:
+                value = (str(conf.get("checkpoint_ns", checkpoint_ns) or ""), str(parent_id))
+        key = (str(thread_id), checkpoint_ns or "", str(checkpoint_id))
+        self._links[key] = value
+        self._links.move_to_end(key)
+        while len(self._links) > LINK_MEMO_SIZE:
+            self._links.popitem(last=False)
+
+    def _note(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+        if tup is not None:
+            conf = tup.config.get("configurable") or {}
+            self._link(
+                str(conf.get("thread_id")),
+                str(conf.get("checkpoint_ns", "") or ""),
+                str(tup.checkpoint["id"]),
+                tup.parent_config,
+            )
+        return tup
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._note(await self.inner.aget_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            self._note(tup)
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        conf = config.get("configurable") or {}
+        self._link(
+            str(conf.get("thread_id")),
+            str(conf.get("checkpoint_ns", "") or ""),
+            str(checkpoint["id"]),
+            config if conf.get("checkpoint_id") else None,
+        )
+        return saved
+
+    def _forget_links(self, thread_ids: Sequence[str] | None) -> None:
+        if thread_ids is None:
+            self._links.clear()
+            return
+        gone = {str(t) for t in thread_ids}
+        for key in [k for k in self._links if k[0] in gone]:
+            del self._links[key]
 
     # ------------------------------------------------------------------ history
 
@@ -174,32 +270,90 @@ class CachedHistorySaver(ForwardingSaver):
         channels: Sequence[str],
         depth: int,
     ) -> dict[str, DeltaChannelHistory]:
+        channels = list(dict.fromkeys(channels))
+        parts = await self._parts(thread_id, checkpoint_ns, checkpoint_id, channels, depth)
         result: dict[str, DeltaChannelHistory] = {}
-        missing: list[str] = []
-        for channel in dict.fromkeys(channels):
-            entry = await self._cget(thread_id, entry_key(checkpoint_ns, checkpoint_id, channel))
-            if entry is None:
-                missing.append(channel)
-            else:
-                self._stats["hits"] += 1
-                result[channel] = entry
-        if not missing:
-            return result
-        self._stats["misses"] += len(missing)
-        composed = await self._compose(thread_id, checkpoint_ns, checkpoint_id, missing, depth)
-        for channel, entry in composed.items():
-            await self._cset(thread_id, entry_key(checkpoint_ns, checkpoint_id, channel), entry)
-            result[channel] = entry
+        dangling: list[str] = []
+        for ch in channels:
+            part = parts[ch]
+            entry: DeltaChannelHistory = {"writes": part.writes}
+            if part.seed_ref is not None:
+                record = await self._cget(thread_id, part.seed_ref)
+                if record is None or "seed" not in record:
+                    dangling.append(ch)  # the seed record was evicted
+                    continue
+                entry["seed"] = record["seed"]
+            result[ch] = entry
+        if dangling:
+            # Rare (LRU evicted a seed its entries still point at): walk and re-store.
+            walked = await self._walk_and_store(thread_id, checkpoint_ns, checkpoint_id, dangling)
+            for ch in dangling:
+                result[ch] = walked[ch]
         return result
 
-    async def _inner_walk(
+    async def _parts(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        channels: Sequence[str],
+        depth: int,
+    ) -> dict[str, _Part]:
+        """Writes + seed reference of ``H(checkpoint)`` per channel, cached or composed."""
+        parts: dict[str, _Part] = {}
+        missing: list[str] = []
+        for ch in channels:
+            record = await self._cget(thread_id, entry_key(checkpoint_ns, checkpoint_id, ch))
+            if record is None:
+                missing.append(ch)
+            else:
+                self._stats["hits"] += 1
+                ref = cast(Mapping[str, Any], record).get("seed_ref")
+                parts[ch] = _Part(list(record["writes"]), None if ref is None else str(ref))
+        if not missing:
+            return parts
+        self._stats["misses"] += len(missing)
+        if depth >= self.max_compose_depth:
+            walked = await self._walk_and_store(thread_id, checkpoint_ns, checkpoint_id, missing)
+            for ch in missing:
+                parts[ch] = _Part(
+                    walked[ch]["writes"],
+                    _seed_key(checkpoint_ns, checkpoint_id, ch) if "seed" in walked[ch] else None,
+                )
+            return parts
+        composed = await self._compose(thread_id, checkpoint_ns, checkpoint_id, missing, depth)
+        for ch, part in composed.items():
+            await self._store_part(thread_id, entry_key(checkpoint_ns, checkpoint_id, ch), part)
+            parts[ch] = part
+        return parts
+
+    async def _store_part(self, thread_id: str, key: str, part: _Part) -> None:
+        record: dict[str, Any] = {"writes": part.writes}
+        if part.seed_ref is not None:
+            record["seed_ref"] = part.seed_ref
+        await self._cset(thread_id, key, record)  # type: ignore[arg-type]
+
+    async def _walk_and_store(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
+        """Ask the inner saver, store the seed once and the writes with a reference to it."""
         self._stats["inner_walks"] += 1
         found = await self.inner.aget_delta_channel_history(
             config=_cfg(thread_id, checkpoint_ns, checkpoint_id), channels=list(channels)
         )
-        return {ch: found.get(ch, {"writes": []}) for ch in channels}
+        out: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = found.get(ch) or {"writes": []}
+            ref = None
+            if "seed" in entry:
+                # The walk does not say which ancestor held the seed: key it by the target.
+                ref = _seed_key(checkpoint_ns, checkpoint_id, ch)
+                await self._cset(thread_id, ref, {"writes": [], "seed": entry["seed"]})
+            await self._store_part(
+                thread_id, entry_key(checkpoint_ns, checkpoint_id, ch), _Part(list(entry["writes"]), ref)
+            )
+            out[ch] = entry
+        return out
 
     async def _compose(
         self,
@@ -208,38 +362,41 @@ class CachedHistorySaver(ForwardingSaver):
         checkpoint_id: str,
         channels: Sequence[str],
         depth: int,
-    ) -> dict[str, DeltaChannelHistory]:
-        if depth >= self.max_compose_depth:
-            return await self._inner_walk(thread_id, checkpoint_ns, checkpoint_id, channels)
-        target = await self.inner.aget_tuple(_cfg(thread_id, checkpoint_ns, checkpoint_id))
-        if target is None or target.parent_config is None:
-            # Same answer as a walk: nothing above the target.
-            return {ch: {"writes": []} for ch in channels}
-        parent_conf = target.parent_config["configurable"]
-        parent_id = str(parent_conf["checkpoint_id"])
-        parent_ns = parent_conf.get("checkpoint_ns", checkpoint_ns) or ""
-        parent = await self.inner.aget_tuple(_cfg(thread_id, parent_ns, parent_id))
+    ) -> dict[str, _Part]:
+        key = (thread_id, checkpoint_ns, checkpoint_id)
+        if key in self._links:
+            link = self._links[key]
+        else:
+            target = self._note(
+                await self.inner.aget_tuple(_cfg(thread_id, checkpoint_ns, checkpoint_id))
+            )
+            link = self._links.get(key) if target is not None else None
+        if link is None:
+            # Same answer as a walk: nothing above the target (or no target).
+            return {ch: _Part([], None) for ch in channels}
+        parent_ns, parent_id = link
+        parent = self._note(await self.inner.aget_tuple(_cfg(thread_id, parent_ns, parent_id)))
         if parent is None:
-            return {ch: {"writes": []} for ch in channels}
+            return {ch: _Part([], None) for ch in channels}
         writes = parent.pending_writes or []
         stored = parent.checkpoint["channel_values"]
-        result: dict[str, DeltaChannelHistory] = {}
+        result: dict[str, _Part] = {}
         above: list[str] = []
         for ch in channels:
+            own = [w for w in writes if w[1] == ch]
             if ch in stored:
-                result[ch] = {"writes": [w for w in writes if w[1] == ch], "seed": stored[ch]}
+                # The parent holds the value: it is the seed, stored once for all descendants.
+                ref = _seed_key(parent_ns, parent_id, ch, held=True)
+                await self._cset(thread_id, ref, {"writes": [], "seed": stored[ch]})
+                result[ch] = _Part(own, ref)
             else:
                 above.append(ch)
         if above:
-            base = await self._history(thread_id, parent_ns, parent_id, above, depth + 1)
+            base = await self._parts(thread_id, parent_ns, parent_id, above, depth + 1)
             for ch in above:
-                entry = base[ch]
-                out: DeltaChannelHistory = {
-                    "writes": [*entry["writes"], *(w for w in writes if w[1] == ch)]
-                }
-                if "seed" in entry:
-                    out["seed"] = entry["seed"]
-                result[ch] = out
+                result[ch] = _Part(
+                    [*base[ch].writes, *(w for w in writes if w[1] == ch)], base[ch].seed_ref
+                )
             self._stats["composed"] += len(above)
         return result
 
@@ -272,6 +429,7 @@ class CachedHistorySaver(ForwardingSaver):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self.inner.adelete_for_runs(run_ids)
         # The threads those runs touched are unknown here: drop everything.
+        self._forget_links(None)
         try:
             await self.cache.clear()
         except Exception:

@@ -1,8 +1,10 @@
 """In-process LRU cache of delta history (``checkpoint_cache.type: memory``).
 
-Entries are deep-copied on write and on read: LangGraph hands a replayed seed list
-and message objects straight to the caller's state, and a caller mutating them must
-never change what the next reader gets.
+Entries are copied on write and on read: LangGraph hands a replayed seed list and
+message objects straight to the caller's state, and a caller mutating them must
+never change what the next reader gets. The copy is structural (containers are
+rebuilt, pydantic models such as messages are copied with their list and dict
+fields deep-copied), about twice as fast as ``copy.deepcopy`` on messages.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import copy
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import DeltaChannelHistory
@@ -43,10 +47,10 @@ class MemoryHistoryCache:
             if entry is None:
                 return None
             self._entries.move_to_end((thread_id, key))
-        return copy.deepcopy(entry)
+        return _copy(entry)
 
     async def set(self, thread_id: str, key: str, entry: DeltaChannelHistory) -> None:
-        stored = copy.deepcopy(entry)
+        stored = _copy(entry)
         with self._lock:
             self._entries[(thread_id, key)] = stored
             self._entries.move_to_end((thread_id, key))
@@ -83,3 +87,33 @@ class MemoryHistoryCache:
     def stats(self) -> dict[str, Any]:
         """Size and bound of the LRU."""
         return {"entries": len(self._entries), "max_entries": self.max_entries}
+
+
+_ATOMIC = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _copy(value: Any) -> Any:
+    """A copy sharing nothing mutable with ``value`` (what a cache reader may change).
+
+    Dispatches on the exact type first: history entries are mostly lists of tuples
+    of messages whose fields are strings, ``None`` and small dicts and lists.
+    """
+    kind = type(value)
+    if kind in _ATOMIC:
+        return value
+    if kind is list:
+        return [_copy(v) for v in value]
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is tuple:
+        return tuple([_copy(v) for v in value])
+    if isinstance(value, BaseModel):
+        clone = value.model_copy()  # shallow: a new __dict__ whose values we replace
+        fields = clone.__dict__
+        for name, field_value in fields.items():
+            if type(field_value) not in _ATOMIC:
+                fields[name] = _copy(field_value)
+        return clone
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # NamedTuple (_DeltaSnapshot)
+        return kind(*[_copy(v) for v in value])
+    return copy.deepcopy(value)

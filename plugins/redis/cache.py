@@ -85,6 +85,8 @@ class RedisHistoryCache:
         payload: dict[str, Any] = {"w": [list(w) for w in entry["writes"]]}
         if "seed" in entry:
             payload["s"] = entry["seed"]
+        if "seed_ref" in entry:
+            payload["r"] = entry["seed_ref"]  # type: ignore[typeddict-item]
         type_, data = self._serializer().dumps_typed(payload)
         return type_.encode() + _SEP + data
 
@@ -94,6 +96,8 @@ class RedisHistoryCache:
         entry: DeltaChannelHistory = {"writes": [tuple(w) for w in payload["w"]]}  # type: ignore[misc]
         if "s" in payload:
             entry["seed"] = payload["s"]
+        if "r" in payload:
+            entry["seed_ref"] = payload["r"]  # type: ignore[typeddict-unknown-key]
         return entry
 
     def _failed(self, op: str, exc: BaseException) -> None:

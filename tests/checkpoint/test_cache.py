@@ -68,13 +68,15 @@ async def build(saver: Any, thread_id: str, nodes: list[dict[str, Any]]) -> list
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=trees(), order=st.lists(st.integers(0, 100), min_size=1, max_size=30),
-       max_entries=st.integers(1, 20), depth=st.integers(0, 4))
+       max_entries=st.integers(1, 20), depth=st.integers(0, 4), through_cache=st.booleans())
 async def test_cached_history_equals_uncached(
-    nodes: list[dict[str, Any]], order: list[int], max_entries: int, depth: int
+    nodes: list[dict[str, Any]], order: list[int], max_entries: int, depth: int,
+    through_cache: bool,
 ) -> None:
     inner = InMemorySaver()
     cached = CachedHistorySaver(inner, MemoryHistoryCache(max_entries), max_compose_depth=depth)
-    configs = await build(inner, f"t-{uuid.uuid4().hex}", nodes)
+    # written through the wrapper (parent links learned from put) or behind its back
+    configs = await build(cached if through_cache else inner, f"t-{uuid.uuid4().hex}", nodes)
     for k in order:
         cfg = configs[k % len(configs)]
         channels = CHANNELS if k % 3 else CHANNELS[:1]
