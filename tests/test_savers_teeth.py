@@ -62,6 +62,13 @@ CASES = [
         id="get-tuple-carries-values-forward",
     ),
     pytest.param(
+        "saver_naive_prune.py",
+        "broken-naive-prune://",
+        "prune_keep_latest",
+        "prune keep_latest keeps what delta reconstruction needs",
+        id="prune-drops-delta-ancestors",
+    ),
+    pytest.param(
         "saver_unsorted_writes.py",
         "broken-unsorted-writes://",
         "put_writes_idempotent",
@@ -91,6 +98,7 @@ def test_suite_passes_the_memory_saver_on_the_same_selection(pytester: pytest.Py
         "--runstore-backend",
         "memory://",
         "-k",
-        "fork_sees_no_sibling or delta_history_parity or tree_get_tuple or put_writes_idempotent",
+        "fork_sees_no_sibling or delta_history_parity or tree_get_tuple or put_writes_idempotent"
+        " or prune_keep_latest",
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
