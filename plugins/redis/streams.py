@@ -202,6 +202,7 @@ class RedisStreamBridge(StreamBridge):
         self._pending: list[tuple[bytes, str, bytes, asyncio.Future[str], str]] = []
         self._inflight = False
         self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # strong refs: the loop keeps only weak ones
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
@@ -271,7 +272,7 @@ class RedisStreamBridge(StreamBridge):
             raise self._publish_error(run_id, exc) from None
         finally:
             if self._pending:
-                asyncio.get_running_loop().create_task(self._drain())
+                self._spawn(self._drain())
             else:
                 self._inflight = False
         return result.decode() if isinstance(result, bytes) else str(result)
@@ -360,6 +361,9 @@ class RedisStreamBridge(StreamBridge):
             self._waker.cancel()
             with contextlib.suppress(BaseException):
                 await self._waker
+        if self._tasks:
+            # Let queued publishes finish (their callers are waiting) and pokes settle.
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         for watch in self._watches.values():
             watch.error = RuntimeError("stream bridge closed")
             watch.notify()
@@ -529,9 +533,14 @@ class RedisStreamBridge(StreamBridge):
             watch = self._watches[key] = _Watch(key, self.queue_maxsize)
             self._ensure_waker()
             # Wake the blocked XREAD so it includes the new stream.
-            asyncio.get_running_loop().create_task(self._poke())
+            self._spawn(self._poke())
         watch.refs += 1
         return watch
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _unwatch(self, watch: _Watch) -> None:
         watch.refs -= 1
