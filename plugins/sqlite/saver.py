@@ -324,25 +324,30 @@ def _op_copy_thread(conn: sqlite3.Connection, source: str, target: str) -> None:
     _write_tx(conn, body)
 
 
+#: LangGraph's metadata naming the delta channels of a checkpoint (`DeltaChannel` beta).
+_COUNTERS_KEY = "counters_since_delta_snapshot"
+
+
 class _Graph:
     """The checkpoints of one (thread, namespace), for pruning decisions."""
 
-    def __init__(
-        self, rows: list[tuple[str, str | None, str | None, str, bytes, str]], serde: Any
-    ) -> None:
+    def __init__(self, rows: list[tuple[str, str | None, str | None, str, str]]) -> None:
         import orjson
 
         self.parent: dict[str, str | None] = {}
         self.run_id: dict[str, str | None] = {}
         self.valued: dict[str, set[str]] = {}
         self.unvalued: dict[str, list[str]] = {}
-        for cid, parent, run_id, type_, record, value_versions in rows:
+        for cid, parent, run_id, metadata, value_versions in rows:
             self.parent[cid] = parent
             self.run_id[cid] = run_id
             valued = set(orjson.loads(value_versions))
             self.valued[cid] = valued
-            versions = serde.loads_typed((type_, record)).get("channel_versions") or {}
-            self.unvalued[cid] = [ch for ch in versions if ch not in valued]
+            # Delta channels are the ones LangGraph counts toward a snapshot; a delta
+            # channel with no value stored here is rebuilt from its ancestors.
+            counters = orjson.loads(metadata).get(_COUNTERS_KEY) if metadata else None
+            delta = counters if isinstance(counters, dict) else {}
+            self.unvalued[cid] = [ch for ch in delta if ch not in valued]
 
     def needed(self, checkpoint_id: str) -> list[str]:
         """Ancestors (nearest first) a delta reconstruction at ``checkpoint_id`` reads."""
@@ -360,13 +365,13 @@ class _Graph:
         return chain
 
 
-def _load_graph(conn: sqlite3.Connection, thread_id: str, ns: str, serde: Any) -> _Graph:
+def _load_graph(conn: sqlite3.Connection, thread_id: str, ns: str) -> _Graph:
     rows = conn.execute(
-        "SELECT checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint, value_versions "
+        "SELECT checkpoint_id, parent_checkpoint_id, run_id, metadata, value_versions "
         f"FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ?",
         (thread_id, ns),
     ).fetchall()
-    return _Graph(rows, serde)
+    return _Graph(rows)
 
 
 def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[str]) -> None:
@@ -391,9 +396,7 @@ def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[
     )
 
 
-def _op_prune(
-    conn: sqlite3.Connection, thread_ids: Sequence[str], strategy: str, serde: Any
-) -> None:
+def _op_prune(conn: sqlite3.Connection, thread_ids: Sequence[str], strategy: str) -> None:
     def body() -> None:
         for thread_id in thread_ids:
             if strategy == "delete":
@@ -408,7 +411,7 @@ def _op_prune(
                 )
             ]
             for ns in namespaces:
-                graph = _load_graph(conn, thread_id, ns, serde)
+                graph = _load_graph(conn, thread_id, ns)
                 latest = max(graph.parent)
                 keep = {latest, *graph.needed(latest)}
                 _remove(conn, thread_id, ns, [cid for cid in graph.parent if cid not in keep])
@@ -423,7 +426,7 @@ def _op_prune(
     _write_tx(conn, body)
 
 
-def _op_delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str], serde: Any) -> None:
+def _op_delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
     import orjson
 
     wanted = orjson.dumps(list(run_ids)).decode()
@@ -436,7 +439,7 @@ def _op_delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str], serde:
         ).fetchall()
         wanted_set = set(run_ids)
         for thread_id, ns in pairs:
-            graph = _load_graph(conn, thread_id, ns, serde)
+            graph = _load_graph(conn, thread_id, ns)
             doomed = {cid for cid, run in graph.run_id.items() if run in wanted_set}
             for cid in graph.parent:
                 if cid not in doomed:
@@ -768,13 +771,13 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             raise ValueError(
                 f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
             )
-        await self._write_hop(_op_prune, [str(t) for t in thread_ids], strategy, self.serde)
+        await self._write_hop(_op_prune, [str(t) for t in thread_ids], strategy)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete checkpoints (and writes) whose ``run_id`` is in ``run_ids``, keeping
         ancestors a surviving checkpoint's delta reconstruction still reads."""
         if run_ids:
-            await self._write_hop(_op_delete_for_runs, [str(r) for r in run_ids], self.serde)
+            await self._write_hop(_op_delete_for_runs, [str(r) for r in run_ids])
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -864,15 +867,13 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             raise ValueError(
                 f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
             )
-        self._sync("prune", _op_prune, [str(t) for t in thread_ids], strategy, self.serde)
+        self._sync("prune", _op_prune, [str(t) for t in thread_ids], strategy)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Sync twin of `adelete_for_runs` (not on the saver's event loop thread)."""
         ensure_off_loop(self._loop, "delete_for_runs", type(self).__name__)
         if run_ids:
-            self._sync(
-                "delete_for_runs", _op_delete_for_runs, [str(r) for r in run_ids], self.serde
-            )
+            self._sync("delete_for_runs", _op_delete_for_runs, [str(r) for r in run_ids])
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
