@@ -191,9 +191,10 @@ class Tree:
     spec: TreeSpec
     write_owner: dict[Any, int] = field(default_factory=dict)  # write value -> node index
     run_ids: list[str] = field(default_factory=list)
+    ns: str = ""
 
     def config(self, index: int, thread_id: str | None = None) -> Any:
-        return config_for(thread_id or self.thread_id, self.nodes[index].id)
+        return config_for(thread_id or self.thread_id, self.nodes[index].id, self.ns)
 
     def channel_values(self, index: int) -> dict[str, Any]:
         return {ch: v for ch, v in self.nodes[index].values.items() if v is not EMPTY}
@@ -255,10 +256,11 @@ def fold(history: Mapping[str, Any]) -> list[Any]:
 
 
 async def write_tree(
-    saver: BaseCheckpointSaver[Any], spec: TreeSpec, thread_id: str | None = None
+    saver: BaseCheckpointSaver[Any], spec: TreeSpec, thread_id: str | None = None, ns: str = ""
 ) -> Tree:
     """Put ``spec`` into ``saver`` (async API) and return its reference model."""
     tree = _plan(saver, spec, thread_id)
+    tree.ns = ns
     for put_args, write_calls in _operations(tree):
         await saver.aput(*put_args)
         for args in write_calls:
@@ -337,9 +339,14 @@ def _operations(tree: Tree) -> list[tuple[tuple[Any, ...], list[tuple[Any, ...]]
         # Like LangGraph in full mode, unchanged channels still appear in channel_values.
         values = {ch: v for ch, v in node.values.items() if v is not EMPTY}
         checkpoint = make_checkpoint(node.id, values, node.versions)
-        put_args = (config_for(tree.thread_id, parent_id), checkpoint, dict(node.metadata), new_versions)
+        put_args = (
+            config_for(tree.thread_id, parent_id, tree.ns),
+            checkpoint,
+            dict(node.metadata),
+            new_versions,
+        )
         writes = [
-            (config_for(tree.thread_id, node.id), batch, task_id, task_path)
+            (config_for(tree.thread_id, node.id, tree.ns), batch, task_id, task_path)
             for task_id, task_path, batch in node.batches
         ]
         ops.append((put_args, writes))

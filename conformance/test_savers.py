@@ -332,6 +332,46 @@ def test_delete_thread(saver_target: Any) -> None:
         check()
 
 
+def test_checkpoint_namespaces_are_independent(saver_target: Any) -> None:
+    """Two namespaces of one thread (a graph and its subgraph) keep separate checkpoints,
+    writes, latest and delta history; delete_thread removes both."""
+    with saver_target.session() as session:
+
+        @given(outer=checkpoint_trees(max_nodes=5), inner=checkpoint_trees(max_nodes=5))
+        def check(outer: Any, inner: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                thread = new_thread_id()
+                trees = [
+                    await write_tree(saver, outer, thread, ""),
+                    await write_tree(saver, inner, thread, "child:1"),
+                ]
+                for tree in trees:
+                    for i in range(len(tree.nodes)):
+                        await _check_node(saver, tree, i)
+                    latest = await saver.aget_tuple(config_for(thread, ns=tree.ns))
+                    assert latest is not None and latest.checkpoint["id"] == tree.nodes[-1].id, (
+                        "contract: the latest checkpoint is per namespace"
+                    )
+                    listed = _ids(await _collect(saver, config_for(thread, ns=tree.ns)))
+                    assert listed == sorted((n.id for n in tree.nodes), reverse=True), (
+                        "contract: list with checkpoint_ns lists that namespace only"
+                    )
+                    got = await saver.aget_delta_channel_history(
+                        config=tree.config(tree.spec.target), channels=tree.spec.query
+                    )
+                    _check_history(tree, tree.spec.target, tree.spec.query, got)
+                await saver.adelete_thread(thread)
+                for tree in trees:
+                    assert await saver.aget_tuple(config_for(thread, ns=tree.ns)) is None, (
+                        "contract: delete_thread removes every namespace of the thread"
+                    )
+
+            session.run(body())
+
+        check()
+
+
 # --------------------------------------------------------------------------- delta history
 
 
