@@ -177,6 +177,35 @@ def test_put_then_get_roundtrip(saver_target: Any) -> None:
     saver_target.run(body)
 
 
+def test_config_metadata_is_merged_into_checkpoint_metadata(saver_target: Any) -> None:
+    """Like the stock savers (`get_checkpoint_metadata`), put merges the config's
+    ``metadata`` and plain ``configurable`` values into the stored metadata; runstore's
+    channel-mode marker and run ids travel this way."""
+
+    async def body(saver: Saver) -> None:
+        thread, cid = new_thread_id(), new_checkpoint_id()
+        config = config_for(thread)
+        config["metadata"] = {"runstore_checkpoint_channel_mode": "delta", "run_id": "run-1"}
+        config["configurable"]["user_tag"] = "blue"
+        config["configurable"]["__private"] = "hidden"
+        await saver.aput(config, make_checkpoint(cid, {}, {}), {"source": "input", "step": -1}, {})
+        got = await saver.aget_tuple(config_for(thread, cid))
+        assert got is not None
+        md = got.metadata
+        assert md.get("runstore_checkpoint_channel_mode") == "delta" and md.get("run_id") == "run-1", (
+            f"{md} (contract: config metadata is merged into checkpoint metadata)"
+        )
+        assert md.get("user_tag") == "blue", "contract: plain configurable values join the metadata"
+        assert "__private" not in md and "thread_id" not in md and "checkpoint_id" not in md, (
+            "contract: dunder and addressing keys stay out of the metadata"
+        )
+        assert md.get("source") == "input" and md.get("step") == -1
+        listed = _ids(await _collect(saver, None, filter={"user_tag": "blue", "run_id": "run-1"}))
+        assert cid in listed, "contract: merged metadata is searchable with list(filter=...)"
+
+    saver_target.run(body)
+
+
 def test_tree_get_tuple_matches_model(saver_target: Any) -> None:
     """Every node of a generated tree reads back exactly as the model says."""
     with saver_target.session() as session:
