@@ -422,6 +422,7 @@ class _Leases:
     def __init__(self, engine: AsyncEngine, max_idle: int) -> None:
         self._engine = engine
         self._max_idle = max_idle
+        self._server_error: type[BaseException] = _import_asyncpg().PostgresError
         self._idle: list[tuple[AsyncConnection, Any]] = []
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
@@ -441,19 +442,33 @@ class _Leases:
         lease = self._idle.pop() if reused else await self._fresh()
         try:
             result = await fn(lease[1])
-        except BaseException:
+        except BaseException as exc:
             broken = lease[1].is_closed()
-            await self._discard(lease, invalidate=broken)
+            await self._after_error(lease, exc)
             if not (reused and broken):
                 raise
             lease = await self._fresh()
             try:
                 result = await fn(lease[1])
-            except BaseException:
-                await self._discard(lease, invalidate=lease[1].is_closed())
+            except BaseException as exc2:
+                await self._after_error(lease, exc2)
                 raise
         self._give_back(lease)
         return result
+
+    async def _after_error(self, lease: tuple[AsyncConnection, Any], exc: BaseException) -> None:
+        raw = lease[1]
+        # A statement the server rejected leaves the connection usable; anything else
+        # (cancellation mid-query, a network error) may leave it mid-protocol, so it is
+        # invalidated rather than handed to the next user of the pool.
+        if (
+            isinstance(exc, self._server_error)
+            and not raw.is_closed()
+            and not raw.is_in_transaction()
+        ):
+            self._give_back(lease)
+        else:
+            await self._discard(lease, invalidate=True)
 
     def _give_back(self, lease: tuple[AsyncConnection, Any]) -> None:
         if self._closed or len(self._idle) >= self._max_idle or lease[1].is_closed():

@@ -625,3 +625,28 @@ async def test_schema_upgrades_from_version_1(postgres_url: str) -> None:
     assert version == len(SCHEMA_STEPS) == 2
     if lz4:
         assert compression in ("l", b"l")
+
+
+async def test_cancelled_call_does_not_poison_connections(opened: PostgresSaver) -> None:
+    saver = opened
+    ids = await put_chain(saver, "t-cancel", [{"a": [1]}])
+    blocker = await raw_conn(saver.url.render(hide_password=False))
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute(
+            f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = 't-cancel' FOR UPDATE"
+        )
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = ids[0]
+        # Re-putting the locked checkpoint blocks on the row lock; give up waiting.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(saver.aput(cfg("t-cancel"), checkpoint, {}, {}), 0.5)
+        await tx.rollback()
+    finally:
+        await blocker.close()
+    for _ in range(5):
+        got = await saver.aget_tuple(cfg("t-cancel", ids[0]))
+        assert got is not None
+    await put_chain(saver, "t-cancel-2", [{"a": [2]}, {}])
+    assert await saver.aget_tuple(cfg("t-cancel-2")) is not None
