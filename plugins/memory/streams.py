@@ -130,8 +130,8 @@ class MemoryStreamBridge(StreamBridge):
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
         """Remove the run's stream now or after ``delay`` seconds."""
         run = self._runs.get(run_id)
-        if run is None:
-            return
+        if run is None or not (run.published or run.ended):
+            return  # nothing held (subscribers waiting for a run to start keep waiting)
         if delay > 0:
             self._schedule_removal(run_id, run, delay)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -111,6 +112,13 @@ async def bridge() -> AsyncIterator[MemoryStreamBridge]:
 
 @pytest.fixture
 async def base_url(bridge: MemoryStreamBridge) -> AsyncIterator[str]:
+    async with serve(bridge) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve(bridge: runstore.StreamBridge) -> AsyncIterator[str]:
+    """Run the app on uvicorn (a real HTTP server) on a free port; yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -248,3 +256,31 @@ async def test_client_disconnect_unsubscribes(bridge: MemoryStreamBridge, base_u
             break
         await asyncio.sleep(0.05)
     assert bridge._runs["r4"].subscribers == 0, "a closed connection ends its subscription"
+
+
+@pytest.mark.redis
+async def test_reconnect_to_another_server_process_with_redis(redis_url: str) -> None:
+    """Two servers on two Redis bridge instances: a client resumes on the other one."""
+    from runstore.options import BackendOptions
+    from runstore.plugins.redis.streams import RedisStreamBridge
+    from runstore.urls import BackendURL
+
+    async with BackendOptions.scope() as options:
+        url = BackendURL.parse(redis_url)
+        first = await RedisStreamBridge.open(url, options)
+        second = await RedisStreamBridge.open(url, options)
+        options.on_close(first.close)
+        options.on_close(second.close)
+        ids = [await first.publish("xr", "values", i) for i in range(3)]
+        async with serve(first) as url_a, serve(second) as url_b, httpx.AsyncClient(timeout=WAIT) as client:
+            async with client.stream("GET", f"{url_a}/runs/xr/stream") as response:
+                it = frames(response)
+                seen = [await read(it), await read(it)]
+            ids.append(await first.publish("xr", "values", 3))
+            headers = {"Last-Event-ID": seen[-1].id or ""}
+            async with client.stream("GET", f"{url_b}/runs/xr/stream", headers=headers) as response:
+                it = frames(response)
+                resumed = [await read(it), await read(it)]
+                assert [(f.id, f.json) for f in resumed] == [(ids[2], 2), (ids[3], 3)]
+                await first.publish_end("xr")
+                assert (await read(it)).event == "end"
