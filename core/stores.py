@@ -80,9 +80,11 @@ def _apply_checkpoint_mode(settings: Settings) -> None:
     """
     from .checkpoint import modes
 
-    modes.set_config_settings(settings)
     modes.freeze_checkpoint_channel_mode(settings.checkpoint_channel_mode)
     modes.freeze_checkpoint_snapshot_frequency(settings.checkpoint_delta.snapshot_frequency)
+    # Only settings that passed the freeze become the "config" step (and the source
+    # of hot-reloadable values such as accessor_graph_max).
+    modes.set_config_settings(settings)
 
 
 async def _wrap_checkpointer(
