@@ -263,11 +263,16 @@ def test_malformed_cursor_starts_at_live_tail(streams_target: Any, cursor: str) 
 
 # -- generated interleavings: gaps on eviction, never a silent skip -----------------
 
+_PUBLISH = st.tuples(st.just("publish"), st.integers(1, 5))
+_READ = st.tuples(st.just("read"), st.integers(0, 5), st.integers(1, 4))
 _OPS = st.lists(
     st.one_of(
-        st.tuples(st.just("publish"), st.integers(1, 5)),
+        _PUBLISH,
+        _PUBLISH,
         st.tuples(st.just("subscribe"), st.one_of(st.none(), st.integers(0, 30), st.just("-1"))),
-        st.tuples(st.just("read"), st.integers(0, 5), st.integers(1, 4)),
+        _READ,
+        _READ,
+        st.tuples(st.just("end")),
     ),
     max_size=25,
 )
@@ -280,6 +285,11 @@ class _Sub:
         self.requested = requested  # the id it stands at, as a gap must report it
         self.open = True
         self.started = requested is not None  # a cursorless one takes its place when first read
+
+    def has_news(self, published: list[StreamEvent], ended: bool, maxsize: int) -> bool:
+        """Whether reading cannot block: an event, a gap or END is due."""
+        index = self.next_index if self.started else max(0, len(published) - maxsize)
+        return self.open and (index < len(published) or ended)
 
 
 @pytest.mark.requires("replay")
@@ -321,27 +331,44 @@ def test_generated_interleavings_gap_instead_of_skip(streams_target: Any, ops: l
         run_id = new_run()
         published: list[StreamEvent] = []
         subs: list[_Sub] = []
+        ended = False
         try:
             for op in ops:
-                if op[0] == "publish":
+                if op[0] == "publish" and ended:
+                    with pytest.raises(StreamEndedError):
+                        await bridge.publish(run_id, "values", {"late": True})
+                elif op[0] == "publish":
                     published += await publish_many(bridge, run_id, op[1], start=len(published))
+                elif op[0] == "end":
+                    await bridge.publish_end(run_id)
+                    ended = True
                 elif op[0] == "subscribe":
                     cursor = op[1]
                     first = max(0, len(published) - maxsize)
                     if cursor is None:
                         sub = _Sub(bridge.subscribe(run_id), first, None)
                     elif cursor == "-1":
-                        if not published:
+                        if not published and not ended:
                             continue  # the tail of a stream that does not exist yet is its start
                         sub = _Sub(
                             bridge.subscribe(run_id, last_event_id="-1", heartbeat_interval=0.01),
                             len(published),
-                            published[-1].id,
+                            published[-1].id if published else None,
                         )
+                        sub.started = True
                         # Anchor the tail now: a heartbeat proves the subscription has started.
                         item = await next_item(sub.it, "a malformed cursor starts at the live tail",
                                                heartbeats=True)
-                        assert item is HEARTBEAT, f"contract: '-1' starts at the live tail; got {item!r}"
+                        if ended:
+                            assert item is END, (
+                                f"contract: a malformed cursor on a finished run replays END; got {item!r}"
+                            )
+                            await assert_ended(sub.it, "the subscription ends after END")
+                            sub.open = False
+                        else:
+                            assert item is HEARTBEAT, (
+                                f"contract: '-1' starts at the live tail; got {item!r}"
+                            )
                     elif cursor < len(published):
                         sub = _Sub(bridge.subscribe(run_id, last_event_id=published[cursor].id),
                                    cursor + 1, published[cursor].id)
@@ -351,9 +378,9 @@ def test_generated_interleavings_gap_instead_of_skip(streams_target: Any, ops: l
                 elif subs:
                     sub = subs[op[1] % len(subs)]
                     for _ in range(op[2]):
-                        if not sub.open or sub.next_index >= len(published):
+                        if not sub.has_news(published, ended, maxsize):
                             break
-                        await step(sub, published, ended=False)
+                        await step(sub, published, ended=ended)
             await bridge.publish_end(run_id)
             for sub in subs:
                 while sub.open:
