@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from runstore import CheckpointModeMismatchError, CheckpointStateAccessor
+from runstore import CachedHistorySaver, CheckpointModeMismatchError, CheckpointStateAccessor
 from runstore.checkpoint import modes
+from runstore.checkpoint.forwarding import DeltaMarkingSaver
+from runstore.plugins.memory.cache import MemoryHistoryCache
 
 from .graphs import chat_builder, contents, thread, turn
 
@@ -52,9 +54,15 @@ async def test_legacy_marker_and_langgraph_counters_count_as_delta(saver_opener:
             await acc.aget(thread(tid, "full"))
 
 
-async def test_full_to_delta_migration_loses_nothing(saver_opener: Any) -> None:
+@pytest.mark.parametrize("cached", [False, True], ids=["uncached", "cached"])
+async def test_full_to_delta_migration_loses_nothing(saver_opener: Any, cached: bool) -> None:
     tid = f"t-{uuid.uuid4().hex}"
-    async with saver_opener() as saver:
+    async with saver_opener() as raw_saver:
+        saver = (
+            CachedHistorySaver(DeltaMarkingSaver(raw_saver), MemoryHistoryCache(64))
+            if cached
+            else raw_saver
+        )
         full = chat_builder("full").compile(checkpointer=saver)
         for q in ("q1", "q2"):
             await turn(full, thread(tid, "full"), q)
@@ -82,3 +90,33 @@ async def test_full_to_delta_migration_loses_nothing(saver_opener: Any) -> None:
         acc_full = CheckpointStateAccessor.bind(chat_builder("full"), saver, mode="full")
         with pytest.raises(CheckpointModeMismatchError):
             await acc_full.aget(thread(tid, "full"))
+
+
+async def test_gate_helper_for_paths_outside_the_accessor(saver_opener: Any) -> None:
+    tid = f"t-{uuid.uuid4().hex}"
+    async with saver_opener() as saver:
+        graph = chat_builder("delta").compile(checkpointer=saver)
+        await turn(graph, thread(tid, "delta"), "q1")
+        cfg = {"configurable": {"thread_id": tid}}
+        await modes.acheck_thread_mode(saver, cfg, "delta")  # delta reads everything
+        with pytest.raises(CheckpointModeMismatchError):
+            await modes.acheck_thread_mode(saver, cfg, "full")
+        await modes.acheck_thread_mode(saver, {"configurable": {"thread_id": "t-none"}}, "full")
+
+
+def test_sync_gate_on_stock_memory() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    graph = chat_builder("delta").compile(checkpointer=saver)
+    tid = f"t-{uuid.uuid4().hex}"
+    from langchain_core.messages import HumanMessage
+
+    graph.invoke({"messages": [HumanMessage("q", id="q")]}, thread(tid, "delta"))
+    acc = CheckpointStateAccessor.bind(chat_builder("full"), saver, mode="full")
+    with pytest.raises(CheckpointModeMismatchError):
+        acc.get(thread(tid, "full"))
+    with pytest.raises(CheckpointModeMismatchError):
+        acc.history(thread(tid, "full"), 3)
+    with pytest.raises(CheckpointModeMismatchError):
+        acc.update(thread(tid, "full"), {"todos": []})
