@@ -108,6 +108,11 @@ _MAX_MASK_CHANNELS = 62
 #: Upper bound on the parent links one delta-history statement follows (cycle guard).
 _MAX_DEPTH = 1_000_000
 
+#: LangGraph's metadata naming the delta channels of a checkpoint (`DeltaChannel` beta).
+_COUNTERS_KEY = "counters_since_delta_snapshot"
+#: Prefetched delta histories kept per saver (each is used at most once).
+_PREFETCH_SLOTS = 64
+
 _SELECT_RECORD = (
     "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
     f"metadata, value_versions FROM {CHECKPOINTS} c"
@@ -207,10 +212,33 @@ def _fetch_parts(conn: sqlite3.Connection, record: RecordRow) -> Fetched:
     return record, blobs, writes
 
 
+#: What `_op_get` returns: the checkpoint, and the delta history prefetched for it
+#: (channels, rows) when asked to and its metadata names delta channels it does not hold.
+Got = tuple[Fetched, tuple[list[str], list[tuple[Any, ...]]] | None]
+
+
+def _delta_channels_missing(record: RecordRow) -> list[str]:
+    """Delta channels (LangGraph's counters metadata) without a value stored at ``record``."""
+    import orjson
+
+    metadata, value_versions = record[6], record[7]
+    if not metadata or _COUNTERS_KEY not in metadata:
+        return []
+    counters = orjson.loads(metadata).get(_COUNTERS_KEY)
+    if not isinstance(counters, dict) or not counters:
+        return []
+    held = orjson.loads(value_versions)
+    return [ch for ch in counters if ch not in held]
+
+
 def _op_get(
-    conn: sqlite3.Connection, thread_id: str, ns: str, checkpoint_id: str | None
-) -> Fetched | None:
-    def body() -> Fetched | None:
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    prefetch: bool = False,
+) -> Got | None:
+    def body() -> Got | None:
         if checkpoint_id:
             record = conn.execute(
                 f"{_SELECT_RECORD} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
@@ -222,7 +250,15 @@ def _op_get(
                 "ORDER BY checkpoint_id DESC LIMIT 1",
                 (thread_id, ns),
             ).fetchone()
-        return None if record is None else _fetch_parts(conn, record)
+        if record is None:
+            return None
+        fetched = _fetch_parts(conn, record)
+        history = None
+        if prefetch and (missing := _delta_channels_missing(record)):
+            # LangGraph asks for exactly these channels' history right after loading
+            # the checkpoint; answering it in this hop saves a second one.
+            history = (missing, _delta_rows(conn, thread_id, ns, record[2], missing))
+        return fetched, history
 
     return _read_tx(conn, body)
 
@@ -322,10 +358,6 @@ def _op_copy_thread(conn: sqlite3.Connection, source: str, target: str) -> None:
         )
 
     _write_tx(conn, body)
-
-
-#: LangGraph's metadata naming the delta channels of a checkpoint (`DeltaChannel` beta).
-_COUNTERS_KEY = "counters_since_delta_snapshot"
 
 
 class _Graph:
@@ -449,7 +481,7 @@ def _op_delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Non
     _write_tx(conn, body)
 
 
-def _op_delta(
+def _delta_rows(
     conn: sqlite3.Connection,
     thread_id: str,
     ns: str,
@@ -458,24 +490,31 @@ def _op_delta(
 ) -> list[tuple[Any, ...]]:
     import orjson
 
-    def body() -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = []
-        for start in range(0, len(channels), _MAX_MASK_CHANNELS):
-            chunk = channels[start : start + _MAX_MASK_CHANNELS]
-            params = {
-                "channels": orjson.dumps(chunk).decode(),
-                "thread_id": thread_id,
-                "ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "full": (1 << len(chunk)) - 1,
-                "max_depth": _MAX_DEPTH,
-            }
-            rows.extend(conn.execute(_DELTA_SQL, params).fetchall())
-        return rows
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(channels), _MAX_MASK_CHANNELS):
+        chunk = channels[start : start + _MAX_MASK_CHANNELS]
+        params = {
+            "channels": orjson.dumps(chunk).decode(),
+            "thread_id": thread_id,
+            "ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "full": (1 << len(chunk)) - 1,
+            "max_depth": _MAX_DEPTH,
+        }
+        rows.extend(conn.execute(_DELTA_SQL, params).fetchall())
+    return rows
 
+
+def _op_delta(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    channels: list[str],
+) -> list[tuple[Any, ...]]:
     if len(channels) <= _MAX_MASK_CHANNELS:
-        return body()
-    return _read_tx(conn, body)
+        return _delta_rows(conn, thread_id, ns, checkpoint_id, channels)
+    return _read_tx(conn, lambda: _delta_rows(conn, thread_id, ns, checkpoint_id, channels))
 
 
 # --- the saver ------------------------------------------------------------------
@@ -575,6 +614,10 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         self._sync_conn: sqlite3.Connection | None = None
         self._sync_lock = threading.Lock()
         self._closed = False
+        # Bumped when any write starts and when it ends: a prefetched delta history is
+        # used only if no write of this saver overlapped the time since it was read.
+        self._generation = 0
+        self._prefetched: dict[tuple[str, str, str], tuple[int, list[str], list[Any]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -664,19 +707,29 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     async def _write_hop(self, fn: Callable[..., R], *args: Any) -> R:
         # In-process writers queue on the engine's asyncio lock (shared with the event
         # store) rather than on sqlite's busy_timeout polling.
-        if self._write_lock is None:
-            return await self._hop(fn, *args)
-        async with self._write_lock:
-            return await self._hop(fn, *args)
+        self._generation += 1
+        try:
+            if self._write_lock is None:
+                return await self._hop(fn, *args)
+            async with self._write_lock:
+                return await self._hop(fn, *args)
+        finally:
+            self._generation += 1
 
     def _sync(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._loop, method, type(self).__name__)
         if self._closed:
             raise RuntimeError("SqliteSaver is closed")
-        with self._sync_lock:
-            if self._sync_conn is None:
-                self._sync_conn = _connect_sync(self.path, self.synchronous, self.busy_timeout_ms)
-            return fn(self._sync_conn, *args)
+        self._generation += 1
+        try:
+            with self._sync_lock:
+                if self._sync_conn is None:
+                    self._sync_conn = _connect_sync(
+                        self.path, self.synchronous, self.busy_timeout_ms
+                    )
+                return fn(self._sync_conn, *args)
+        finally:
+            self._generation += 1
 
     def _decode(self, fetched: Fetched) -> CheckpointTuple:
         record, blobs, writes = fetched
@@ -698,12 +751,42 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     ) -> dict[str, DeltaChannelHistory]:
         return codec.assemble_delta_history(self.serde, channels, rows)
 
+    def _got(self, got: Got | None, generation: int) -> CheckpointTuple | None:
+        """Decode `_op_get`'s answer and keep its prefetched delta history, if any."""
+        if got is None:
+            return None
+        fetched, history = got
+        if history is not None:
+            record = fetched[0]
+            if len(self._prefetched) >= _PREFETCH_SLOTS:
+                self._prefetched.pop(next(iter(self._prefetched)))
+            self._prefetched[(record[0], record[1], record[2])] = (generation, *history)
+        return self._decode(fetched)
+
+    def _take_prefetched(
+        self, config: RunnableConfig, wanted: list[str]
+    ) -> list[tuple[Any, ...]] | None:
+        """Rows prefetched for exactly this checkpoint, if still valid (used once)."""
+        if not self._prefetched:
+            return None
+        thread_id, ns, checkpoint_id = _thread_ns(config)
+        if checkpoint_id is None:
+            return None
+        entry = self._prefetched.pop((thread_id, ns, checkpoint_id), None)
+        if entry is None:
+            return None
+        generation, channels, rows = entry
+        if generation != self._generation or not set(wanted) <= set(channels):
+            return None
+        return rows
+
     # -- async API ---------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (latest of the thread without ``checkpoint_id``)."""
-        fetched = await self._hop(_op_get, *_thread_ns(config))
-        return None if fetched is None else self._decode(fetched)
+        generation = self._generation
+        got = await self._hop(_op_get, *_thread_ns(config), True)
+        return self._got(got, generation)
 
     async def alist(
         self,
@@ -786,15 +869,18 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         if not channels:
             return {}
         wanted = list(dict.fromkeys(channels))
-        rows = await self._hop(_op_delta, *_thread_ns(config), wanted)
+        rows = self._take_prefetched(config, wanted)
+        if rows is None:
+            rows = await self._hop(_op_delta, *_thread_ns(config), wanted)
         return self._history(channels, rows)
 
     # -- sync twins --------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Sync twin of `aget_tuple` (not on the saver's event loop thread)."""
-        fetched = self._sync("get_tuple", _op_get, *_thread_ns(config))
-        return None if fetched is None else self._decode(fetched)
+        ensure_off_loop(self._loop, "get_tuple", type(self).__name__)
+        got = self._sync("get_tuple", _op_get, *_thread_ns(config), False)
+        return None if got is None else self._decode(got[0])
 
     def list(
         self,

@@ -583,3 +583,51 @@ def test_plain_ids_survive_path_with_spaces(tmp_path: Path) -> None:
             assert await saver.aget_tuple(cfg("t")) is not None
 
     asyncio.run(main())
+
+
+async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver, Any]) -> None:
+    """aget_tuple answers the delta history LangGraph asks for next in the same hop;
+    a write in between (or a second ask) goes back to the database."""
+    saver, _ = opened
+    graph = delta_graph(saver, frequency=50)
+    config = {"configurable": {"thread_id": "t-prefetch"}}
+    await run_turns(graph, config, 3)
+    head = await saver.aget_tuple(config)
+    assert head is not None
+    assert "messages" not in head.checkpoint["channel_values"]
+    reference = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=head.config, channels=["messages"]
+    )
+    original = saver._aconn._execute
+    calls = 0
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(fn, *args, **kwargs)
+
+    saver._aconn._execute = counting
+    try:
+        head = await saver.aget_tuple(config)
+        assert head is not None and calls == 1
+        got = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
+        assert calls == 1, "prefetched history must not need a second hop"
+        assert got == reference
+        again = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
+        assert calls == 2 and again == reference
+
+        # A write after the prefetch invalidates it.
+        head = await saver.aget_tuple(config)
+        assert head is not None and head.parent_config is not None
+        await saver.aput_writes(
+            head.parent_config, [("messages", [HumanMessage(content="late", id="late")])], "late"
+        )
+        calls = 0
+        fresh = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
+        assert calls == 1
+        assert fresh != reference
+        assert fresh == await BaseCheckpointSaver.aget_delta_channel_history(
+            saver, config=head.config, channels=["messages"]
+        )
+    finally:
+        saver._aconn._execute = original
