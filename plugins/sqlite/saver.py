@@ -127,9 +127,9 @@ _SELECT_WRITES = (
 )
 _INSERT_CHECKPOINT = f"INSERT OR REPLACE INTO {CHECKPOINTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_BLOB = f"INSERT OR REPLACE INTO {BLOBS} VALUES (?, ?, ?, ?, ?, ?)"
-_BLOB_EXISTS = (
-    f"SELECT 1 FROM {BLOBS} WHERE thread_id = ? AND checkpoint_ns = ? "
-    "AND channel = ? AND version = ?"
+_MISSING_BLOBS = (
+    f"SELECT j.key FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM {BLOBS} b "
+    "WHERE b.thread_id = ? AND b.checkpoint_ns = ? AND b.channel = j.key AND b.version = j.value)"
 )
 _INSERT_WRITE_FIRST = f"INSERT OR IGNORE INTO {WRITES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_WRITE_LAST = f"INSERT OR REPLACE INTO {WRITES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -296,26 +296,26 @@ def _op_put(
         conn.execute(_INSERT_CHECKPOINT, row)
         if encoded.blobs:
             conn.executemany(_INSERT_BLOB, encoded.blobs)
-        for channel, version in encoded.carried.items():
-            # Normally stored by the put that created this version; only a hand-made
-            # checkpoint gets here without it, and then its value must not be lost.
-            if (
-                conn.execute(
-                    _BLOB_EXISTS, (row.thread_id, row.checkpoint_ns, channel, version)
-                ).fetchone()
-                is None
-            ):
-                conn.execute(
-                    _INSERT_BLOB,
-                    codec.encode_blob(
-                        serde,
-                        row.thread_id,
-                        row.checkpoint_ns,
-                        channel,
-                        version,
-                        encoded.carried_values[channel],
-                    ),
-                )
+        if not encoded.carried:
+            return
+        # Normally stored by the put that created the version; only a hand-made
+        # checkpoint gets here without it, and then its value must not be lost.
+        missing = conn.execute(
+            _MISSING_BLOBS,
+            (codec.dump_json(encoded.carried), row.thread_id, row.checkpoint_ns),
+        ).fetchall()
+        for (channel,) in missing:
+            conn.execute(
+                _INSERT_BLOB,
+                codec.encode_blob(
+                    serde,
+                    row.thread_id,
+                    row.checkpoint_ns,
+                    channel,
+                    encoded.carried[channel],
+                    encoded.carried_values[channel],
+                ),
+            )
 
     _write_tx(conn, body)
 

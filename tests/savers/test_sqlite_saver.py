@@ -631,3 +631,20 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
         )
     finally:
         saver._aconn._execute = original
+
+
+async def test_values_are_exactly_what_was_put(opened: tuple[SqliteSaver, Any]) -> None:
+    """A value not in new_versions is still stored; an absent value is never carried forward."""
+    saver, _ = opened
+    first = empty_checkpoint()
+    first["channel_values"] = {"a": "A1", "b": "B1"}
+    first["channel_versions"] = {"a": "1", "b": "1"}
+    out1 = await saver.aput(cfg("t-exact"), first, {}, {"a": "1"})  # b not in new_versions
+    second = empty_checkpoint()
+    second["channel_values"] = {"b": "B1"}  # a absent at the same version
+    second["channel_versions"] = {"a": "1", "b": "1"}
+    out2 = await saver.aput(out1, second, {}, {})
+    got1 = await saver.aget_tuple(out1)
+    got2 = await saver.aget_tuple(out2)
+    assert got1 is not None and got1.checkpoint["channel_values"] == {"a": "A1", "b": "B1"}
+    assert got2 is not None and got2.checkpoint["channel_values"] == {"b": "B1"}
