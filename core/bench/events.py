@@ -89,12 +89,23 @@ def _measurement(
     return out
 
 
-async def _time_calls(n: int, call: Callable[[int], Awaitable[Any]]) -> list[float]:
+#: A timed loop stops early after this many seconds once it has this many samples,
+#: so a slow backend (JSONL pages on a 100k-event thread) cannot stall the run.
+BUDGET_SECONDS = 20.0
+MIN_SAMPLES = 10
+
+
+async def _time_calls(
+    n: int, call: Callable[[int], Awaitable[Any]], *, budget: float | None = BUDGET_SECONDS
+) -> list[float]:
     durations = []
+    started = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
         await call(i)
         durations.append(time.perf_counter() - t0)
+        if budget is not None and i + 1 >= MIN_SAMPLES and t0 - started > budget:
+            break
     return durations
 
 
@@ -374,6 +385,7 @@ async def _page_measurements(
     latest = await _time_calls(n, lambda _i: page(None, limit))
     cursors = [rng.randint(limit * 2, size) for _ in range(n)]
     before = await _time_calls(n, lambda i: page(cursors[i], limit))
+    n_latest, n_before = len(latest), len(before)
     ref = (lambda op: {"backend": reference, "op": op, "variant": str(size)}) if reference else None
     return [
         _measurement(
@@ -381,7 +393,7 @@ async def _page_measurements(
             str(size),
             label,
             latest,
-            units=n,
+            units=n_latest,
             metric="p50_ms",
             reference=ref("page_latest") if ref else None,
         ),
@@ -390,7 +402,7 @@ async def _page_measurements(
             str(size),
             label,
             before,
-            units=n,
+            units=n_before,
             metric="p50_ms",
             reference=ref("page_before") if ref else None,
         ),

@@ -92,6 +92,11 @@ def run_child(
         _kill(proc)
         proc.communicate()
         return {"status": "timeout", "error": f"case exceeded --timeout-seconds {timeout:g}"}
+    except BaseException:
+        # Ctrl-C reaches only our process group; the child has its own session.
+        _kill(proc)
+        proc.wait()
+        raise
     for line in reversed(out.decode("utf-8", "replace").splitlines()):
         if line.startswith(RESULT_PREFIX):
             result: dict[str, Any] = orjson.loads(line[len(RESULT_PREFIX) :])
