@@ -218,7 +218,8 @@ def test_cursor_older_than_window_yields_one_gap_and_ends(streams_target: Any) -
                               "a cursor older than the window yields a StreamGap")
             assert got == [StreamGap(stale.id, events[6].id, events[9].id)], (
                 "contract: a cursor older than the retained window yields exactly one StreamGap "
-                f"(requested, earliest and latest available ids), then the subscription ends; got {got}"
+                "(requested, earliest and latest available ids), never a silent skip, then the "
+                f"subscription ends; got {got}"
             )
         # The cursor of the last evicted event lost nothing: it resumes without a gap.
         sub = bridge.subscribe(run_id, last_event_id=events[5].id)
@@ -232,6 +233,23 @@ def test_cursor_older_than_window_yields_one_gap_and_ends(streams_target: Any) -
         got = await drain(bridge.subscribe(run_id, last_event_id=events[0].id), "gap after END")
         assert got == [StreamGap(events[0].id, events[7].id, more[0].id)], (
             f"contract: the gap names the earliest and latest retained event ids; got {got}"
+        )
+
+    streams_target.run(body, settings=_settings(queue_maxsize=4))
+
+
+@pytest.mark.requires("replay")
+def test_slow_subscriber_that_falls_behind_gets_gap(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        sub = bridge.subscribe(run_id)
+        (first,) = await publish_many(bridge, run_id, 1)
+        assert await next_item(sub, "live follow") == first
+        events = await publish_many(bridge, run_id, 9, start=1)  # retained: events[-4:]
+        got = await drain(sub, "a slow subscriber that falls behind the window gets a StreamGap")
+        assert got == [StreamGap(first.id, events[5].id, events[8].id)], (
+            "contract: a slow subscriber that falls behind the window gets a StreamGap, never a "
+            f"silent skip; got {[_show(g) for g in got]}"
         )
 
     streams_target.run(body, settings=_settings(queue_maxsize=4))
