@@ -206,6 +206,50 @@ def test_config_metadata_is_merged_into_checkpoint_metadata(saver_target: Any) -
     saver_target.run(body)
 
 
+def test_stored_state_is_isolated_from_callers(saver_target: Any) -> None:
+    """Mutating what was put (LangGraph updates versions_seen in place) or what was read
+    never changes what the saver returns next."""
+
+    async def body(saver: Saver) -> None:
+        thread, cid = new_thread_id(), new_checkpoint_id()
+        v = saver.get_next_version(None, None)
+        checkpoint = make_checkpoint(cid, {"items": [1, 2], "d": {"k": "v"}}, {"items": v, "d": v})
+        checkpoint["versions_seen"] = {"node": {"items": v}}
+        metadata: Any = {"source": "loop", "step": 1, "tags": ["a"]}
+        cfg = await saver.aput(config_for(thread), checkpoint, metadata, {"items": v, "d": v})
+        await saver.aput_writes(cfg, [("items", [3])], "task", "")
+        checkpoint["channel_values"]["items"].append(99)
+        checkpoint["channel_versions"]["items"] = "bogus"
+        checkpoint["versions_seen"]["node"]["items"] = "bogus"
+        metadata["tags"].append("b")
+        first = await saver.aget_tuple(cfg)
+        assert first is not None
+        first.checkpoint["channel_values"]["items"].append(100)
+        first.checkpoint["channel_values"]["d"]["k"] = "changed"
+        first.checkpoint["versions_seen"]["node"]["items"] = "changed"
+        first.checkpoint["channel_versions"]["d"] = "changed"
+        first.metadata["step"] = 42
+        assert first.pending_writes is not None
+        first.pending_writes[0][2].append(4)
+        again = await saver.aget_tuple(cfg)
+        assert again is not None
+        assert again.checkpoint["channel_values"] == {"items": [1, 2], "d": {"k": "v"}}, (
+            "contract: stored channel_values are isolated from the caller's objects"
+        )
+        assert again.checkpoint["channel_versions"] == {"items": v, "d": v}
+        assert again.checkpoint["versions_seen"] == {"node": {"items": v}}, (
+            "contract: stored versions_seen is isolated from the caller's objects"
+        )
+        assert again.metadata.get("step") == 1 and again.metadata.get("tags") == ["a"], (
+            "contract: stored metadata is isolated from the caller's objects"
+        )
+        assert _norm_writes(again.pending_writes) == [("task", "items", [3])], (
+            "contract: stored writes are isolated from the caller's objects"
+        )
+
+    saver_target.run(body)
+
+
 def test_tree_get_tuple_matches_model(saver_target: Any) -> None:
     """Every node of a generated tree reads back exactly as the model says."""
     with saver_target.session() as session:

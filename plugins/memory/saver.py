@@ -71,12 +71,12 @@ class _Entry:
     skeleton: dict[str, Any]
     versions: dict[str, Any]
     metadata: Typed
-    # The metadata as put, used only to answer `list(filter=...)` without decoding.
-    metadata_plain: dict[str, Any]
     parent: str | None
     run_id: Any
     # Delta channels named in the metadata counters (see saverbase.delta_channels).
     delta: tuple[str, ...] = ()
+    # Decoded metadata for `list(filter=...)`, decoded on the first filtered list.
+    metadata_plain: dict[str, Any] | None = None
 
 
 @dataclass
@@ -165,7 +165,7 @@ class _Namespace:
                     skeleton=_copy_skeleton(e.skeleton),
                     versions=dict(e.versions),
                     metadata=e.metadata,
-                    metadata_plain=dict(e.metadata_plain),
+                    metadata_plain=e.metadata_plain,
                     parent=e.parent,
                     run_id=e.run_id,
                     delta=e.delta,
@@ -278,8 +278,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
             with self._lock:
                 ns = self._ns(thread_id, checkpoint_ns)
                 entry = ns.entries.get(checkpoint_id) if ns is not None else None
-                if ns is None or entry is None or not metadata_matches(entry.metadata_plain, filter):
+                if ns is None or entry is None:
                     continue
+                if filter:
+                    if entry.metadata_plain is None:
+                        entry.metadata_plain = self.serde.loads_typed(entry.metadata)
+                    if not metadata_matches(entry.metadata_plain or {}, filter):
+                        continue
                 item = self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
             yield item
             if remaining is not None:
@@ -350,7 +355,6 @@ class MemorySaver(BaseCheckpointSaver[str]):
             skeleton=skeleton,
             versions=skeleton["channel_versions"],
             metadata=dumps(full_metadata),
-            metadata_plain=dict(full_metadata),
             parent=parent,
             run_id=full_metadata.get("run_id"),
             delta=delta_channels(full_metadata),
