@@ -342,6 +342,7 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         PHASE.set("warm")
         warm: list[float] = []
         warm_digest = None
+        gc.collect()
         for _ in range(WARM_READS):
             t0 = time.perf_counter()
             state = await graph.aget_state(config)
@@ -378,6 +379,7 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
             result.update(_sizes("closed", {"db_bytes": None, "wal_bytes": None}))
         cold_graph = build_graph(mode, freq, payloads, saver)
         probe.attach_reducer(cold_graph)
+        gc.collect()
         t0 = time.perf_counter()
         state = await cold_graph.aget_state(config)
         result["cold_read_ms"] = (time.perf_counter() - t0) * 1000.0
@@ -390,6 +392,7 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         PHASE.set("parent")
         parent_config = state.parent_config
         if parent_config is not None:
+            gc.collect()
             t0 = time.perf_counter()
             await cold_graph.aget_state(parent_config)
             result["parent_read_ms"] = (time.perf_counter() - t0) * 1000.0
@@ -441,9 +444,13 @@ async def _history_metrics(storage: Any, config: Any) -> dict[str, Any]:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     channels = ["messages"]
+    # Collect first: a gen-2 pass triggered by the previous read's allocations
+    # would otherwise land inside whichever walk runs next.
+    gc.collect()
     t0 = time.perf_counter()
     own = await storage.aget_delta_channel_history(config=config, channels=channels)
     own_s = time.perf_counter() - t0
+    gc.collect()
     t0 = time.perf_counter()
     base = await BaseCheckpointSaver.aget_delta_channel_history(
         storage, config=config, channels=channels

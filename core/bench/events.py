@@ -14,7 +14,6 @@ on the store and, for SQL backends, on a plain table written with the raw driver
 
 from __future__ import annotations
 
-import functools
 import random
 import sqlite3
 import time
@@ -28,12 +27,11 @@ from typing import Any
 import orjson
 
 from .common import latency_summary
-from .runner import CaseRunner, Outcome, Reporter, RunOptions, display_backend
+from .runner import CaseRunner, Outcome, Reporter, RunOptions, display_backend, run_child
 from .targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
     is_file_url,
-    postgres_create_schema,
     postgres_drop_schema,
     postgres_dsn,
     relocate,
@@ -110,85 +108,116 @@ async def _time_calls(
 
 
 # --------------------------------------------------------------------------- raw references
+#
+# The raw references write and read the store's OWN table (created by the store
+# under test, in the same database) with the same columns and the same indexed
+# page query, so a store/raw ratio measures the code path, not a schema difference.
 
 
-class RawSqlite:
-    """The reference for sqlite: one plain events table, aiosqlite or stdlib sqlite3."""
+def _store_table() -> tuple[str, tuple[str, ...], str]:
+    from ..sql.schema import INSERT_COLUMNS, RECORD_COLUMNS, TABLE
 
-    DDL = (
-        "CREATE TABLE IF NOT EXISTS raw_events (id INTEGER PRIMARY KEY, thread_id TEXT NOT NULL, "
-        "run_id TEXT NOT NULL, event_type TEXT NOT NULL, category TEXT NOT NULL, content TEXT, "
-        "metadata TEXT NOT NULL, seq INTEGER NOT NULL, created_at TEXT NOT NULL, "
-        "UNIQUE (thread_id, seq))",
-        "CREATE INDEX IF NOT EXISTS raw_events_msg ON raw_events (thread_id, category, seq)",
-    )
-    INSERT = (
-        "INSERT INTO raw_events (thread_id, run_id, event_type, category, content, metadata, "
-        "seq, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    )
-    PAGE = (
-        "SELECT thread_id, run_id, event_type, category, content, metadata, seq, created_at "
-        "FROM raw_events WHERE thread_id = ? AND category = 'message' AND seq < ? "
-        "ORDER BY seq DESC LIMIT ?"
-    )
-
-    def __init__(self, path: Path, synchronous: str) -> None:
-        self.path = path
-        self.synchronous = synchronous.upper()
-
-    def _pragmas(self, conn: Any) -> list[str]:
-        return ["PRAGMA journal_mode=WAL", f"PRAGMA synchronous={self.synchronous}"]
-
-    @staticmethod
-    def rows(events: Sequence[Mapping[str, Any]], first_seq: int) -> list[tuple[Any, ...]]:
-        now = datetime.now(UTC).isoformat()
-        return [
-            (
-                e["thread_id"],
-                e["run_id"],
-                e["event_type"],
-                e["category"],
-                e["content"],
-                orjson.dumps(e["metadata"]).decode(),
-                first_seq + i,
-                now,
-            )
-            for i, e in enumerate(events)
-        ]
-
-    @staticmethod
-    def decode(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-        keys = ("thread_id", "run_id", "event_type", "category", "content", "metadata", "seq")
-        out = []
-        for row in reversed(rows):
-            rec = dict(zip(keys, row, strict=False))
-            rec["metadata"] = orjson.loads(row[5])
-            rec["created_at"] = row[7]
-            out.append(rec)
-        return out
+    return TABLE, tuple(INSERT_COLUMNS), RECORD_COLUMNS
 
 
-async def _raw_aiosqlite(
-    raw: RawSqlite, label: str, params: Mapping[str, Any], rng: random.Random
+def raw_rows(
+    events: Sequence[Mapping[str, Any]], first_seq: int, columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Insert tuples for the store's table, in its column order (JSON encoded like the store)."""
+    now = datetime.now(UTC).isoformat()
+    out = []
+    for i, e in enumerate(events):
+        meta = e["metadata"]
+        values = {
+            "thread_id": e["thread_id"],
+            "seq": first_seq + i,
+            "run_id": e["run_id"],
+            "event_type": e["event_type"],
+            "category": e["category"],
+            "content": e["content"],
+            "content_json": False,
+            "metadata": orjson.dumps(meta).decode(),
+            "created_at": now,
+            "user_id": None,
+            "task_id": meta.get("task_id") if isinstance(meta.get("task_id"), str) else None,
+            "visible_ai": e["category"] == "message" and e["event_type"] == "ai_message",
+        }
+        out.append(tuple(values.get(c) for c in columns))
+    return out
+
+
+def decode_rows(rows: Sequence[Sequence[Any]], record_columns: str) -> list[dict[str, Any]]:
+    """Records from raw rows, oldest first, metadata decoded (what a store returns)."""
+    names = [c.strip() for c in record_columns.split(",")]
+    out = []
+    for row in reversed(rows):
+        rec = dict(zip(names, row, strict=False))
+        rec["metadata"] = orjson.loads(rec["metadata"])
+        if rec.get("content_json"):
+            rec["content"] = orjson.loads(rec["content"])
+        out.append(rec)
+    return out
+
+
+async def _raw_sqlite(
+    driver: str,
+    path: Path,
+    synchronous: str,
+    label: str,
+    params: Mapping[str, Any],
+    rng: random.Random,
 ) -> list[dict[str, Any]]:
+    """aiosqlite (``driver="aiosqlite"``) or stdlib sqlite3 in-thread, on the store's file."""
+    table, columns, record_columns = _store_table()
+    insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    max_seq = f"SELECT coalesce(max(seq), 0) FROM {table} WHERE thread_id = ?"
+    page_sql = (
+        f"SELECT {record_columns} FROM {table} WHERE thread_id = ? AND category = 'message' "
+        "AND seq < ? ORDER BY seq DESC LIMIT ?"
+    )
+    pragmas = ["PRAGMA journal_mode=WAL", f"PRAGMA synchronous={synchronous.upper()}"]
+    batch_size = params["batch_size"]
+    out: list[dict[str, Any]] = []
+    put_thread = f"{label}-put"
+    if driver == "sqlite3":
+        conn3 = sqlite3.connect(str(path), isolation_level=None)
+        try:
+            for pragma in pragmas:
+                conn3.execute(pragma)
+
+            async def put3(i: int) -> None:
+                events = make_events(put_thread, i * batch_size, batch_size, rng)
+                conn3.execute("BEGIN IMMEDIATE")
+                top = conn3.execute(max_seq, (put_thread,)).fetchone()[0]
+                conn3.executemany(insert, raw_rows(events, int(top) + 1, columns))
+                conn3.execute("COMMIT")
+
+            durations = await _time_calls(params["batches"], put3)
+        finally:
+            conn3.close()
+        return [
+            _measurement(
+                "put_batch",
+                str(batch_size),
+                label,
+                durations,
+                units=len(durations) * batch_size,
+                metric="rate_per_s",
+                reference=None,
+            )
+        ]
     import aiosqlite
 
-    out: list[dict[str, Any]] = []
-    async with aiosqlite.connect(str(raw.path), isolation_level=None) as conn:
-        for pragma in raw._pragmas(conn):
+    async with aiosqlite.connect(str(path), isolation_level=None) as conn:
+        for pragma in pragmas:
             await conn.execute(pragma)
-        for ddl in raw.DDL:
-            await conn.execute(ddl)
-        batch_size = params["batch_size"]
 
         async def put(i: int) -> None:
-            events = make_events("raw-put", i * batch_size, batch_size, rng)
+            events = make_events(put_thread, i * batch_size, batch_size, rng)
             await conn.execute("BEGIN IMMEDIATE")
-            cur = await conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM raw_events WHERE thread_id = ?", ("raw-put",)
-            )
+            cur = await conn.execute(max_seq, (put_thread,))
             row = await cur.fetchone()
-            await conn.executemany(raw.INSERT, raw.rows(events, int(row[0]) + 1 if row else 1))
+            await conn.executemany(insert, raw_rows(events, int(row[0]) + 1 if row else 1, columns))
             await conn.execute("COMMIT")
 
         durations = await _time_calls(params["batches"], put)
@@ -198,120 +227,58 @@ async def _raw_aiosqlite(
                 str(batch_size),
                 label,
                 durations,
-                units=params["batches"] * batch_size,
+                units=len(durations) * batch_size,
                 metric="rate_per_s",
                 reference=None,
             )
         )
         for size in params["thread_sizes"]:
-            thread = f"raw-page-{size}"
+            thread = f"{label}-page-{size}"
             for start in range(0, size, POPULATE_CHUNK):
                 n = min(POPULATE_CHUNK, size - start)
-                await conn.execute("BEGIN")
+                await conn.execute("BEGIN IMMEDIATE")
                 await conn.executemany(
-                    raw.INSERT, raw.rows(make_events(thread, start, n, rng), start + 1)
+                    insert, raw_rows(make_events(thread, start, n, rng), start + 1, columns)
                 )
                 await conn.execute("COMMIT")
-            out.extend(
-                await _page_measurements(
-                    label,
-                    size,
-                    params,
-                    functools.partial(_aiosqlite_page, conn, raw, thread),
-                    reference=None,
+
+            async def page(before: int | None, limit: int, t: str = thread) -> list[dict[str, Any]]:
+                cur = await conn.execute(
+                    page_sql, (t, before if before is not None else 2**62, limit)
                 )
-            )
+                return decode_rows(list(await cur.fetchall()), record_columns)
+
+            out.extend(await _page_measurements(label, size, params, page, reference=None))
     return out
-
-
-async def _aiosqlite_page(
-    conn: Any, raw: RawSqlite, thread: str, before: int | None, limit: int
-) -> list[dict[str, Any]]:
-    cur = await conn.execute(raw.PAGE, (thread, before if before is not None else 2**62, limit))
-    return raw.decode(await cur.fetchall())
-
-
-async def _raw_sqlite3(
-    raw: RawSqlite, label: str, params: Mapping[str, Any], rng: random.Random
-) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(str(raw.path), isolation_level=None)
-    try:
-        for pragma in raw._pragmas(conn):
-            conn.execute(pragma)
-        for ddl in raw.DDL:
-            conn.execute(ddl)
-        batch_size = params["batch_size"]
-
-        async def put(i: int) -> None:
-            events = make_events("raw3-put", i * batch_size, batch_size, rng)
-            conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM raw_events WHERE thread_id = ?", ("raw3-put",)
-            ).fetchone()
-            conn.executemany(raw.INSERT, raw.rows(events, int(row[0]) + 1))
-            conn.execute("COMMIT")
-
-        durations = await _time_calls(params["batches"], put)
-        return [
-            _measurement(
-                "put_batch",
-                str(batch_size),
-                label,
-                durations,
-                units=params["batches"] * batch_size,
-                metric="rate_per_s",
-                reference=None,
-            )
-        ]
-    finally:
-        conn.close()
 
 
 async def _raw_asyncpg(
     dsn: str, schema: str, label: str, params: Mapping[str, Any], rng: random.Random
 ) -> list[dict[str, Any]]:
+    """asyncpg on the store's table in the store's schema."""
     import asyncpg
 
+    table, columns, record_columns = _store_table()
+    insert = (
+        f"INSERT INTO {table} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(f'${i}' for i in range(1, len(columns) + 1))})"
+    )
+    max_seq = f"SELECT coalesce(max(seq), 0) FROM {table} WHERE thread_id = $1"
+    page_sql = (
+        f"SELECT {record_columns} FROM {table} WHERE thread_id = $1 AND category = 'message' "
+        "AND seq < $2 ORDER BY seq DESC LIMIT $3"
+    )
     out: list[dict[str, Any]] = []
     conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
-        await conn.execute(
-            "CREATE TABLE raw_events (id BIGSERIAL PRIMARY KEY, thread_id TEXT NOT NULL, "
-            "run_id TEXT NOT NULL, event_type TEXT NOT NULL, category TEXT NOT NULL, "
-            "content TEXT, metadata JSONB NOT NULL, seq BIGINT NOT NULL, "
-            "created_at TIMESTAMPTZ NOT NULL, UNIQUE (thread_id, seq))"
-        )
-        await conn.execute("CREATE INDEX raw_events_msg ON raw_events (thread_id, category, seq)")
-        insert = (
-            "INSERT INTO raw_events (thread_id, run_id, event_type, category, content, metadata, "
-            "seq, created_at) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)"
-        )
-
-        def rows(events: Sequence[Mapping[str, Any]], first: int) -> list[tuple[Any, ...]]:
-            now = datetime.now(UTC)
-            return [
-                (
-                    e["thread_id"],
-                    e["run_id"],
-                    e["event_type"],
-                    e["category"],
-                    e["content"],
-                    orjson.dumps(e["metadata"]).decode(),
-                    first + i,
-                    now,
-                )
-                for i, e in enumerate(events)
-            ]
-
         batch_size = params["batch_size"]
+        put_thread = f"{label}-put"
 
         async def put(i: int) -> None:
-            events = make_events("raw-put", i * batch_size, batch_size, rng)
+            events = make_events(put_thread, i * batch_size, batch_size, rng)
             async with conn.transaction():
-                top = await conn.fetchval(
-                    "SELECT coalesce(max(seq), 0) FROM raw_events WHERE thread_id = $1", "raw-put"
-                )
-                await conn.executemany(insert, rows(events, int(top) + 1))
+                top = await conn.fetchval(max_seq, put_thread)
+                await conn.executemany(insert, raw_rows(events, int(top) + 1, columns))
 
         durations = await _time_calls(params["batches"], put)
         out.append(
@@ -320,46 +287,27 @@ async def _raw_asyncpg(
                 str(batch_size),
                 label,
                 durations,
-                units=params["batches"] * batch_size,
+                units=len(durations) * batch_size,
                 metric="rate_per_s",
                 reference=None,
             )
         )
-        page_sql = (
-            "SELECT thread_id, run_id, event_type, category, content, metadata, seq, created_at "
-            "FROM raw_events WHERE thread_id = $1 AND category = 'message' AND seq < $2 "
-            "ORDER BY seq DESC LIMIT $3"
-        )
-
-        async def page(thread: str, before: int | None, limit: int) -> list[dict[str, Any]]:
-            fetched = await conn.fetch(
-                page_sql, thread, before if before is not None else 2**62, limit
-            )
-            result = []
-            for r in reversed(fetched):
-                rec = dict(r)
-                rec["metadata"] = orjson.loads(rec["metadata"])
-                rec["created_at"] = rec["created_at"].isoformat()
-                result.append(rec)
-            return result
-
         for size in params["thread_sizes"]:
-            thread = f"raw-page-{size}"
+            thread = f"{label}-page-{size}"
             for start in range(0, size, POPULATE_CHUNK):
                 n = min(POPULATE_CHUNK, size - start)
                 async with conn.transaction():
                     await conn.executemany(
-                        insert, rows(make_events(thread, start, n, rng), start + 1)
+                        insert, raw_rows(make_events(thread, start, n, rng), start + 1, columns)
                     )
-            out.extend(
-                await _page_measurements(
-                    label,
-                    size,
-                    params,
-                    functools.partial(page, thread),
-                    reference=None,
+
+            async def page(before: int | None, limit: int, t: str = thread) -> list[dict[str, Any]]:
+                fetched = await conn.fetch(
+                    page_sql, t, before if before is not None else 2**62, limit
                 )
-            )
+                return decode_rows([tuple(r) for r in fetched], record_columns)
+
+            out.extend(await _page_measurements(label, size, params, page, reference=None))
     finally:
         await conn.close()
     return out
@@ -430,11 +378,13 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
         pg_dsn = postgres_dsn(url)
         pg_schema = fresh_schema("rsbench_ev")
         url = url.with_query(schema=pg_schema)
-    elif is_file_url(url):
-        url, _ = relocate(url, work_dir, "events" if url.scheme == "jsonl" else "events.db")
+    store_path: Path | None = None
+    if url.scheme not in POSTGRES_SCHEMES and is_file_url(url):
+        url, store_path = relocate(
+            url, work_dir, "events" if url.scheme == "jsonl" else "events.db"
+        )
     settings = Settings.load(case.get("settings") or None, events=url.render(hide_password=False))
     measurements: list[dict[str, Any]] = []
-    raw_schema = None
     raw_labels: list[str] = []
     try:
         async with AsyncExitStack() as stack:
@@ -481,22 +431,20 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
                 measurements.extend(
                     await _page_measurements(label, size, case, page, reference=reference)
                 )
-        # Raw references run after the store is closed, on their own table.
-        if url.scheme == "sqlite":
+        # Raw references run after the store is closed, on the store's own table.
+        if url.scheme == "sqlite" and store_path is not None:
             synchronous = str(settings.sqlite.synchronous)
-            raw = RawSqlite(work_dir / "raw-aiosqlite.db", synchronous)
-            measurements.extend(await _raw_aiosqlite(raw, "raw:aiosqlite", case, rng))
-            raw3 = RawSqlite(work_dir / "raw-sqlite3.db", synchronous)
-            measurements.extend(await _raw_sqlite3(raw3, "raw:sqlite3", case, rng))
-        elif pg_dsn is not None:
-            raw_schema = fresh_schema("rsbench_raw")
-            await postgres_create_schema(pg_dsn, raw_schema)
-            measurements.extend(await _raw_asyncpg(pg_dsn, raw_schema, "raw:asyncpg", case, rng))
+            measurements.extend(
+                await _raw_sqlite("aiosqlite", store_path, synchronous, "raw:aiosqlite", case, rng)
+            )
+            measurements.extend(
+                await _raw_sqlite("sqlite3", store_path, synchronous, "raw:sqlite3", case, rng)
+            )
+        elif pg_dsn is not None and pg_schema is not None:
+            measurements.extend(await _raw_asyncpg(pg_dsn, pg_schema, "raw:asyncpg", case, rng))
     finally:
         if pg_dsn is not None and pg_schema is not None:
             await postgres_drop_schema(pg_dsn, pg_schema)
-        if pg_dsn is not None and raw_schema is not None:
-            await postgres_drop_schema(pg_dsn, raw_schema)
     # The page on a large thread vs a small one (the issue's 1.5x target).
     sizes = sorted(case["thread_sizes"])
     if len(sizes) >= 2:
@@ -532,6 +480,7 @@ def run_measurement_cases(
     params: Mapping[str, Any],
     argv: Sequence[str],
     reporter: Reporter | None,
+    child: Callable[[Mapping[str, Any], float | None], dict[str, Any]] = run_child,
 ) -> Outcome:
     """Run one child per (repetition, backend); each measurement becomes one row."""
     runner = CaseRunner(
@@ -545,6 +494,7 @@ def run_measurement_cases(
             "repetitions": repetitions,
         },
         reporter=reporter,
+        child=child,
     )
     runner.reporter.start(repetitions * len(backends))
     try:

@@ -433,3 +433,68 @@ def test_csv_and_plot_render(tmp_path: Path) -> None:
     png = tmp_path / "plot.png"
     plot(summary, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_raw_rows_follow_the_store_table_and_decode_back() -> None:
+    import random
+
+    from runstore.bench.events import decode_rows, make_events, raw_rows
+    from runstore.sql.schema import INSERT_COLUMNS, RECORD_COLUMNS
+
+    events = make_events("t", 0, 4, random.Random(1))
+    rows = raw_rows(events, 7, INSERT_COLUMNS)
+    assert all(len(r) == len(INSERT_COLUMNS) for r in rows)
+    seq_at = list(INSERT_COLUMNS).index("seq")
+    assert [r[seq_at] for r in rows] == [7, 8, 9, 10]
+    names = [c.strip() for c in RECORD_COLUMNS.split(",")]
+    selected = [tuple(r[list(INSERT_COLUMNS).index(n)] for n in names) for r in reversed(rows)]
+    decoded = decode_rows(selected, RECORD_COLUMNS)
+    assert [d["seq"] for d in decoded] == [7, 8, 9, 10]
+    assert decoded[0]["metadata"] == events[0]["metadata"]
+
+
+def test_measurement_cases_expand_into_rows(tmp_path: Path) -> None:
+    from runstore.bench.events import run_measurement_cases
+
+    def child(case: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
+        ref = {"backend": "raw:x", "op": "put_batch", "variant": "20"}
+        return {
+            "status": "ok",
+            "measurements": [
+                {
+                    "op": "put_batch",
+                    "variant": "20",
+                    "backend": case["backend"],
+                    "metric": "rate_per_s",
+                    "rate_per_s": 50.0,
+                    "reference": ref,
+                },
+                {
+                    "op": "put_batch",
+                    "variant": "20",
+                    "backend": "raw:x",
+                    "metric": "rate_per_s",
+                    "rate_per_s": 100.0,
+                    "reference": None,
+                },
+            ],
+        }
+
+    out = tmp_path / "ev.jsonl"
+    outcome = run_measurement_cases(
+        "events",
+        ["memory://"],
+        output=out,
+        options=RunOptions(),
+        repetitions=2,
+        params={"batch_size": 20},
+        argv=[],
+        reporter=None,
+        child=child,
+    )
+    assert outcome.exit_code == 0
+    rows = read_jsonl(out).rows
+    assert len(rows) == 4 and {r["repetition"] for r in rows} == {0, 1}
+    summary = summarize([read_jsonl(out)])
+    store = next(e for e in summary.measurements if e["backend"] == "memory://")
+    assert store["repetitions"] == 2 and store["ratio"] == pytest.approx(0.5)
