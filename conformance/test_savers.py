@@ -853,9 +853,14 @@ def test_cross_process_writer_is_visible(saver_target: Any, request: pytest.Fixt
         )
         env = dict(os.environ)
         env["RUNSTORE_SUITE_URL"] = saver_target.url.render(hide_password=False)
+        from .plugin import project_settings
+
+        plugins = [
+            *project_settings(request.config).get("plugins", []),
+            *(request.config.getoption("runstore_plugin") or []),
+        ]
         env["RUNSTORE_SUITE_PLUGINS"] = json.dumps(
-            [os.path.abspath(p) if p.endswith(".py") else p
-             for p in request.config.getoption("runstore_plugin") or []]
+            [os.path.abspath(p) if p.endswith(".py") else p for p in plugins]
         )
         env["RUNSTORE_SUITE_JOB"] = json.dumps(
             {"thread": thread, "parent": root, "id": child, "value": 41, "version": v1}
