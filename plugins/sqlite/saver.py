@@ -178,7 +178,13 @@ SELECT chain.depth, req.ch, {codec.HISTORY_SEED}, NULL, NULL, NULL, b.type, b.bl
 
 
 def _write_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
-    """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction (the file's write lock up front)."""
+    """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction (the file's write lock up front).
+
+    Inside a group commit (`_op_group` already opened the transaction and a savepoint
+    for this op) ``body`` just runs.
+    """
+    if conn.in_transaction:
+        return body()
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = body()
@@ -188,6 +194,37 @@ def _write_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
             conn.execute("ROLLBACK")
         raise
     return result
+
+
+#: One queued write: the op function, its arguments and the future of its caller.
+WriteOp = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+
+
+def _op_group(
+    conn: sqlite3.Connection, ops: list[tuple[Callable[..., Any], tuple[Any, ...]]]
+) -> list[tuple[bool, Any]]:
+    """Run several write ops in one transaction (group commit): ``(ok, result or error)`` each."""
+    outcomes: list[tuple[bool, Any]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for fn, args in ops:
+            # A savepoint per op: a failing op undoes only its own changes.
+            conn.execute("SAVEPOINT runstore_op")
+            try:
+                value = fn(conn, *args)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO runstore_op")
+                conn.execute("RELEASE runstore_op")
+                outcomes.append((False, exc))
+            else:
+                conn.execute("RELEASE runstore_op")
+                outcomes.append((True, value))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
 
 
 def _read_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
@@ -584,6 +621,23 @@ def _connect_sync(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3
     return conn
 
 
+def _settle(task: asyncio.Future[list[tuple[bool, Any]]], batch: list[WriteOp]) -> None:
+    """Hand each queued writer its own outcome of a group commit."""
+    for i, (_, _, future) in enumerate(batch):
+        if future.done():
+            continue
+        if task.cancelled():
+            future.cancel()
+        elif (error := task.exception()) is not None:
+            future.set_exception(error)
+        else:
+            ok, value = task.result()[i]
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+
 class SqliteSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoint saver on a sqlite file: ``sqlite:///path/app.db``.
 
@@ -617,6 +671,8 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         # Bumped when any write starts and when it ends: a prefetched delta history is
         # used only if no write of this saver overlapped the time since it was read.
         self._generation = 0
+        self._write_queue: list[WriteOp] = []
+        self._group_lock = asyncio.Lock()
         self._prefetched: dict[tuple[str, str, str], tuple[int, list[str], list[Any]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
@@ -705,16 +761,46 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         return result
 
     async def _write_hop(self, fn: Callable[..., R], *args: Any) -> R:
-        # In-process writers queue on the engine's asyncio lock (shared with the event
-        # store) rather than on sqlite's busy_timeout polling.
+        """Run write op ``fn`` on the worker thread, group-committed with concurrent writes.
+
+        LangGraph overlaps a step's ``aput_writes`` with the checkpoint ``aput``: writers
+        that arrive while a write is running queue up, and the next one to run takes the
+        whole queue into one hop and one transaction (each op in its own savepoint), so
+        they share a commit (one fsync with ``synchronous=full``). Every caller still
+        returns only after its own op is committed.
+        """
         self._generation += 1
         try:
-            if self._write_lock is None:
-                return await self._hop(fn, *args)
-            async with self._write_lock:
-                return await self._hop(fn, *args)
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._write_queue.append((fn, args, future))
+            async with self._group_lock:
+                if not future.done() and self._write_queue:
+                    batch, self._write_queue = self._write_queue, []
+                    task = asyncio.ensure_future(self._run_group(batch))
+                    task.add_done_callback(lambda t, b=batch: _settle(t, b))
+                    # Shielded: if this caller is cancelled, the others still get answers.
+                    await asyncio.wait([asyncio.shield(task)])
+            result: R = await future
+            return result
         finally:
             self._generation += 1
+
+    async def _run_group(self, batch: list[WriteOp]) -> list[tuple[bool, Any]]:
+        # In-process writers queue on the engine's asyncio lock (shared with the event
+        # store) rather than on sqlite's busy_timeout polling.
+        if self._write_lock is None:
+            return await self._grouped_hop(batch)
+        async with self._write_lock:
+            return await self._grouped_hop(batch)
+
+    async def _grouped_hop(self, batch: list[WriteOp]) -> list[tuple[bool, Any]]:
+        if len(batch) == 1:
+            fn, args, _ = batch[0]
+            try:
+                return [(True, await self._hop(fn, *args))]
+            except Exception as exc:
+                return [(False, exc)]
+        return await self._hop(_op_group, [(fn, args) for fn, args, _ in batch])
 
     def _sync(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._loop, method, type(self).__name__)

@@ -648,3 +648,57 @@ async def test_values_are_exactly_what_was_put(opened: tuple[SqliteSaver, Any]) 
     got2 = await saver.aget_tuple(out2)
     assert got1 is not None and got1.checkpoint["channel_values"] == {"a": "A1", "b": "B1"}
     assert got2 is not None and got2.checkpoint["channel_values"] == {"b": "B1"}
+
+
+async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -> None:
+    """Writes that overlap share one hop and one transaction; a failing op undoes only itself."""
+    saver, _ = opened
+    original = saver._aconn._execute
+    calls = 0
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(fn, *args, **kwargs)
+
+    def failing(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO runstore_checkpoint_writes VALUES "
+            "('t-group', '', 'x', 'doomed', 0, '', 'a', 'json', X'00')"
+        )
+        raise RuntimeError("op failed on purpose")
+
+    saver._aconn._execute = counting
+    try:
+        checkpoints = []
+        for i in range(6):
+            version = saver.get_next_version(None, None)
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"a": i}
+            checkpoint["channel_versions"] = {"a": version}
+            checkpoints.append((checkpoint, version))
+        results = await asyncio.gather(
+            *(
+                saver.aput(cfg(f"t-group-{i}"), ck, {"i": i}, {"a": v})
+                for i, (ck, v) in enumerate(checkpoints[:3])
+            ),
+            saver._write_hop(failing),
+            *(
+                saver.aput(cfg(f"t-group-{i}"), ck, {"i": i}, {"a": v})
+                for i, (ck, v) in enumerate(checkpoints[3:], start=3)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        saver._aconn._execute = original
+    assert isinstance(results[3], RuntimeError)
+    assert calls < 7, "overlapping writes must share hops"
+    for i in range(6):
+        got = await saver.aget_tuple(cfg(f"t-group-{i}"))
+        assert got is not None and got.checkpoint["channel_values"] == {"a": i}
+    leftover = await saver._hop(
+        lambda conn: conn.execute(
+            "SELECT count(*) FROM runstore_checkpoint_writes WHERE task_id = 'doomed'"
+        ).fetchone()[0]
+    )
+    assert leftover == 0
