@@ -4,13 +4,16 @@ Our own saver (not a wrapper of ``langgraph-checkpoint-postgres``). Rows are enc
 by the shared `runstore.checkpoint.codec`; this module owns the SQL, the connection
 handling and the round-trip budget:
 
-* ``aput`` is ONE statement (blobs CTE + checkpoint upsert), so one round trip and
+* ``aput`` is ONE statement (blobs CTEs + checkpoint upsert), so one round trip and
   one WAL flush per checkpoint; ``aput_writes`` is one ``INSERT ... SELECT unnest``.
+  Writes that arrive while another commits are batched into the next commit.
 * ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query.
 * ``aget_delta_channel_history`` is one ``WITH RECURSIVE`` query over parent links.
 * Connections come from the SQLAlchemy engine shared with the PostgreSQL event store
   (`runstore.sql.engine.shared_engine`); the saver keeps a few of them leased between
-  calls so a call does not pay the engine's pre-ping (three round trips) each time.
+  calls so a call does not pay a pool checkout (events, a ping after idling) each time.
+
+Design notes and measurements: docs/savers.md, section "PostgreSQL".
 """
 
 from __future__ import annotations
@@ -419,9 +422,15 @@ class _Leases:
     discarded (invalidated in the engine's pool) and the call retried once on a fresh one.
     """
 
-    def __init__(self, engine: AsyncEngine, max_idle: int) -> None:
+    def __init__(
+        self, engine: AsyncEngine, max_idle: int, *, synchronous_commit: bool = True
+    ) -> None:
         self._engine = engine
         self._max_idle = max_idle
+        # Session settings live only while the connection is leased: the pool is shared
+        # with the event store, so they are reset before a connection goes back.
+        self._setup = None if synchronous_commit else "SET synchronous_commit = off"
+        self._reset = None if synchronous_commit else "RESET synchronous_commit"
         self._server_error: type[BaseException] = _import_asyncpg().PostgresError
         self._idle: list[tuple[AsyncConnection, Any]] = []
         self._closed = False
@@ -431,10 +440,13 @@ class _Leases:
         sa_conn = await self._engine.connect()
         try:
             raw = await sa_conn.get_raw_connection()
+            driver = raw.driver_connection
+            if self._setup is not None:
+                await driver.execute(self._setup)
         except BaseException:
             await sa_conn.close()
             raise
-        return sa_conn, raw.driver_connection
+        return sa_conn, driver
 
     async def run(self, fn: Callable[[Any], Awaitable[R]]) -> R:
         """Run ``fn(connection)`` on a leased connection (retried once if the lease was dead)."""
@@ -479,7 +491,12 @@ class _Leases:
             self._idle.append(lease)
 
     async def _discard(self, lease: tuple[AsyncConnection, Any], *, invalidate: bool) -> None:
-        sa_conn, _raw = lease
+        sa_conn, raw = lease
+        if not invalidate and self._reset is not None:
+            try:
+                await raw.execute(self._reset)
+            except Exception:  # cannot restore the session: never pool it
+                invalidate = True
         try:
             if invalidate:
                 await sa_conn.invalidate()
@@ -600,6 +617,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         url: BackendURL,
         serde: SerializerProtocol | None = None,
         max_idle: int | None = None,
+        synchronous_commit: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         self.url = url
@@ -607,7 +625,9 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         self.loop = asyncio.get_running_loop()
         size = engine.sync_engine.pool.size() if hasattr(engine.sync_engine.pool, "size") else 2
         idle = self.MAX_IDLE_CONNECTIONS if max_idle is None else max_idle
-        self._leases = _Leases(engine, max(0, min(idle, max(1, size // 2))))
+        self._leases = _Leases(
+            engine, max(0, min(idle, max(1, size // 2))), synchronous_commit=synchronous_commit
+        )
         self._writer = _WriteBatcher(self._leases)
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
 
@@ -629,7 +649,12 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         engine = await shared_engine(url, options)
         migrations = [Migration(version=i + 1, steps=steps) for i, steps in enumerate(SCHEMA_STEPS)]
         await ensure_schema(engine, COMPONENT, migrations)
-        saver = cls(engine, url=url, serde=serde)
+        saver = cls(
+            engine,
+            url=url,
+            serde=serde,
+            synchronous_commit=options.settings.postgres.saver_synchronous_commit == "on",
+        )
         options.on_close(saver.aclose)
         return saver
 

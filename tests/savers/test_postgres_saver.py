@@ -650,3 +650,26 @@ async def test_cancelled_call_does_not_poison_connections(opened: PostgresSaver)
         assert got is not None
     await put_chain(saver, "t-cancel-2", [{"a": [2]}, {}])
     assert await saver.aget_tuple(cfg("t-cancel-2")) is not None
+
+
+async def test_async_commit_setting_stays_on_saver_connections(postgres_url: str) -> None:
+    from runstore.plugins.postgres.events import PostgresEventStore
+
+    url = BackendURL.parse(postgres_url)
+    settings = Settings().merged(
+        {"postgres": {"saver_synchronous_commit": "off", "pool_max_size": 2}}
+    )
+    async with BackendOptions.scope(settings) as options:
+        saver = await PostgresSaver.open(url, options)
+        store = await PostgresEventStore.open(url, options)
+        await put_chain(saver, "t-async", [{"a": [1]}, {}])
+        got = await saver.aget_tuple(cfg("t-async"))
+        assert got is not None
+        seen = await saver._leases.run(lambda conn: conn.fetchval("SHOW synchronous_commit"))
+        assert seen == "off"
+        # Connections the saver hands back to the shared pool are reset first.
+        await saver.aclose()
+        async with store.engine.connect() as one, store.engine.connect() as two:
+            for conn in (one, two):
+                value = (await conn.exec_driver_sql("SHOW synchronous_commit")).scalar()
+                assert value == "on"

@@ -2,7 +2,9 @@
 
 Not a test (no thresholds; pytest does not collect it). Run:
 
-    .venv/bin/python tests/savers/timing_postgres_saver.py [full|delta] [turns] [repeats]
+    .venv/bin/python tests/savers/timing_postgres_saver.py [full|delta] [turns] [repeats] [on|off]
+
+The last argument is ``postgres.saver_synchronous_commit`` for our saver (default on).
 
 Each case runs a real one-node StateGraph (1 human + 1 AI 128-byte message per turn)
 in a fresh schema and prints turns/s (median of repeats), plus delta-history cost at
@@ -61,14 +63,16 @@ async def _turns(saver: Any, mode: str, turns: int, freq: int) -> float:
     return turns / elapsed
 
 
-async def run_ours(mode: str, turns: int, freq: int) -> float:
+async def run_ours(mode: str, turns: int, freq: int, sync_commit: str = "on") -> float:
     from runstore.options import BackendOptions
     from runstore.plugins.postgres.saver import PostgresSaver
+    from runstore.settings import Settings
     from runstore.urls import BackendURL
 
+    settings = Settings().merged({"postgres": {"saver_synchronous_commit": sync_commit}})
     schema = await _schema()
     try:
-        async with BackendOptions.scope() as options:
+        async with BackendOptions.scope(settings) as options:
             saver = await PostgresSaver.open(BackendURL.parse(f"{BASE}?schema={schema}"), options)
             return await _turns(saver, mode, turns, freq)
     finally:
@@ -130,6 +134,7 @@ async def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "full"
     turns = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    sync_commit = sys.argv[4] if len(sys.argv) > 4 else "on"
     freq = 10
     if mode == "delta":
         from runstore.bench.checkpoint import freeze_mode
@@ -138,10 +143,10 @@ async def main() -> None:
     stock, ours = [], []
     for _ in range(repeats):
         stock.append(await run_stock(mode, turns, freq))
-        ours.append(await run_ours(mode, turns, freq))
+        ours.append(await run_ours(mode, turns, freq, sync_commit))
     s, o = statistics.median(stock), statistics.median(ours)
     print(
-        f"{mode}: stock AsyncPostgresSaver {s:.1f} turns/s  runstore PostgresSaver {o:.1f} "
+        f"{mode} (synchronous_commit={sync_commit}): stock AsyncPostgresSaver {s:.1f} turns/s  runstore PostgresSaver {o:.1f} "
         f"turns/s  ratio {o / s:.2f}x  (runs stock={[round(x) for x in stock]} "
         f"ours={[round(x) for x in ours]})"
     )
