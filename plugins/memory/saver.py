@@ -348,6 +348,16 @@ class MemorySaver(BaseCheckpointSaver[str]):
             ns.blobs[(channel, version)] = dumps(values[channel]) if channel in values else None
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         skeleton = _copy_skeleton(skeleton)
+        # A value whose version is not new normally has its blob already; a hand-written
+        # checkpoint may not, and what was put must come back.
+        for channel, value in values.items():
+            version = skeleton["channel_versions"].get(channel)
+            if (
+                version is not None
+                and channel not in new_versions
+                and (channel, version) not in ns.blobs
+            ):
+                ns.blobs[(channel, version)] = dumps(value)
         full_metadata = get_checkpoint_metadata(config, metadata)
         checkpoint_id = checkpoint["id"]
         ns.add_id(checkpoint_id)

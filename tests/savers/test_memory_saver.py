@@ -232,3 +232,12 @@ def test_sync_twins_from_many_threads_stay_consistent() -> None:
     assert not errors, errors
     for i in range(4):
         assert len(list(saver.list(config_for(f"t{i}")))) == 150
+
+
+async def test_a_carried_value_without_a_stored_blob_is_kept() -> None:
+    saver = MemorySaver()
+    cid = new_checkpoint_id()
+    v = saver.get_next_version(None, None)
+    cfg = await saver.aput(config_for("t"), make_checkpoint(cid, {"k": [1]}, {"k": v}), {}, {})
+    got = await saver.aget_tuple(cfg)
+    assert got is not None and got.checkpoint["channel_values"] == {"k": [1]}
