@@ -387,36 +387,52 @@ def to_csv(summary: Summary) -> str:
 
 
 def plot(summary: Summary, path: str) -> None:
-    """Draw storage and write time against turns, one line per (backend, mode variant)."""
+    """Draw storage and write time against turns: colour per backend, line style per mode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_bytes, ax_time) = plt.subplots(1, 2, figsize=(13, 5))
-    series: dict[str, list[tuple[int, float | None, float | None]]] = {}
+    several_files = len({e["file"] for e in summary.checkpoint}) > 1
+    backends = sorted({(e["file_index"], e["backend"]) for e in summary.checkpoint})
+    colours = plt.get_cmap("tab10")
+    variants = sorted(
+        {(e["mode"], e["snapshot_frequency"] or 0, e["cache"]) for e in summary.checkpoint}
+    )
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))]
+    markers = ["o", "s", "^", "v", "D", "x"]
+    fig, (ax_bytes, ax_time) = plt.subplots(1, 2, figsize=(15, 6))
+    series: dict[tuple[Any, ...], list[tuple[int, float | None, float | None]]] = {}
     for e in summary.checkpoint:
-        label = f"{e['backend']} {e['mode']}"
-        if e["mode"] == "delta":
-            label += f" f={e['snapshot_frequency']}"
-            if e["cache"] != NO_CACHE:
-                label += f" cache={e['cache']}"
-        if len(summary.checkpoint) and len({x["file"] for x in summary.checkpoint}) > 1:
-            label += f" [{e['file_index']}]"
+        key = (e["file_index"], e["backend"], e["mode"], e["snapshot_frequency"] or 0, e["cache"])
         storage = e.get("db_bytes_closed") or e.get("logical_bytes")
-        series.setdefault(label, []).append((e["updates"], storage, e.get("write_total_s")))
-    for label, points in sorted(series.items()):
+        series.setdefault(key, []).append((e["updates"], storage, e.get("write_total_s")))
+    for key, points in sorted(series.items(), key=lambda kv: str(kv[0])):
+        file_index, backend, mode, freq, cache = key
+        variant = variants.index((mode, freq, cache))
+        label = f"{backend} {mode}"
+        if mode == "delta":
+            label += f" f={freq}" + (f" cache={cache}" if cache != NO_CACHE else "")
+        if several_files:
+            label += f" [file {file_index}]"
+        style = {
+            "color": colours(backends.index((file_index, backend)) % 10),
+            "linestyle": styles[variant % len(styles)],
+            "marker": markers[variant % len(markers)],
+            "label": label,
+        }
         points.sort()
         xs = [p[0] for p in points]
-        ax_bytes.plot(xs, [(p[1] or 0) / 2**20 for p in points], marker="o", label=label)
-        ax_time.plot(xs, [p[2] or 0 for p in points], marker="o", label=label)
+        ax_bytes.plot(xs, [(p[1] or 0) / 2**20 for p in points], **style)
+        ax_time.plot(xs, [p[2] or 0 for p in points], **style)
     ax_bytes.set_xlabel("turns")
-    ax_bytes.set_ylabel("storage MiB (db after close, else logical)")
+    ax_bytes.set_ylabel("storage MiB (db size after close, else logical bytes)")
     ax_bytes.set_yscale("log")
     ax_time.set_xlabel("turns")
     ax_time.set_ylabel("write phase seconds")
     ax_time.set_yscale("log")
-    ax_time.legend(fontsize=6, loc="upper left")
+    handles, labels = ax_time.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
