@@ -349,6 +349,14 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
             warm.append(time.perf_counter() - t0)
             warm_digest = message_digest(state.values.get("messages", []))
         result["warm_read_ms"] = median(w * 1000.0 for w in warm)
+        # The saver alone: aget_tuple on the head, what every turn starts with.
+        head: list[float] = []
+        gc.collect()
+        for _ in range(WARM_READS):
+            t0 = time.perf_counter()
+            await saver.aget_tuple(config)
+            head.append(time.perf_counter() - t0)
+        result["head_get_tuple_ms"] = median(h * 1000.0 for h in head)
         result.update(_sizes("open", await target.sizes()))
         if cache_obj is not None and hasattr(cache_obj, "stats"):
             try:
