@@ -638,6 +638,21 @@ def _settle(task: asyncio.Future[list[tuple[bool, Any]]], batch: list[WriteOp]) 
                 future.set_exception(value)
 
 
+class _State:
+    """Connection-level state shared by a saver and its shallow copies."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.sync_conn: sqlite3.Connection | None = None
+        self.sync_lock = threading.Lock()
+        # Bumped when any write starts and when it ends: a prefetched delta history is
+        # used only if no write overlapped the time since it was read.
+        self.generation = 0
+        self.write_queue: list[WriteOp] = []
+        self.group_lock = asyncio.Lock()
+        self.prefetched: dict[tuple[str, str, str], tuple[int, list[str], list[Any]]] = {}
+
+
 class SqliteSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoint saver on a sqlite file: ``sqlite:///path/app.db``.
 
@@ -665,15 +680,9 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         self._aconn: Any = None
         self._raw: sqlite3.Connection | None = None
         self._write_lock: asyncio.Lock | None = None
-        self._sync_conn: sqlite3.Connection | None = None
-        self._sync_lock = threading.Lock()
-        self._closed = False
-        # Bumped when any write starts and when it ends: a prefetched delta history is
-        # used only if no write of this saver overlapped the time since it was read.
-        self._generation = 0
-        self._write_queue: list[WriteOp] = []
-        self._group_lock = asyncio.Lock()
-        self._prefetched: dict[tuple[str, str, str], tuple[int, list[str], list[Any]]] = {}
+        # Mutable state lives in one object: `with_allowlist` (which LangGraph may call
+        # when compiling a graph) makes shallow copies, and those must share it.
+        self._state = _State()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -735,16 +744,16 @@ class SqliteSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """Return the pooled connection and close the sync connection (idempotent)."""
-        if self._closed:
+        if self._state.closed:
             return
-        self._closed = True
+        self._state.closed = True
         if self._sa_conn is not None:
             await self._sa_conn.close()
             self._sa_conn = None
-        with self._sync_lock:
-            if self._sync_conn is not None:
-                self._sync_conn.close()
-                self._sync_conn = None
+        with self._state.sync_lock:
+            if self._state.sync_conn is not None:
+                self._state.sync_conn.close()
+                self._state.sync_conn = None
 
     async def __aenter__(self) -> SqliteSaver:
         return self
@@ -755,7 +764,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     # -- plumbing ----------------------------------------------------------------
 
     async def _hop(self, fn: Callable[..., R], *args: Any) -> R:
-        if self._closed or self._aconn is None:
+        if self._state.closed or self._aconn is None:
             raise RuntimeError("SqliteSaver is closed")
         result: R = await self._aconn._execute(fn, self._raw, *args)
         return result
@@ -769,13 +778,13 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         they share a commit (one fsync with ``synchronous=full``). Every caller still
         returns only after its own op is committed.
         """
-        self._generation += 1
+        self._state.generation += 1
         try:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._write_queue.append((fn, args, future))
-            async with self._group_lock:
-                if not future.done() and self._write_queue:
-                    batch, self._write_queue = self._write_queue, []
+            self._state.write_queue.append((fn, args, future))
+            async with self._state.group_lock:
+                if not future.done() and self._state.write_queue:
+                    batch, self._state.write_queue = self._state.write_queue, []
                     task = asyncio.ensure_future(self._run_group(batch))
                     task.add_done_callback(lambda t, b=batch: _settle(t, b))
                     # Shielded: if this caller is cancelled, the others still get answers.
@@ -783,7 +792,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             result: R = await future
             return result
         finally:
-            self._generation += 1
+            self._state.generation += 1
 
     async def _run_group(self, batch: list[WriteOp]) -> list[tuple[bool, Any]]:
         # In-process writers queue on the engine's asyncio lock (shared with the event
@@ -804,18 +813,18 @@ class SqliteSaver(BaseCheckpointSaver[str]):
 
     def _sync(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._loop, method, type(self).__name__)
-        if self._closed:
+        if self._state.closed:
             raise RuntimeError("SqliteSaver is closed")
-        self._generation += 1
+        self._state.generation += 1
         try:
-            with self._sync_lock:
-                if self._sync_conn is None:
-                    self._sync_conn = _connect_sync(
+            with self._state.sync_lock:
+                if self._state.sync_conn is None:
+                    self._state.sync_conn = _connect_sync(
                         self.path, self.synchronous, self.busy_timeout_ms
                     )
-                return fn(self._sync_conn, *args)
+                return fn(self._state.sync_conn, *args)
         finally:
-            self._generation += 1
+            self._state.generation += 1
 
     def _decode(self, fetched: Fetched) -> CheckpointTuple:
         record, blobs, writes = fetched
@@ -844,25 +853,25 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         fetched, history = got
         if history is not None:
             record = fetched[0]
-            if len(self._prefetched) >= _PREFETCH_SLOTS:
-                self._prefetched.pop(next(iter(self._prefetched)))
-            self._prefetched[(record[0], record[1], record[2])] = (generation, *history)
+            if len(self._state.prefetched) >= _PREFETCH_SLOTS:
+                self._state.prefetched.pop(next(iter(self._state.prefetched)))
+            self._state.prefetched[(record[0], record[1], record[2])] = (generation, *history)
         return self._decode(fetched)
 
     def _take_prefetched(
         self, config: RunnableConfig, wanted: list[str]
     ) -> list[tuple[Any, ...]] | None:
         """Rows prefetched for exactly this checkpoint, if still valid (used once)."""
-        if not self._prefetched:
+        if not self._state.prefetched:
             return None
         thread_id, ns, checkpoint_id = _thread_ns(config)
         if checkpoint_id is None:
             return None
-        entry = self._prefetched.pop((thread_id, ns, checkpoint_id), None)
+        entry = self._state.prefetched.pop((thread_id, ns, checkpoint_id), None)
         if entry is None:
             return None
         generation, channels, rows = entry
-        if generation != self._generation or not set(wanted) <= set(channels):
+        if generation != self._state.generation or not set(wanted) <= set(channels):
             return None
         return rows
 
@@ -870,7 +879,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (latest of the thread without ``checkpoint_id``)."""
-        generation = self._generation
+        generation = self._state.generation
         got = await self._hop(_op_get, *_thread_ns(config), True)
         return self._got(got, generation)
 

@@ -702,3 +702,20 @@ async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -
         ).fetchone()[0]
     )
     assert leftover == 0
+
+
+async def test_allowlist_clone_shares_connection_state(opened: tuple[SqliteSaver, Any]) -> None:
+    """LangGraph may compile graphs with `with_allowlist` copies; they share one queue."""
+    saver, _ = opened
+    clone = saver.with_allowlist([("tests", "Thing")])
+    assert isinstance(clone, SqliteSaver)
+    assert clone._state is saver._state
+    await asyncio.gather(
+        put_chain(saver, "t-orig", [{"a": [i]} for i in range(5)]),
+        put_chain(clone, "t-clone", [{"a": [i]} for i in range(5)]),
+    )
+    await put_chain(saver, "t-orig2", [{"a": [0]}])
+    for thread in ("t-orig", "t-clone"):
+        listed = [t async for t in saver.alist(cfg(thread))]
+        assert len(listed) == 5
+        assert listed[0].pending_writes == [("task", "a", "w4")]
