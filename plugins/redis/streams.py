@@ -358,6 +358,13 @@ class RedisStreamBridge(StreamBridge):
             return
         self._closed = True
         if self._waker is not None:
+            # Wake the blocked XREAD instead of only cancelling it: redis-py may finish a
+            # command it already sent before honouring the cancellation (up to the block).
+            self._waker_idle.set()
+            with contextlib.suppress(Exception):
+                await self._poke()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._waker), 2)
             self._waker.cancel()
             with contextlib.suppress(BaseException):
                 await self._waker
