@@ -138,13 +138,14 @@ _INSERT_WRITE_LAST = f"INSERT OR REPLACE INTO {WRITES} VALUES (?, ?, ?, ?, ?, ?,
 # the target (depth 0); `seen` is a bit mask of the requested channels already held
 # by a shallower ancestor (depths 1..depth-1), so a row contributes channel `bit`
 # while `seen & bit = 0`: its writes, and its blob when it holds a value. Recursion
-# stops once every channel is seen. CROSS JOIN pins the chain as the outer loop, so
-# each step is one primary-key probe.
+# stops once every channel is seen, or when a parent link leads back to the target (a
+# cycle left by re-putting an id under its own descendant). CROSS JOIN pins the chain
+# as the outer loop, so each step is one primary-key probe.
 _DELTA_SQL = f"""
 WITH RECURSIVE
   req(bit, ch) AS (SELECT 1 << CAST(key AS INTEGER), value FROM json_each(:channels)),
-  chain(depth, cid, parent, vv, seen) AS (
-    SELECT 0, checkpoint_id, parent_checkpoint_id, value_versions, 0
+  chain(depth, cid, parent, vv, seen, root) AS (
+    SELECT 0, checkpoint_id, parent_checkpoint_id, value_versions, 0, checkpoint_id
       FROM {CHECKPOINTS}
      WHERE thread_id = :thread_id AND checkpoint_ns = :ns
        AND checkpoint_id = coalesce(:checkpoint_id, (
@@ -154,11 +155,12 @@ WITH RECURSIVE
     SELECT chain.depth + 1, c.checkpoint_id, c.parent_checkpoint_id, c.value_versions,
            chain.seen | CASE WHEN chain.depth = 0 THEN 0 ELSE (
                SELECT coalesce(sum(req.bit), 0) FROM req JOIN json_each(chain.vv) j
-                   ON j.key = req.ch) END
+                   ON j.key = req.ch) END,
+           chain.root
       FROM chain CROSS JOIN {CHECKPOINTS} c
         ON c.thread_id = :thread_id AND c.checkpoint_ns = :ns
        AND c.checkpoint_id = chain.parent
-     WHERE chain.seen != :full AND chain.depth < :max_depth
+     WHERE chain.seen != :full AND chain.depth < :max_depth AND chain.parent != chain.root
   )
 SELECT chain.depth, req.ch, {codec.HISTORY_WRITE}, w.task_id, w.task_path, w.idx, w.type, w.value
   FROM chain CROSS JOIN req CROSS JOIN {WRITES} w

@@ -719,3 +719,14 @@ async def test_allowlist_clone_shares_connection_state(opened: tuple[SqliteSaver
         listed = [t async for t in saver.alist(cfg(thread))]
         assert len(listed) == 5
         assert listed[0].pending_writes == [("task", "a", "w4")]
+
+
+async def test_delta_history_stops_on_a_parent_cycle(opened: tuple[SqliteSaver, Any]) -> None:
+    """Re-putting a checkpoint under its own id (a parent cycle) must not spin the walk."""
+    saver, _ = opened
+    checkpoint = empty_checkpoint()
+    out = await saver.aput(cfg("t-cycle", checkpoint["id"]), checkpoint, {}, {})
+    history = await asyncio.wait_for(
+        saver.aget_delta_channel_history(config=out, channels=["a"]), timeout=30
+    )
+    assert history == {"a": {"writes": []}}
