@@ -23,12 +23,14 @@ from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
+    writes_sort_key,
 )
 
 from .forwarding import ForwardingSaver
@@ -39,6 +41,8 @@ log = logging.getLogger("runstore.checkpoint.cache")
 DEFAULT_MAX_COMPOSE_DEPTH = 4
 #: Child -> parent links remembered per saver instance.
 LINK_MEMO_SIZE = 4096
+#: Checkpoints whose put (and later writes) this instance remembers.
+SEEN_MEMO_SIZE = 256
 
 
 @runtime_checkable
@@ -69,6 +73,44 @@ def entry_key(checkpoint_ns: str, checkpoint_id: str, channel: str) -> str:
 def _seed_key(checkpoint_ns: str, checkpoint_id: str, channel: str, *, held: bool = False) -> str:
     # "held": the checkpoint itself stores the value; otherwise a walk from it found it.
     return entry_key(checkpoint_ns, checkpoint_id, channel) + ("\x1fheld" if held else "\x1fseed")
+
+
+class _Seen:
+    """A checkpoint put through this wrapper: which channels it stores, the writes put at it.
+
+    Writes are kept as the saver's own serializer output, so decoding them gives
+    exactly what the saver would return; slots follow the saver contract
+    (first write wins per ``(task_id, idx)``, special negative slots last write wins).
+    """
+
+    __slots__ = ("broken", "value_keys", "writes")
+
+    def __init__(self, value_keys: frozenset[str]) -> None:
+        self.value_keys = value_keys
+        self.writes: dict[tuple[str, int], tuple[str, str, str, tuple[str, bytes]]] = {}
+        self.broken = False
+
+    def add(
+        self, serde: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> None:
+        for i, (channel, value) in enumerate(writes):
+            slot = (task_id, WRITES_IDX_MAP.get(channel, i))
+            if slot[1] >= 0 and slot in self.writes:
+                continue
+            try:
+                typed = serde.dumps_typed(value)
+            except Exception:
+                self.broken = True
+                return
+            self.writes[slot] = (task_path, task_id, channel, typed)
+
+    def channel_writes(self, serde: Any, channel: str) -> list[Any]:
+        ordered = sorted(
+            (writes_sort_key(path, task_id, idx), task_id, typed)
+            for (task_id, idx), (path, _, ch, typed) in self.writes.items()
+            if ch == channel
+        )
+        return [(task_id, channel, serde.loads_typed(typed)) for _, task_id, typed in ordered]
 
 
 class _Part(NamedTuple):
@@ -112,6 +154,7 @@ class CachedHistorySaver(ForwardingSaver):
             "inner_walks": 0,
             "cache_errors": 0,
             "purges": 0,
+            "observed": 0,
         }
         bind = getattr(cache, "bind_serde", None)
         if callable(bind):
@@ -119,9 +162,15 @@ class CachedHistorySaver(ForwardingSaver):
         # child -> parent links seen in put / get_tuple / list results. A checkpoint's
         # parent never changes, so this saves the target read when composing a miss.
         self._links: OrderedDict[tuple[str, str, str], tuple[str, str] | None] = OrderedDict()
+        # Checkpoints put through this wrapper, with the writes later put at them.
+        self._seen: OrderedDict[tuple[str, str, str], _Seen] = OrderedDict()
 
     def stats(self) -> dict[str, int]:
-        """Counters since creation: hits, misses, composed, inner_walks, cache_errors, purges."""
+        """Counters: hits, misses, composed, inner_walks, cache_errors, purges, observed.
+
+        ``observed`` counts misses composed from writes seen going through this
+        wrapper (no saver read).
+        """
         return dict(self._stats)
 
     # ------------------------------------------------------------------ cache access that never fails
@@ -220,22 +269,80 @@ class CachedHistorySaver(ForwardingSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        self._saw_put(config, checkpoint)
+        return saved
+
+    def _saw_put(self, config: RunnableConfig, checkpoint: Checkpoint) -> None:
         conf = config.get("configurable") or {}
+        thread_id = str(conf.get("thread_id"))
+        checkpoint_ns = str(conf.get("checkpoint_ns", "") or "")
         self._link(
-            str(conf.get("thread_id")),
-            str(conf.get("checkpoint_ns", "") or ""),
+            thread_id,
+            checkpoint_ns,
             str(checkpoint["id"]),
             config if conf.get("checkpoint_id") else None,
         )
+        key = (thread_id, checkpoint_ns, str(checkpoint["id"]))
+        self._seen[key] = _Seen(frozenset(checkpoint["channel_values"]))
+        self._seen.move_to_end(key)
+        while len(self._seen) > SEEN_MEMO_SIZE:
+            self._seen.popitem(last=False)
+
+    def _saw_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> None:
+        conf = config.get("configurable") or {}
+        seen = self._seen.get(
+            (
+                str(conf.get("thread_id")),
+                str(conf.get("checkpoint_ns", "") or ""),
+                str(conf.get("checkpoint_id")),
+            )
+        )
+        if seen is not None and not seen.broken:
+            seen.add(self.serde, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+        self._saw_writes(config, writes, task_id, task_path)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = self.inner.put(config, checkpoint, metadata, new_versions)
+        self._saw_put(config, checkpoint)
         return saved
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.inner.put_writes(config, writes, task_id, task_path)
+        self._saw_writes(config, writes, task_id, task_path)
 
     def _forget_links(self, thread_ids: Sequence[str] | None) -> None:
         if thread_ids is None:
             self._links.clear()
+            self._seen.clear()
             return
         gone = {str(t) for t in thread_ids}
         for key in [k for k in self._links if k[0] in gone]:
             del self._links[key]
+        for key in [k for k in self._seen if k[0] in gone]:
+            del self._seen[key]
 
     # ------------------------------------------------------------------ history
 
@@ -375,6 +482,24 @@ class CachedHistorySaver(ForwardingSaver):
             # Same answer as a walk: nothing above the target (or no target).
             return {ch: _Part([], None) for ch in channels}
         parent_ns, parent_id = link
+        seen = self._seen.get((thread_id, parent_ns, parent_id))
+        if (
+            seen is not None
+            and not seen.broken
+            and key in self._seen
+            and not seen.value_keys.intersection(channels)
+        ):
+            # Both the target and its parent were put through this wrapper, so every
+            # write at the parent went through it too (LangGraph stores a step's
+            # delta writes before the next checkpoint): no read needed.
+            self._stats["observed"] += 1
+            return await self._compose_above(
+                thread_id,
+                parent_ns,
+                parent_id,
+                {ch: seen.channel_writes(self.serde, ch) for ch in channels},
+                depth,
+            )
         parent = self._note(await self.inner.aget_tuple(_cfg(thread_id, parent_ns, parent_id)))
         if parent is None:
             return {ch: _Part([], None) for ch in channels}
@@ -392,13 +517,29 @@ class CachedHistorySaver(ForwardingSaver):
             else:
                 above.append(ch)
         if above:
-            base = await self._parts(thread_id, parent_ns, parent_id, above, depth + 1)
-            for ch in above:
-                result[ch] = _Part(
-                    [*base[ch].writes, *(w for w in writes if w[1] == ch)], base[ch].seed_ref
+            result.update(
+                await self._compose_above(
+                    thread_id,
+                    parent_ns,
+                    parent_id,
+                    {ch: [w for w in writes if w[1] == ch] for ch in above},
+                    depth,
                 )
-            self._stats["composed"] += len(above)
+            )
         return result
+
+    async def _compose_above(
+        self,
+        thread_id: str,
+        parent_ns: str,
+        parent_id: str,
+        own: Mapping[str, list[Any]],
+        depth: int,
+    ) -> dict[str, _Part]:
+        """``H(child) = H(parent) + parent's own writes`` for channels the parent does not hold."""
+        base = await self._parts(thread_id, parent_ns, parent_id, list(own), depth + 1)
+        self._stats["composed"] += len(own)
+        return {ch: _Part([*base[ch].writes, *own[ch]], base[ch].seed_ref) for ch in own}
 
     # ------------------------------------------------------------------ purge on delete / prune
 

@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
@@ -39,8 +39,14 @@ def trees(draw: st.DrawFn) -> list[dict[str, Any]]:
                 values[ch] = _DeltaSnapshot([HumanMessage(f"s{i}{ch}", id=f"s{i}{ch}")])
             elif kind == "plain":
                 values[ch] = [HumanMessage(f"p{i}{ch}", id=f"p{i}{ch}")]
-        writes = draw(st.lists(st.sampled_from(CHANNELS), max_size=3))
-        nodes.append({"parent": parent, "values": values, "writes": writes})
+        # write batches: (task, task_path, channels); a repeated task re-puts its
+        # slots (first write wins), paths reorder tasks like parallel branches do
+        batches = draw(st.lists(
+            st.tuples(st.integers(0, 2), st.sampled_from(["", "~a", "~b"]),
+                      st.lists(st.sampled_from(CHANNELS), min_size=1, max_size=3)),
+            max_size=3,
+        ))
+        nodes.append({"parent": parent, "values": values, "batches": batches})
     return nodes
 
 
@@ -56,11 +62,17 @@ async def build(saver: Any, thread_id: str, nodes: list[dict[str, Any]]) -> list
         if node["parent"] is not None:
             conf["checkpoint_id"] = configs[node["parent"]]["configurable"]["checkpoint_id"]
         cfg = await saver.aput({"configurable": conf}, checkpoint, {"step": i}, versions)
-        if node["writes"]:
+        batches = node.get("batches")
+        if batches is None:  # simple form: one task writing node["writes"]
+            batches = [(0, "", node["writes"])] if node["writes"] else []
+        task_ids = [str(uuid.UUID(int=(i << 8) + t)) for t in range(3)]
+        for b, (task, path, channels) in enumerate(batches):
             await saver.aput_writes(
                 cfg,
-                [(ch, [HumanMessage(f"w{i}.{k}", id=f"w{i}.{k}")]) for k, ch in enumerate(node["writes"])],
-                str(uuid.uuid4()),
+                [(ch, [HumanMessage(f"w{i}.{b}.{k}", id=f"w{i}.{b}.{k}")])
+                 for k, ch in enumerate(channels)],
+                task_ids[task],
+                path,
             )
         configs.append(cfg)
     return configs
@@ -85,6 +97,8 @@ async def test_cached_history_equals_uncached(
         assert got == want, "contract: cached delta history equals the uncached walk"
     stats = cached.stats()
     assert stats["cache_errors"] == 0
+    if through_cache and len(nodes) > 2:
+        note(f"stats {stats}")
 
 
 async def test_hits_composition_and_purge() -> None:
@@ -98,7 +112,7 @@ async def test_hits_composition_and_purge() -> None:
     assert cached.stats()["composed"] >= 4
     again = await cached.aget_delta_channel_history(config=configs[-1], channels=["messages"])
     assert cached.stats()["hits"] >= 1
-    assert [w[2][0].content for w in again["messages"]["writes"]] == [f"w{i}.0" for i in range(5)]
+    assert [w[2][0].content for w in again["messages"]["writes"]] == [f"w{i}.0.0" for i in range(5)]
     # head (no checkpoint_id) resolves to an immutable id
     head = await cached.aget_delta_channel_history(
         config={"configurable": {"thread_id": "t-purge", "checkpoint_ns": ""}}, channels=["messages"])
