@@ -831,7 +831,10 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         thread_id, ns = row.thread_id, row.checkpoint_ns
         carried = []
         for channel, version in enc.carried.items():
-            if (thread_id, ns, channel, version) not in self._known:
+            key = (thread_id, ns, channel, version)
+            if key in self._known:
+                self._known.move_to_end(key)  # still in use: keep it from eviction
+            else:
                 carried.append(
                     codec.encode_blob(
                         self.serde, thread_id, ns, channel, version, enc.carried_values[channel]

@@ -673,3 +673,37 @@ async def test_async_commit_setting_stays_on_saver_connections(postgres_url: str
             for conn in (one, two):
                 value = (await conn.exec_driver_sql("SHOW synchronous_commit")).scalar()
                 assert value == "on"
+
+
+async def test_carried_values_are_stored_when_missing(opened: PostgresSaver) -> None:
+    """A value put under a version it was not stored under before (not in new_versions)
+    still comes back; one this process already stored is not serialized again."""
+    saver = opened
+    version = saver.get_next_version(None, None)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"a": ["hand-written"]}
+    checkpoint["channel_versions"] = {"a": version}
+    out = await saver.aput(cfg("t-carry"), checkpoint, {}, {})
+    got = await saver.aget_tuple(out)
+    assert got is not None and got.checkpoint["channel_values"] == {"a": ["hand-written"]}
+
+    dumped: list[Any] = []
+    real = saver.serde
+
+    class Counting:
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            dumped.append(obj)
+            return real.dumps_typed(obj)
+
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            return real.loads_typed(data)
+
+    saver.serde = Counting()  # type: ignore[assignment]
+    child = empty_checkpoint()
+    child["channel_values"] = {"a": ["hand-written"]}
+    child["channel_versions"] = {"a": version}
+    child_cfg = await saver.aput(out, child, {}, {})
+    saver.serde = real
+    assert ["hand-written"] not in dumped, "a blob this process stored is not re-serialized"
+    got = await saver.aget_tuple(child_cfg)
+    assert got is not None and got.checkpoint["channel_values"] == {"a": ["hand-written"]}
