@@ -19,6 +19,7 @@ Design notes and measurements: docs/savers.md, section "PostgreSQL".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import (
@@ -199,19 +200,6 @@ LEFT JOIN LATERAL (
 ) wr ON true
 """
 
-GET_BY_ID_SQL = (
-    "SELECT "
-    + _TUPLE_COLUMNS.format(source=f"{CHECKPOINTS} c")
-    + (" WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3")
-)
-
-GET_LATEST_SQL = "SELECT " + _TUPLE_COLUMNS.format(
-    source=(
-        f"(SELECT * FROM {CHECKPOINTS} WHERE thread_id = $1 AND checkpoint_ns = $2"
-        " ORDER BY checkpoint_id DESC LIMIT 1) c"
-    )
-)
-
 # The delta walk. Each row is one ancestor with the channels still looking for a
 # value when the walk reaches it (`need`); it contributes its writes for those
 # channels and seeds the ones it holds. The walk follows parent links only, stops
@@ -240,20 +228,9 @@ walk (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, value_versi
 )
 """
 
-# $1 thread, $2 ns, $3 target id (NULL = latest), $4 channels.
-DELTA_HISTORY_SQL = (
-    "WITH RECURSIVE target AS ("
-    f" SELECT t.thread_id, t.checkpoint_ns, t.parent_checkpoint_id FROM {CHECKPOINTS} t"
-    " WHERE t.thread_id = $1 AND t.checkpoint_ns = $2"
-    " AND ($3::text IS NULL OR t.checkpoint_id = $3)"
-    " ORDER BY t.checkpoint_id DESC LIMIT 1),"
-    + _WALK_CTE.format(
-        start=(
-            "SELECT thread_id, checkpoint_ns, parent_checkpoint_id, $4::text[], 1 FROM target"
-            " WHERE parent_checkpoint_id IS NOT NULL"
-        )
-    )
-    + f"""
+# History rows (`codec.HistoryRow` shape) of a walk: the writes each walk row
+# contributes for the channels it is still needed for, and the seed blobs.
+_HISTORY_SELECT = f"""
 SELECT w.depth, x.channel, {codec.HISTORY_WRITE} AS kind, x.task_id, x.task_path, x.idx,
        x.type, x.blob
 FROM walk w
@@ -277,6 +254,21 @@ CROSS JOIN LATERAL (
 ) b
 WHERE w.value_versions ? ch
 """
+
+# $1 thread, $2 ns, $3 target id (NULL = latest), $4 channels.
+DELTA_HISTORY_SQL = (
+    "WITH RECURSIVE target AS ("
+    f" SELECT t.thread_id, t.checkpoint_ns, t.parent_checkpoint_id FROM {CHECKPOINTS} t"
+    " WHERE t.thread_id = $1 AND t.checkpoint_ns = $2"
+    " AND ($3::text IS NULL OR t.checkpoint_id = $3)"
+    " ORDER BY t.checkpoint_id DESC LIMIT 1),"
+    + _WALK_CTE.format(
+        start=(
+            "SELECT thread_id, checkpoint_ns, parent_checkpoint_id, $4::text[], 1 FROM target"
+            " WHERE parent_checkpoint_id IS NOT NULL"
+        )
+    )
+    + _HISTORY_SELECT
 )
 
 # The delta channels (named in LangGraph's `counters_since_delta_snapshot` metadata,
@@ -289,6 +281,51 @@ _MISSING_CHANNELS = (
     " ELSE '{{}}'::jsonb END) AS k"
     " WHERE {alias}.channel_versions ? k AND NOT ({alias}.value_versions ? k))"
 )
+
+# aget_tuple also answers the delta history LangGraph asks for right after loading a
+# delta checkpoint (its delta channels without a value), in the same round trip:
+# parallel arrays of history rows, plus the channels they answer (`h_need`).
+_PREFETCH = (
+    " LEFT JOIN LATERAL ("
+    " WITH RECURSIVE "
+    + _WALK_CTE.format(
+        start=(
+            "SELECT c.thread_id, c.checkpoint_ns, c.parent_checkpoint_id, "
+            + _MISSING_CHANNELS.format(alias="c")
+            + ", 1 WHERE c.parent_checkpoint_id IS NOT NULL"
+        )
+    )
+    + " SELECT array_agg(h.depth) AS depths, array_agg(h.channel) AS channels,"
+    " array_agg(h.kind) AS kinds, array_agg(h.task_id) AS task_ids,"
+    " array_agg(h.task_path) AS paths, array_agg(h.idx) AS idxs,"
+    " array_agg(h.type) AS types, array_agg(h.blob) AS blobs"
+    " FROM (" + _HISTORY_SELECT + ") AS h"
+    ") hist ON true"
+)
+_PREFETCH_COLUMNS = (
+    ", " + _MISSING_CHANNELS.format(alias="c") + " AS h_need,"
+    " hist.depths AS h_depths, hist.channels AS h_channels, hist.kinds AS h_kinds,"
+    " hist.task_ids AS h_task_ids, hist.paths AS h_paths, hist.idxs AS h_idxs,"
+    " hist.types AS h_types, hist.blobs AS h_blobs"
+)
+
+
+def _tuple_sql(source: str, where: str = "", *, prefetch: bool = False) -> str:
+    columns = _TUPLE_COLUMNS.format(source=source)
+    if prefetch:
+        head, sep, tail = columns.partition("\nFROM ")
+        columns = head + _PREFETCH_COLUMNS + sep + tail + _PREFETCH
+    return "SELECT " + columns + where
+
+
+_LATEST_SOURCE = (
+    f"(SELECT * FROM {CHECKPOINTS} WHERE thread_id = $1 AND checkpoint_ns = $2"
+    " ORDER BY checkpoint_id DESC LIMIT 1) c"
+)
+_BY_ID_WHERE = " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3"
+
+GET_BY_ID_SQL = _tuple_sql(f"{CHECKPOINTS} c", _BY_ID_WHERE, prefetch=True)
+GET_LATEST_SQL = _tuple_sql(_LATEST_SOURCE, prefetch=True)
 
 DELETE_THREAD_SQL = f"""
 WITH c AS (DELETE FROM {CHECKPOINTS} WHERE thread_id = ANY($1::text[])),
@@ -598,6 +635,39 @@ class _WriteBatcher:
                     fut.set_result(None)
 
 
+class _Prefetched:
+    """Delta histories read along with a checkpoint, waiting for LangGraph's next call.
+
+    Shared by a saver and its `with_allowlist` copies. ``generation`` moves at the
+    start and end of every write of this saver, so an answer read while anything was
+    written is never used; each answer is used once.
+    """
+
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.entries: OrderedDict[tuple[str, str, str], tuple[int, frozenset[str], list[Any]]]
+        self.entries = OrderedDict()
+
+    def store(
+        self, key: tuple[str, str, str], generation: int, need: Sequence[str], rows: list[Any]
+    ) -> None:
+        self.entries[key] = (generation, frozenset(need), rows)
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.MAX_ENTRIES:
+            self.entries.popitem(last=False)
+
+    def take(self, key: tuple[str, str, str], channels: Sequence[str]) -> list[Any] | None:
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            return None
+        generation, need, rows = entry
+        if generation != self.generation or not set(channels) <= need:
+            return None
+        return rows
+
+
 class PostgresSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoint saver on PostgreSQL (asyncpg), delta-safe, with sync twins.
 
@@ -629,6 +699,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             engine, max(0, min(idle, max(1, size // 2))), synchronous_commit=synchronous_commit
         )
         self._writer = _WriteBatcher(self._leases)
+        self._prefetched = _Prefetched()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
 
     @classmethod
@@ -666,6 +737,15 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         return f"PostgresSaver({self.url})"
 
     # -- helpers -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Mark a write in progress: prefetched histories read meanwhile are not used."""
+        self._prefetched.generation += 1
+        try:
+            yield
+        finally:
+            self._prefetched.generation += 1
 
     def _remember(self, key: tuple[str, str, str, str]) -> None:
         known = self._known
@@ -725,9 +805,31 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         async def go(conn: Any) -> Any:
             return await conn.fetchrow(sql, *args)
 
+        generation = self._prefetched.generation
         row = await self._leases.run(go)
         if row is None:
             return None
+        if row["h_need"]:
+            depths = row["h_depths"]
+            rows = (
+                list(
+                    zip(
+                        depths,
+                        row["h_channels"],
+                        row["h_kinds"],
+                        row["h_task_ids"],
+                        row["h_paths"],
+                        row["h_idxs"],
+                        row["h_types"],
+                        row["h_blobs"],
+                        strict=True,
+                    )
+                )
+                if depths
+                else []
+            )
+            key = (thread_id, ns, row["checkpoint_id"])
+            self._prefetched.store(key, generation, row["h_need"], rows)
         return self._decode_row(row)
 
     def _list_sql(
@@ -857,7 +959,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             ),
         )
 
-        await self._writer.run(PUT_SQL, args)
+        with self._writing():
+            await self._writer.run(PUT_SQL, args)
         for b in enc.blobs:
             self._remember((thread_id, ns, b.channel, b.version))
         for b in carried:
@@ -896,7 +999,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             [w.value for w in vals],
         )
 
-        await self._writer.run(PUT_WRITES_SQL, args)
+        with self._writing():
+            await self._writer.run(PUT_WRITES_SQL, args)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of ``thread_id`` (all namespaces)."""
@@ -904,7 +1008,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         async def go(conn: Any) -> None:
             await conn.execute(DELETE_THREAD_SQL, [str(thread_id)])
 
-        await self._leases.run(go)
+        with self._writing():
+            await self._leases.run(go)
         self._known.clear()
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -916,7 +1021,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         async def go(conn: Any) -> None:
             await conn.execute(COPY_THREAD_SQL, src, dst)
 
-        await self._leases.run(go)
+        with self._writing():
+            await self._leases.run(go)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``delete`` drops them; ``keep_latest`` keeps each namespace's head and
@@ -928,7 +1034,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                 async def drop(conn: Any) -> None:
                     await conn.execute(DELETE_THREAD_SQL, ids)
 
-                await self._leases.run(drop)
+                with self._writing():
+                    await self._leases.run(drop)
                 self._known.clear()
             return
         if strategy != "keep_latest":
@@ -961,7 +1068,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                     await conn.execute(DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
                     await conn.execute(DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
 
-        await self._leases.run(go)
+        with self._writing():
+            await self._leases.run(go)
         self._known.clear()
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -981,7 +1089,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                     await conn.execute(DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
                     await conn.execute(DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
 
-        await self._leases.run(go)
+        with self._writing():
+            await self._leases.run(go)
         self._known.clear()
 
     async def aget_delta_channel_history(
@@ -995,6 +1104,11 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         ns = str(configurable.get("checkpoint_ns") or "")
         checkpoint_id = get_checkpoint_id(config)
         wanted = list(dict.fromkeys(channels))
+        if checkpoint_id:
+            ready = self._prefetched.take((thread_id, ns, str(checkpoint_id)), wanted)
+            if ready is not None:
+                # Decoded here, per call: callers never share value objects.
+                return codec.assemble_delta_history(self.serde, channels, ready)
 
         async def go(conn: Any) -> list[Any]:
             return list(

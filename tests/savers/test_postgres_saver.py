@@ -707,3 +707,43 @@ async def test_carried_values_are_stored_when_missing(opened: PostgresSaver) -> 
     assert ["hand-written"] not in dumped, "a blob this process stored is not re-serialized"
     got = await saver.aget_tuple(child_cfg)
     assert got is not None and got.checkpoint["channel_values"] == {"a": ["hand-written"]}
+
+
+async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresSaver) -> None:
+    """Loading a delta checkpoint reads its history in the same query; a write in
+    between makes the saver ask again; both answers equal the base-class walk."""
+    saver = opened
+    ids = await put_chain(saver, "t-pre", [{"a": ["seed"]}, {}, {}])
+    # Mark the head as LangGraph marks a checkpoint whose delta channel "a" holds no value.
+    head = empty_checkpoint()
+    head["channel_versions"] = {"a": saver.get_next_version("9", None)}
+    md = {"counters_since_delta_snapshot": {"a": [3, 3]}}
+    head_cfg = await saver.aput(cfg("t-pre", ids[-1]), head, md, dict(head["channel_versions"]))
+    await saver.aput_writes(head_cfg, [("a", "pending")], "task")
+    expected = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=head_cfg, channels=["a"]
+    )
+    calls = 0
+    real_run = saver._leases.run
+
+    async def counting(fn: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await real_run(fn)
+
+    saver._leases.run = counting  # type: ignore[method-assign]
+    got = await saver.aget_tuple(cfg("t-pre"))
+    assert got is not None and got.config == head_cfg
+    history = await saver.aget_delta_channel_history(config=got.config, channels=["a"])
+    assert calls == 1, "history came with the checkpoint"
+    assert history == expected
+    # Used once: asking again queries.
+    assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == expected
+    assert calls == 2
+    # A write between load and history invalidates the prefetched answer.
+    await saver.aget_tuple(cfg("t-pre"))
+    await saver.aput_writes(cfg("t-pre", ids[0]), [("a", "late")], "late-task")
+    calls = 0
+    fresh = await saver.aget_delta_channel_history(config=head_cfg, channels=["a"])
+    assert calls == 1
+    assert ("late-task", "a", "late") in fresh["a"]["writes"]
