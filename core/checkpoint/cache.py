@@ -17,6 +17,7 @@ to the uncached walk, never to an error.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
@@ -164,6 +165,8 @@ class CachedHistorySaver(ForwardingSaver):
         self._links: OrderedDict[tuple[str, str, str], tuple[str, str] | None] = OrderedDict()
         # Checkpoints put through this wrapper, with the writes later put at them.
         self._seen: OrderedDict[tuple[str, str, str], _Seen] = OrderedDict()
+        # Sync twins may run on worker threads next to the event loop.
+        self._memo_lock = threading.Lock()
 
     def stats(self) -> dict[str, int]:
         """Counters: hits, misses, composed, inner_walks, cache_errors, purges, observed.
@@ -230,10 +233,11 @@ class CachedHistorySaver(ForwardingSaver):
             else:
                 value = (str(conf.get("checkpoint_ns", checkpoint_ns) or ""), str(parent_id))
         key = (str(thread_id), checkpoint_ns or "", str(checkpoint_id))
-        self._links[key] = value
-        self._links.move_to_end(key)
-        while len(self._links) > LINK_MEMO_SIZE:
-            self._links.popitem(last=False)
+        with self._memo_lock:
+            self._links[key] = value
+            self._links.move_to_end(key)
+            while len(self._links) > LINK_MEMO_SIZE:
+                self._links.popitem(last=False)
 
     def _note(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
         if tup is not None:
@@ -283,10 +287,15 @@ class CachedHistorySaver(ForwardingSaver):
             config if conf.get("checkpoint_id") else None,
         )
         key = (thread_id, checkpoint_ns, str(checkpoint["id"]))
-        self._seen[key] = _Seen(frozenset(checkpoint["channel_values"]))
-        self._seen.move_to_end(key)
-        while len(self._seen) > SEEN_MEMO_SIZE:
-            self._seen.popitem(last=False)
+        with self._memo_lock:
+            seen = _Seen(frozenset(checkpoint["channel_values"]))
+            if key in self._seen:
+                # A re-put of a known id: its writes so far are not ours to vouch for.
+                seen.broken = True
+            self._seen[key] = seen
+            self._seen.move_to_end(key)
+            while len(self._seen) > SEEN_MEMO_SIZE:
+                self._seen.popitem(last=False)
 
     def _saw_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -300,7 +309,8 @@ class CachedHistorySaver(ForwardingSaver):
             )
         )
         if seen is not None and not seen.broken:
-            seen.add(self.serde, writes, task_id, task_path)
+            with self._memo_lock:
+                seen.add(self.serde, writes, task_id, task_path)
 
     async def aput_writes(
         self,
@@ -334,15 +344,16 @@ class CachedHistorySaver(ForwardingSaver):
         self._saw_writes(config, writes, task_id, task_path)
 
     def _forget_links(self, thread_ids: Sequence[str] | None) -> None:
-        if thread_ids is None:
-            self._links.clear()
-            self._seen.clear()
-            return
-        gone = {str(t) for t in thread_ids}
-        for key in [k for k in self._links if k[0] in gone]:
-            del self._links[key]
-        for key in [k for k in self._seen if k[0] in gone]:
-            del self._seen[key]
+        with self._memo_lock:
+            if thread_ids is None:
+                self._links.clear()
+                self._seen.clear()
+                return
+            gone = {str(t) for t in thread_ids}
+            for key in [k for k in self._links if k[0] in gone]:
+                del self._links[key]
+            for key in [k for k in self._seen if k[0] in gone]:
+                del self._seen[key]
 
     # ------------------------------------------------------------------ history
 
@@ -493,13 +504,9 @@ class CachedHistorySaver(ForwardingSaver):
             # write at the parent went through it too (LangGraph stores a step's
             # delta writes before the next checkpoint): no read needed.
             self._stats["observed"] += 1
-            return await self._compose_above(
-                thread_id,
-                parent_ns,
-                parent_id,
-                {ch: seen.channel_writes(self.serde, ch) for ch in channels},
-                depth,
-            )
+            with self._memo_lock:
+                observed = {ch: seen.channel_writes(self.serde, ch) for ch in channels}
+            return await self._compose_above(thread_id, parent_ns, parent_id, observed, depth)
         parent = self._note(await self.inner.aget_tuple(_cfg(thread_id, parent_ns, parent_id)))
         if parent is None:
             return {ch: _Part([], None) for ch in channels}

@@ -256,3 +256,32 @@ async def test_open_in_delta_marks_every_checkpoint_without_inject() -> None:
         state = await graph.aget_state(cfg)
         assert len(state.values["messages"]) == 6
         assert stores.checkpointer.stats()["misses"] > 0
+
+
+async def test_observed_composition_needs_target_and_parent_put_here() -> None:
+    inner = InMemorySaver()
+    cached = CachedHistorySaver(inner, MemoryHistoryCache(64))
+    nodes = [{"parent": i - 1 if i else None, "values": {}, "writes": ["messages"]} for i in range(4)]
+    configs = await build(cached, "t-obs", nodes)
+    for cfg in configs:
+        want = await inner.aget_delta_channel_history(config=cfg, channels=["messages"])
+        assert await cached.aget_delta_channel_history(config=cfg, channels=["messages"]) == want
+    assert cached.stats()["observed"] > 0
+    # a second wrapper that saw none of the puts must read, and agree
+    other = CachedHistorySaver(inner, MemoryHistoryCache(64))
+    got = await other.aget_delta_channel_history(config=configs[-1], channels=["messages"])
+    assert got == await inner.aget_delta_channel_history(config=configs[-1], channels=["messages"])
+    assert other.stats()["observed"] == 0
+
+
+async def test_reput_of_a_known_checkpoint_is_not_trusted() -> None:
+    inner = InMemorySaver()
+    cached = CachedHistorySaver(inner, MemoryHistoryCache(64))
+    nodes = [{"parent": i - 1 if i else None, "values": {}, "writes": ["messages"]} for i in range(3)]
+    configs = await build(cached, "t-reput", nodes)
+    parent = await inner.aget_tuple(configs[1])
+    await cached.aput(parent.parent_config, parent.checkpoint, parent.metadata, {})
+    before = cached.stats()["observed"]
+    got = await cached.aget_delta_channel_history(config=configs[2], channels=["messages"])
+    assert got == await inner.aget_delta_channel_history(config=configs[2], channels=["messages"])
+    assert cached.stats()["observed"] == before, "a re-put parent falls back to a read"
