@@ -453,10 +453,10 @@ def _import_asyncpg() -> Any:
 class _Leases:
     """Raw asyncpg connections borrowed from the shared SQLAlchemy engine.
 
-    Up to ``max_idle`` stay checked out between calls: returning one to the engine's
-    pool and taking it again costs the pool's pre-ping (BEGIN; ';'; ROLLBACK), more
-    than a whole checkpoint write. A leased connection that turns out dead is
-    discarded (invalidated in the engine's pool) and the call retried once on a fresh one.
+    Up to ``max_idle`` stay checked out between calls: a checkout from the engine's
+    pool runs its event hooks (and a ping after a second idle), which costs more
+    than a small statement. A leased connection that turns out dead is discarded
+    (invalidated in the engine's pool) and the call retried once on a fresh one.
     """
 
     def __init__(
@@ -547,6 +547,8 @@ class _Leases:
         idle, self._idle = self._idle, []
         for lease in idle:
             await self._discard(lease, invalidate=False)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 _Op = tuple[str, Sequence[Any]]
