@@ -61,6 +61,17 @@ def _graph_max_from_settings() -> int:
     return settings.checkpoint_graph_cache.accessor_graph_max
 
 
+def _marks_delta(saver: Any) -> bool:
+    # runstore.open already stacks a DeltaMarkingSaver (possibly under the cache).
+    for _ in range(8):
+        if isinstance(saver, DeltaMarkingSaver):
+            return True
+        saver = saver.__dict__.get("inner") if hasattr(saver, "__dict__") else None
+        if saver is None:
+            return False
+    return False
+
+
 def _noop(state: Any) -> dict[str, Any]:
     return {}
 
@@ -118,7 +129,7 @@ class CheckpointStateAccessor:
         # config metadata into the checkpoint it writes.
         self._proxy: BaseCheckpointSaver[Any] = (
             checkpointer
-            if mode == "full" or isinstance(checkpointer, DeltaMarkingSaver)
+            if mode == "full" or _marks_delta(checkpointer)
             else DeltaMarkingSaver(checkpointer)
         )
         if graph_cache_max is None:

@@ -256,6 +256,12 @@ async def test_open_in_delta_marks_every_checkpoint_without_inject() -> None:
         state = await graph.aget_state(cfg)
         assert len(state.values["messages"]) == 6
         assert stores.checkpointer.stats()["misses"] > 0
+        # the accessor over the opened stack: updates marked, state intact
+        acc = runstore.CheckpointStateAccessor.bind(chat_builder("delta", 5), stores.checkpointer)
+        await acc.aupdate(cfg, {"todos": ["x"]})
+        head = await stores.checkpointer.aget_tuple(cfg)
+        assert head.metadata.get(modes.MODE_METADATA_KEY) == "delta"
+        assert len((await acc.aget(cfg)).values["messages"]) == 6
 
 
 async def test_observed_composition_needs_target_and_parent_put_here() -> None:
