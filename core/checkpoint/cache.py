@@ -84,12 +84,18 @@ class _Seen:
     (first write wins per ``(task_id, idx)``, special negative slots last write wins).
     """
 
-    __slots__ = ("broken", "value_keys", "writes")
+    __slots__ = ("broken", "put_seen", "value_keys", "writes")
 
-    def __init__(self, value_keys: frozenset[str]) -> None:
-        self.value_keys = value_keys
+    def __init__(self) -> None:
+        # LangGraph may put a step's writes before the checkpoint they belong to has
+        # finished its own put (async durability), so an entry starts with either.
+        self.put_seen = False
+        self.value_keys: frozenset[str] = frozenset()
         self.writes: dict[tuple[str, int], tuple[str, str, str, tuple[str, bytes]]] = {}
         self.broken = False
+
+    def trusted(self) -> bool:
+        return self.put_seen and not self.broken
 
     def add(
         self, serde: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -288,28 +294,37 @@ class CachedHistorySaver(ForwardingSaver):
         )
         key = (thread_id, checkpoint_ns, str(checkpoint["id"]))
         with self._memo_lock:
-            seen = _Seen(frozenset(checkpoint["channel_values"]))
-            if key in self._seen:
+            seen = self._entry(key)
+            if seen.put_seen:
                 # A re-put of a known id: its writes so far are not ours to vouch for.
                 seen.broken = True
-            self._seen[key] = seen
-            self._seen.move_to_end(key)
+            seen.put_seen = True
+            seen.value_keys = frozenset(checkpoint["channel_values"])
+
+    def _entry(self, key: tuple[str, str, str]) -> _Seen:
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = self._seen[key] = _Seen()
             while len(self._seen) > SEEN_MEMO_SIZE:
                 self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(key)
+        return seen
 
     def _saw_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
         conf = config.get("configurable") or {}
-        seen = self._seen.get(
-            (
-                str(conf.get("thread_id")),
-                str(conf.get("checkpoint_ns", "") or ""),
-                str(conf.get("checkpoint_id")),
-            )
+        if not conf.get("checkpoint_id"):
+            return
+        key = (
+            str(conf.get("thread_id")),
+            str(conf.get("checkpoint_ns", "") or ""),
+            str(conf.get("checkpoint_id")),
         )
-        if seen is not None and not seen.broken:
-            with self._memo_lock:
+        with self._memo_lock:
+            seen = self._entry(key)
+            if not seen.broken:
                 seen.add(self.serde, writes, task_id, task_path)
 
     async def aput_writes(
@@ -494,10 +509,12 @@ class CachedHistorySaver(ForwardingSaver):
             return {ch: _Part([], None) for ch in channels}
         parent_ns, parent_id = link
         seen = self._seen.get((thread_id, parent_ns, parent_id))
+        target_seen = self._seen.get(key)
         if (
             seen is not None
-            and not seen.broken
-            and key in self._seen
+            and seen.trusted()
+            and target_seen is not None
+            and target_seen.put_seen
             and not seen.value_keys.intersection(channels)
         ):
             # Both the target and its parent were put through this wrapper, so every

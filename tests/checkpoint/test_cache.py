@@ -46,8 +46,24 @@ def trees(draw: st.DrawFn) -> list[dict[str, Any]]:
                       st.lists(st.sampled_from(CHANNELS), min_size=1, max_size=3)),
             max_size=3,
         ))
-        nodes.append({"parent": parent, "values": values, "batches": batches})
+        # LangGraph (async durability) may put a step's writes before the put of the
+        # checkpoint they belong to has run
+        writes_first = draw(st.booleans())
+        nodes.append({"parent": parent, "values": values, "batches": batches,
+                      "writes_first": writes_first})
     return nodes
+
+
+async def _put_batches(
+    saver: Any, config: dict[str, Any], i: int, batches: list[Any], task_ids: list[str]
+) -> None:
+    for b, (task, path, channels) in enumerate(batches):
+        await saver.aput_writes(
+            config,
+            [(ch, [HumanMessage(f"w{i}.{b}.{k}", id=f"w{i}.{b}.{k}")]) for k, ch in enumerate(channels)],
+            task_ids[task],
+            path,
+        )
 
 
 async def build(saver: Any, thread_id: str, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -61,19 +77,17 @@ async def build(saver: Any, thread_id: str, nodes: list[dict[str, Any]]) -> list
         conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
         if node["parent"] is not None:
             conf["checkpoint_id"] = configs[node["parent"]]["configurable"]["checkpoint_id"]
-        cfg = await saver.aput({"configurable": conf}, checkpoint, {"step": i}, versions)
         batches = node.get("batches")
         if batches is None:  # simple form: one task writing node["writes"]
             batches = [(0, "", node["writes"])] if node["writes"] else []
         task_ids = [str(uuid.UUID(int=(i << 8) + t)) for t in range(3)]
-        for b, (task, path, channels) in enumerate(batches):
-            await saver.aput_writes(
-                cfg,
-                [(ch, [HumanMessage(f"w{i}.{b}.{k}", id=f"w{i}.{b}.{k}")])
-                 for k, ch in enumerate(channels)],
-                task_ids[task],
-                path,
-            )
+        own = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "",
+                                "checkpoint_id": checkpoint["id"]}}
+        if node.get("writes_first"):
+            await _put_batches(saver, own, i, batches, task_ids)
+        cfg = await saver.aput({"configurable": conf}, checkpoint, {"step": i}, versions)
+        if not node.get("writes_first"):
+            await _put_batches(saver, own, i, batches, task_ids)
         configs.append(cfg)
     return configs
 
