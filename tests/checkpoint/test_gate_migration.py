@@ -120,3 +120,25 @@ def test_sync_gate_on_stock_memory() -> None:
         acc.history(thread(tid, "full"), 3)
     with pytest.raises(CheckpointModeMismatchError):
         acc.update(thread(tid, "full"), {"todos": []})
+
+
+@pytest.mark.parametrize("frequency", [2, 5])
+async def test_cached_delta_graph_materializes_like_uncached(
+    saver_opener: Any, frequency: int
+) -> None:
+    """Graph parity through the cache on every saver (catches write/put ordering races)."""
+    tid = f"t-{uuid.uuid4().hex}"
+    async with saver_opener() as raw_saver:
+        cached = CachedHistorySaver(DeltaMarkingSaver(raw_saver), MemoryHistoryCache(32))
+        graph = chat_builder("delta", frequency).compile(checkpointer=cached)
+        plain = chat_builder("delta", frequency).compile(checkpointer=raw_saver)
+        cfg = thread(tid, "delta")
+        expected: list[str] = []
+        for i in range(7):
+            await turn(graph, cfg, f"q{i}")
+            expected += [f"q{i}", f"answer to q{i}"]
+            assert contents(await graph.aget_state(cfg)) == expected, (
+                "contract: cached delta history equals the uncached walk"
+            )
+            assert contents(await plain.aget_state(cfg)) == expected
+        assert cached.stats()["cache_errors"] == 0
