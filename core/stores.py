@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .options import BackendOptions
 from .loader import get_backends
+from .options import BackendOptions
 from .registry import Backends
 from .settings import Settings
 
@@ -34,7 +34,7 @@ class Stores:
 
 
 @asynccontextmanager
-async def open(  # noqa: A001 - the public name is runstore.open
+async def open(
     config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
     *,
     checkpointer: str | None = None,
