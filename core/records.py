@@ -471,3 +471,32 @@ def select_page(
     if after_seq is not None or not newest_first_without_cursor:
         return list(rows[lo : min(hi, lo + limit)])
     return list(rows[max(lo, hi - limit) : hi])
+
+
+def select_run_events(
+    records: Iterable[EventRecord],
+    *,
+    limit: int,
+    after_seq: int | None = None,
+    event_types: frozenset[str] | None = None,
+    task_id: str | None = None,
+) -> list[EventRecord]:
+    """The first ``limit`` of a run's records (ascending) that pass `list_events`' filters.
+
+    Arguments are already checked (`check_limit`, `check_event_types`, ...); ``task_id``
+    matches ``metadata.task_id`` and is applied before the limit.
+    """
+    out: list[EventRecord] = []
+    if limit == 0 or event_types == frozenset():
+        return out
+    for record in records:
+        if after_seq is not None and record["seq"] <= after_seq:
+            continue
+        if event_types is not None and record["event_type"] not in event_types:
+            continue
+        if task_id is not None and record["metadata"].get("task_id") != task_id:
+            continue
+        out.append(record)
+        if len(out) >= limit:
+            break
+    return out

@@ -51,6 +51,7 @@ from runstore.records import (
     prepare_batch,
     prepare_event,
     select_page,
+    select_run_events,
     validate_id,
 )
 
@@ -461,18 +462,9 @@ class JsonlEventStore(RunEventStore):
         if limit == 0 or types == frozenset():
             return []
         records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
-        out: list[EventRecord] = []
-        for record in records:
-            if after is not None and record["seq"] <= after:
-                continue
-            if types is not None and record["event_type"] not in types:
-                continue
-            if task is not None and record["metadata"].get("task_id") != task:
-                continue
-            out.append(record)
-            if len(out) >= limit:
-                break
-        return out
+        return select_run_events(
+            records, limit=limit, after_seq=after, event_types=types, task_id=task
+        )
 
     async def list_messages_by_run(
         self,

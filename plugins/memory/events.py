@@ -22,6 +22,7 @@ from runstore.records import (
     normalize_run_ids,
     prepare_batch,
     prepare_event,
+    select_run_events,
     validate_id,
 )
 
@@ -235,16 +236,10 @@ class MemoryEventStore(RunEventStore):
         if rows is None or limit == 0 or types == frozenset():
             return []
         start = 0 if after is None else bisect.bisect_right(rows.seqs, after)
-        out: list[EventRecord] = []
-        for record in rows.rows[start:]:
-            if types is not None and record["event_type"] not in types:
-                continue
-            if task is not None and record["metadata"].get("task_id") != task:
-                continue
-            out.append(copy_record(record))
-            if len(out) >= limit:
-                break
-        return out
+        selected = select_run_events(
+            rows.rows[start:], limit=limit, event_types=types, task_id=task
+        )
+        return [copy_record(r) for r in selected]
 
     async def list_messages_by_run(
         self,
