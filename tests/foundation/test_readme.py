@@ -25,3 +25,43 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert test.strip() in ci_lines
     install, _ = _commands()
     assert ".[all,test]" in install and any(".[all,test]" in line for line in ci_lines)
+
+
+def _python_blocks() -> list[str]:
+    # Top-level blocks only (the indented SSE snippet is a fragment).
+    return re.findall(r"^```python\n(.*?)\n```$", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+
+
+def test_readme_quick_example_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = _python_blocks()[0]
+    assert "asyncio.run(main())" in example
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["['hi', 'you said: hi']", "1"]
+    assert (tmp_path / "app.db").is_file()
+
+
+def test_readme_plugin_example_is_selectable(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    plugin = next(b for b in _python_blocks() if "runstore_register_event_stores" in b)
+    (tmp_path / "acme_runstore").mkdir()
+    (tmp_path / "acme_runstore" / "__init__.py").write_text(plugin)
+    code = (
+        "import asyncio, runstore, acme_runstore\n"
+        "runstore.register_plugin(acme_runstore)\n"
+        "async def main():\n"
+        "    async with runstore.open(checkpointer='memory://', events='acme://') as stores:\n"
+        "        print(type(stores.events).__name__)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "AcmeEventStore"
