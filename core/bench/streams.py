@@ -141,6 +141,50 @@ async def _measure(
     return samples, elapsed
 
 
+INFLIGHT = 64
+CONCURRENT_RUNS = 4
+
+
+async def _concurrent_publish(
+    n_events: int,
+    publish: Callable[[str, int], Coroutine[Any, Any, Any]],
+    finish: Callable[[str], Coroutine[Any, Any, Any]],
+) -> float:
+    """Seconds to publish ``n_events`` with ``INFLIGHT`` concurrent publishers over several runs."""
+    run_ids = [f"conc-{uuid.uuid4().hex[:8]}-{r}" for r in range(CONCURRENT_RUNS)]
+    numbers = iter(range(n_events))
+
+    async def publisher(w: int) -> None:
+        run_id = run_ids[w % CONCURRENT_RUNS]
+        for i in numbers:  # shared iterator: every event is published exactly once
+            await publish(run_id, i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(publisher(w) for w in range(INFLIGHT)))
+    elapsed = time.perf_counter() - started
+    for run_id in run_ids:
+        await finish(run_id)
+    return elapsed
+
+
+def _concurrent_row(label: str, n: int, seconds: float, reference: str | None) -> dict[str, Any]:
+    ref_op, ref_variant = (
+        ("publish_pipelined", f"pipeline {PIPELINE}")
+        if reference == "raw:redis-py"
+        else ("publish_concurrent", f"{INFLIGHT} in-flight")
+    )
+    row = _rate_row(
+        label,
+        "publish_concurrent",
+        0,
+        n,
+        seconds,
+        {"backend": reference, "op": ref_op, "variant": ref_variant} if reference else None,
+    )
+    row["variant"] = f"{INFLIGHT} in-flight"
+    return row
+
+
 async def _bridge_measurements(
     bridge: Any, label: str, case: Mapping[str, Any], reference: str | None
 ) -> list[dict[str, Any]]:
@@ -168,7 +212,6 @@ async def _bridge_measurements(
             subs, case["events"], case["throughput_events"], subscribe, publish, finish
         )
         out.append(_latency_row(label, subs, samples, reference))
-        ref_op = "publish_pipelined" if reference == "raw:redis-py" else "throughput"
         out.append(
             _rate_row(
                 label,
@@ -176,11 +219,13 @@ async def _bridge_measurements(
                 subs,
                 case["throughput_events"],
                 elapsed,
-                {"backend": reference, "op": ref_op, "variant": f"{subs} sub"}
+                {"backend": reference, "op": "throughput", "variant": f"{subs} sub"}
                 if reference
                 else None,
             )
         )
+    seconds = await _concurrent_publish(case["throughput_events"], publish, finish)
+    out.append(_concurrent_row(label, case["throughput_events"], seconds, reference))
     return out
 
 
@@ -201,7 +246,7 @@ async def _queue_measurements(label: str, case: Mapping[str, Any]) -> list[dict[
             q.put_nowait({"i": i, "pad": PAD})
 
     async def finish(run_id: str) -> None:
-        for q in queues.pop(run_id):
+        for q in queues.pop(run_id, []):
             q.put_nowait(None)
 
     out: list[dict[str, Any]] = []
@@ -230,6 +275,14 @@ async def _queue_measurements(label: str, case: Mapping[str, Any]) -> list[dict[
         )
         out.append(_latency_row(label, subs, samples, None))
         out.append(_rate_row(label, "throughput", subs, case["throughput_events"], elapsed, None))
+
+    async def put_only(run_id: str, i: int) -> None:
+        if run_id not in queues:
+            queues[run_id] = [asyncio.Queue()]
+        queues[run_id][0].put_nowait({"i": i, "pad": PAD})
+
+    seconds = await _concurrent_publish(case["throughput_events"], put_only, finish)
+    out.append(_concurrent_row(label, case["throughput_events"], seconds, None))
     return out
 
 
@@ -240,7 +293,7 @@ async def _redis_measurements(
     import redis.asyncio as redis
 
     max_subs = max(case["subscribers"])
-    client = redis.Redis.from_url(redis_url, max_connections=max_subs + 8)
+    client = redis.Redis.from_url(redis_url, max_connections=max(max_subs, INFLIGHT) + 8)
     keys: list[str] = []
     out: list[dict[str, Any]] = []
     try:
@@ -277,18 +330,18 @@ async def _redis_measurements(
             out.append(
                 _rate_row(label, "throughput", subs, case["throughput_events"], elapsed, None)
             )
-            # publish side alone, pipelined by 100 (the issue's throughput reference)
-            key = key_of(f"pipe-{uuid.uuid4().hex[:8]}")
-            n = case["throughput_events"]
-            started = time.perf_counter()
-            for start in range(0, n, PIPELINE):
-                pipe = client.pipeline(transaction=False)
-                for i in range(start, min(n, start + PIPELINE)):
-                    pipe.xadd(key, {"i": i, "pad": PAD})
-                await pipe.execute()
-            out.append(
-                _rate_row(label, "publish_pipelined", subs, n, time.perf_counter() - started, None)
-            )
+        # publish side alone, pipelined by 100 (the issue-6 throughput reference)
+        key = key_of(f"pipe-{uuid.uuid4().hex[:8]}")
+        n = case["throughput_events"]
+        started = time.perf_counter()
+        for start in range(0, n, PIPELINE):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, min(n, start + PIPELINE)):
+                pipe.xadd(key, {"i": i, "pad": PAD})
+            await pipe.execute()
+        row = _rate_row(label, "publish_pipelined", 0, n, time.perf_counter() - started, None)
+        row["variant"] = f"pipeline {PIPELINE}"
+        out.append(row)
     finally:
         if keys:
             await client.delete(*keys)
