@@ -68,17 +68,23 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
     @contextlib.asynccontextmanager
     async def scratch() -> AsyncIterator[BackendURL]:
         import redis.asyncio as aioredis
+        from redis.exceptions import ConnectionError as RedisConnectionError
 
         prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
+        client = aioredis.Redis.from_url(url.without_query("prefix").render(hide_password=False))
         try:
-            yield url.with_query(prefix=prefix)
-        finally:
-            client = aioredis.Redis.from_url(url.without_query("prefix").render(hide_password=False))
             try:
+                await client.ping()
+            except RedisConnectionError as exc:
+                # The harness turns a builtin ConnectionError into "service unreachable".
+                raise ConnectionError(str(exc)) from exc
+            try:
+                yield url.with_query(prefix=prefix)
+            finally:
                 keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
                 if keys:
                     await client.delete(*keys)
-            finally:
-                await client.aclose()
+        finally:
+            await client.aclose()
 
     return scratch()
