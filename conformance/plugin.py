@@ -45,7 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="URL",
         dest="runstore_backend",
-        help="run the runstore conformance suite against the backend at URL (repeatable)",
+        help="run the runstore conformance suite against the backend at URL (repeatable); "
+        "KINDS=URL (e.g. streams=memory://) limits it to those kinds",
     )
     group.addoption(
         "--runstore-preset",
@@ -151,8 +152,19 @@ def _register_plugin(spec: str) -> None:
 
 
 def named_backends(config: pytest.Config) -> list[str]:
-    """The backend URLs named with ``--runstore-backend``."""
+    """The backend entries named with ``--runstore-backend`` (``URL`` or ``KINDS=URL``)."""
     return list(config.getoption("runstore_backend") or [])
+
+
+def split_kinds(entry: str) -> tuple[frozenset[str] | None, str]:
+    """`runstore.check.split_backend_entry`, reporting a bad entry as a usage error."""
+    from runstore.check import split_backend_entry
+    from runstore.errors import ConfigError
+
+    try:
+        return split_backend_entry(entry)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"{BACKEND_OPTION}: {exc}") from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -168,9 +180,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         kind = Kind(kind_name)
         params: list[Any] = []
         ids: list[str] = []
-        for raw in urls:
+        for entry in urls:
+            only, raw = split_kinds(entry)
             spec = spec_for(kind, BackendURL.parse(raw))
-            if spec is None:
+            if spec is None or (only is not None and kind_name not in only):
                 continue
             ident = spec.name if spec.name not in ids else f"{spec.name}-{len(ids)}"
             params.append(raw)

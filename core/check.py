@@ -19,9 +19,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
 from .urls import redact
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
+SUITE_KINDS = ("saver", "events", "streams")
+
+
+def split_backend_entry(entry: str) -> tuple[frozenset[str] | None, str]:
+    """Split a suite backend entry: ``"saver,events=sqlite:///a.db"`` -> (kinds, URL).
+
+    A bare URL means every kind its scheme serves (``None``).
+    """
+    head, sep, rest = entry.partition("=")
+    if not sep or "://" in head:
+        return None, entry
+    kinds = frozenset(k.strip() for k in head.split(",") if k.strip())
+    unknown = sorted(kinds - set(SUITE_KINDS))
+    if unknown or not kinds:
+        raise ConfigError(
+            f"backend entry {redact(entry)!r}: unknown kind(s) {unknown}; accepted: "
+            f"{', '.join(SUITE_KINDS)} (e.g. streams=memory://)"
+        )
+    return kinds, rest
 
 
 @dataclass

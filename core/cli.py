@@ -75,15 +75,15 @@ def backends(as_json: bool) -> None:
 
 
 def _default_urls() -> list[str]:
+    """The configured backends, each limited to the kinds it is configured for."""
+    from .check import SUITE_KINDS
     from .settings import Settings
 
     settings = Settings.load()
-    urls: list[str] = []
-    for kind in ("checkpointer", "events", "streams"):
-        value = getattr(settings, kind)
-        if value not in urls:
-            urls.append(value)
-    return urls
+    kinds_by_url: dict[str, list[str]] = {}
+    for setting, kind in zip(("checkpointer", "events", "streams"), SUITE_KINDS, strict=True):
+        kinds_by_url.setdefault(getattr(settings, setting), []).append(kind)
+    return [f"{','.join(kinds)}={url}" for url, kinds in kinds_by_url.items()]
 
 
 @main.command()
@@ -108,7 +108,7 @@ def check(
     Server backends are checked in a scratch database, schema or key prefix that is
     dropped afterwards; file backends in a temporary directory. Your data is not touched.
     """
-    from .check import run_suite
+    from .check import SUITE_KINDS, run_suite, split_backend_entry
     from .errors import BackendNotFoundError
     from .loader import get_backends, register_plugin_spec
     from .urls import BackendURL
@@ -117,11 +117,10 @@ def check(
         register_plugin_spec(plugin)
     targets = list(urls) or _default_urls()
     registry = get_backends()
-    kinds = ("saver", "events", "streams")
-    for url in targets:
-        parsed = BackendURL.parse(url)
-        if not any(registry.of(kind).serves(parsed) for kind in kinds):
-            schemes = {s for kind in kinds for spec in registry.of(kind) for s in spec.schemes}
+    for entry in targets:
+        parsed = BackendURL.parse(split_backend_entry(entry)[1])
+        if not any(registry.of(kind).serves(parsed) for kind in SUITE_KINDS):
+            schemes = {s for kind in SUITE_KINDS for spec in registry.of(kind) for s in spec.schemes}
             raise BackendNotFoundError("runstore", parsed.scheme, schemes)
     shown = ", ".join(redact(u) for u in targets)
     if as_json:

@@ -101,3 +101,19 @@ def test_check_unknown_scheme_is_a_clear_error(tmp_path: Path) -> None:
 def test_check_never_prints_passwords(tmp_path: Path) -> None:
     out = _runstore("check", "nosuch://u:hunter2@h/db", cwd=tmp_path)
     assert "hunter2" not in out.stdout + out.stderr
+
+
+def test_check_defaults_to_the_configured_backends_per_kind(tmp_path: Path) -> None:
+    (tmp_path / "runstore.yaml").write_text("checkpointer: memory://\nevents: jsonl:///ev\nstreams: memory://\n")
+    out = _runstore("check", "--json", "-k", "roundtrip or unknown_threads or publish_order", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    backends = set(json.loads(out.stdout)["backends"])
+    # memory:// serves every kind, but it is configured only as checkpointer and bridge.
+    assert backends == {"saver:memory", "events:jsonl", "streams:memory"}
+    assert not (tmp_path / "ev").exists(), "check runs in a scratch location, never on the configured data"
+
+
+def test_check_rejects_unknown_kind_prefix(tmp_path: Path) -> None:
+    out = _runstore("check", "sewers=memory://", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "unknown kind(s) ['sewers']" in out.stderr
