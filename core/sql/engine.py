@@ -26,6 +26,7 @@ PostgreSQL (asyncpg)
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 import zlib
 from collections.abc import AsyncIterator
@@ -169,11 +170,7 @@ async def _open_sqlite(path_text: str, options: BackendOptions) -> AsyncEngine:
         max_overflow=10,
         connect_args={"timeout": max(cfg.busy_timeout_ms, 0) / 1000.0},
     )
-    pragmas = (
-        f"PRAGMA busy_timeout = {int(cfg.busy_timeout_ms)}",
-        "PRAGMA journal_mode = WAL",
-        f"PRAGMA synchronous = {cfg.synchronous.upper()}",
-    )
+    busy_timeout_ms = int(cfg.busy_timeout_ms)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -183,8 +180,9 @@ async def _open_sqlite(path_text: str, options: BackendOptions) -> AsyncEngine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            for pragma in pragmas:
-                cursor.execute(pragma)
+            cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            _ensure_wal(cursor, busy_timeout_ms)
+            cursor.execute(f"PRAGMA synchronous = {cfg.synchronous.upper()}")
         finally:
             cursor.close()
 
@@ -197,6 +195,27 @@ async def _open_sqlite(path_text: str, options: BackendOptions) -> AsyncEngine:
 
     _SQLITE_LOCKS[engine.sync_engine] = asyncio.Lock()
     return engine
+
+
+def _ensure_wal(cursor: Any, busy_timeout_ms: int) -> None:
+    """Put the file in WAL mode, tolerating other processes opening it at the same time.
+
+    Switching to WAL takes an exclusive lock and SQLite answers "database is locked"
+    at once instead of waiting on busy_timeout. The mode is stored in the file, so only
+    the first opener switches; later ones just read it, and a contended switch is retried
+    until busy_timeout has passed.
+    """
+    deadline = time.monotonic() + max(busy_timeout_ms, 1000) / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode")
+            if str(cursor.fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 async def _open_postgres(url: BackendURL, options: BackendOptions) -> AsyncEngine:
