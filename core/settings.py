@@ -269,6 +269,9 @@ def _coerce(value: Any, typ: Any, key: str, meta: Mapping[str, Any]) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return _coerce(value, inner, key, meta)
     if origin is Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(args):
+            # YAML 1.1 (PyYAML, `--set`) reads a bare on/off as a boolean.
+            return "on" if value else "off"
         if isinstance(value, str) and value.lower() in args:
             return value.lower()
         raise ConfigError(

@@ -37,6 +37,17 @@ def test_config_file_from_env(tmp_path: Path) -> None:
     assert Settings.load(env={"RUNSTORE_CONFIG": str(cfg)}).checkpoint_channel_mode == "delta"
 
 
+def test_yaml_on_off_reaches_an_on_off_setting(tmp_path: Path) -> None:
+    # PyYAML reads a bare `off` as False; an on/off setting must still accept it.
+    cfg = tmp_path / "runstore.yaml"
+    cfg.write_text("postgres:\n  saver_synchronous_commit: off\n")
+    assert Settings.load(cfg, env={}).postgres.saver_synchronous_commit == "off"
+    on = Settings.load({"postgres": {"saver_synchronous_commit": True}}, env={})
+    assert on.postgres.saver_synchronous_commit == "on"
+    with pytest.raises(ConfigError, match="must be one of normal, full; got False"):
+        Settings.load({"sqlite": {"synchronous": False}}, env={})
+
+
 @pytest.mark.parametrize(
     ("config", "match"),
     [
