@@ -8,6 +8,8 @@ Rules:
   row. Ratios ``delta/full`` divide medians taken over the same repetitions.
 - ``runstore/peer`` compares a runstore backend with the stock saver of the same
   name (``sqlite://`` with ``langgraph:sqlite``) on the same workload.
+- ``vs ceiling`` compares a runstore backend (either mode) with the stock
+  ``InMemorySaver`` in full mode on the same workload: the no-I/O ceiling.
 - Nothing is ever paired across input files: each file is one run on one machine.
 """
 
@@ -61,6 +63,8 @@ DELTA_FULL_RATIOS = (
     ("db_bytes_closed", "delta_full_db"),
     ("cold_read_ms", "delta_full_cold_read"),
 )
+#: The stock saver whose full-mode turns/s is the no-I/O ceiling.
+CEILING_BACKEND = "langgraph:memory"
 #: (metric, ratio name) pairs computed as runstore / peer.
 PEER_RATIOS = (
     ("turns_per_s", "peer_turns_per_s"),
@@ -180,9 +184,14 @@ def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
                         median(r.get(metric) for r in group), median(r.get(metric) for r in fulls)
                     )
             entries[key] = entry
-        # runstore / peer, and cache / no cache, within this file only.
+        # runstore / peer, runstore / ceiling, and cache / no cache, within this file only.
         for key, entry in entries.items():
             if not entry["peer"]:
+                ceiling = entries.get((CEILING_BACKEND, *key[1:4], "full", None, NO_CACHE))
+                if ceiling is not None:
+                    entry["ceiling_turns_per_s"] = _ratio(
+                        entry.get("turns_per_s"), ceiling.get("turns_per_s")
+                    )
                 for peer_key, peer in entries.items():
                     if (
                         peer["peer"]
@@ -323,6 +332,7 @@ CHECKPOINT_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("delta/full write", "delta_full_write", _fmt),
     ("delta/full bytes", "delta_full_bytes", lambda v: _fmt(v, 3)),
     ("turns/s vs peer", "peer_turns_per_s", _fmt),
+    ("vs ceiling", "ceiling_turns_per_s", _fmt),
     ("cache speedup", "cache_write_speedup", _fmt),
 )
 

@@ -266,6 +266,16 @@ def test_summary_takes_medians_over_paired_repetitions_and_ratios(tmp_path: Path
     assert delta["peer_turns_per_s"] == pytest.approx(1.5)
     assert delta["peer_backend"] == "langgraph:memory"
     assert by[("langgraph:memory", "full")].get("peer_turns_per_s") is None
+    # the ceiling is the stock in-memory saver in full mode, for both of our modes
+    assert delta["ceiling_turns_per_s"] == pytest.approx(1.5)
+    assert by[("memory://", "full")]["ceiling_turns_per_s"] == pytest.approx(1.5)
+    assert by[("langgraph:memory", "delta")].get("ceiling_turns_per_s") is None
+
+
+def test_no_ceiling_ratio_without_the_in_memory_peer(tmp_path: Path) -> None:
+    path = _file(tmp_path, "a.jsonl", ["memory://"])
+    summary = summarize([read_jsonl(path)])
+    assert all(e.get("ceiling_turns_per_s") is None for e in summary.checkpoint)
 
 
 def test_a_row_whose_pair_failed_is_left_out(tmp_path: Path) -> None:
