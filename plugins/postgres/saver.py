@@ -324,7 +324,9 @@ _LATEST_SOURCE = (
 )
 _BY_ID_WHERE = " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = $3"
 
-GET_BY_ID_SQL = _tuple_sql(f"{CHECKPOINTS} c", _BY_ID_WHERE, prefetch=True)
+# Only the thread's latest checkpoint (how a run starts) comes with its delta history:
+# a walk that loads ancestors one by one would otherwise pay for a history each.
+GET_BY_ID_SQL = _tuple_sql(f"{CHECKPOINTS} c", _BY_ID_WHERE)
 GET_LATEST_SQL = _tuple_sql(_LATEST_SOURCE, prefetch=True)
 
 DELETE_THREAD_SQL = f"""
@@ -811,7 +813,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         row = await self._leases.run(go)
         if row is None:
             return None
-        if row["h_need"]:
+        if checkpoint_id is None and row["h_need"]:
             depths = row["h_depths"]
             rows = (
                 list(

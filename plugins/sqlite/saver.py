@@ -882,7 +882,10 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (latest of the thread without ``checkpoint_id``)."""
         generation = self._state.generation
-        got = await self._hop(_op_get, *_thread_ns(config), True)
+        thread_id, ns, checkpoint_id = _thread_ns(config)
+        # Prefetch only for the thread's latest checkpoint (how a run starts): a walk
+        # that loads ancestors one by one would otherwise pay for a history each.
+        got = await self._hop(_op_get, thread_id, ns, checkpoint_id, checkpoint_id is None)
         return self._got(got, generation)
 
     async def alist(

@@ -747,3 +747,11 @@ async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresS
     fresh = await saver.aget_delta_channel_history(config=head_cfg, channels=["a"])
     assert calls == 1
     assert ("late-task", "a", "late") in fresh["a"]["writes"]
+    # A checkpoint loaded by id comes without its history: walking ancestors one
+    # load at a time must not run one history query per load.
+    calls = 0
+    by_id = await saver.aget_tuple(head_cfg)
+    assert by_id is not None and by_id.config == head_cfg
+    assert calls == 1
+    assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == fresh
+    assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"

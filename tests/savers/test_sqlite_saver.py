@@ -629,6 +629,15 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
         assert fresh == await BaseCheckpointSaver.aget_delta_channel_history(
             saver, config=head.config, channels=["messages"]
         )
+        # A checkpoint loaded by id comes without its history: walking ancestors
+        # one load at a time must not run one history query per load.
+        calls = 0
+        by_id = await saver.aget_tuple(head.config)
+        assert by_id is not None and calls == 1
+        assert await saver.aget_delta_channel_history(
+            config=head.config, channels=["messages"]
+        ) == fresh
+        assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"
     finally:
         saver._aconn._execute = original
 
