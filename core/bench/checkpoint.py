@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .common import (
+    GcTimer,
     Stopwatch,
     canonical_digest,
     latency_summary,
@@ -322,17 +323,21 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
 
         latencies: list[float] = []
         gc.collect()
+        result["gc_tracked_objects"] = len(gc.get_objects())
         PHASE.set("write")
-        write_started = time.perf_counter()
-        for turn in range(updates):
-            t0 = time.perf_counter()
-            await graph.ainvoke(
-                {"messages": [HumanMessage(content=payloads[turn][0], id=f"human-{turn:06d}")]},
-                config,
-            )
-            latencies.append(time.perf_counter() - t0)
-        write_total = time.perf_counter() - write_started
+        with GcTimer() as gc_timer:
+            write_started = time.perf_counter()
+            for turn in range(updates):
+                t0 = time.perf_counter()
+                await graph.ainvoke(
+                    {"messages": [HumanMessage(content=payloads[turn][0], id=f"human-{turn:06d}")]},
+                    config,
+                )
+                latencies.append(time.perf_counter() - t0)
+            write_total = time.perf_counter() - write_started
         result.update(_write_metrics(latencies, write_total))
+        result["write_gc_ms"] = gc_timer.seconds * 1000.0
+        result["write_gc_collections"] = gc_timer.collections
         result["write_saver_ms"] = (
             sum(w.seconds for (ph, _), w in probe.calls.items() if ph == "write") * 1000.0
         )

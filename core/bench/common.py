@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.metadata
 import os
@@ -249,6 +250,34 @@ class Stopwatch:
         """Forget everything recorded."""
         self.seconds = 0.0
         self.calls = 0
+
+
+class GcTimer:
+    """Time spent in the cyclic garbage collector while active, per generation.
+
+    Installed as a `gc.callbacks` entry by ``with GcTimer() as t:``. Collections are
+    part of what a saver costs (a driver stack that keeps many objects alive makes
+    every full collection longer), so the harness reports them instead of hiding them.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: Mapping[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[int(info["generation"])] += 1
+
+    def __enter__(self) -> GcTimer:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def iter_rows(files: Iterable[BenchFile], bench: str | None = None) -> Iterator[dict[str, Any]]:

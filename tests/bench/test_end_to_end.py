@@ -54,6 +54,8 @@ def test_tiny_checkpoint_run_end_to_end(tmp_path: Path) -> None:
         assert r["messages"] == 10
         assert r["checkpoint_rows"] > 0 and r["write_rows"] > 0 and r["logical_bytes"] > 0
         assert r["peak_rss_bytes"] > 0
+        assert r["gc_tracked_objects"] > 0 and r["write_gc_ms"] >= 0
+        assert len(r["write_gc_collections"]) == 3
         for key in (
             "turn_p50_ms",
             "turn_p95_ms",

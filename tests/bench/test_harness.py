@@ -508,3 +508,17 @@ def test_measurement_cases_expand_into_rows(tmp_path: Path) -> None:
     summary = summarize([read_jsonl(out)])
     store = next(e for e in summary.measurements if e["backend"] == "memory://")
     assert store["repetitions"] == 2 and store["ratio"] == pytest.approx(0.5)
+
+
+def test_gc_timer_counts_collections_per_generation() -> None:
+    import gc
+
+    from runstore.bench.common import GcTimer
+
+    with GcTimer() as timer:
+        gc.collect(0)
+        gc.collect(2)
+    gc.collect(1)  # after the block: not counted
+    assert timer.collections == [1, 0, 1]
+    assert timer.seconds > 0
+
