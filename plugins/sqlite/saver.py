@@ -787,11 +787,19 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             async with self._state.group_lock:
                 if not future.done() and self._state.write_queue:
                     batch, self._state.write_queue = self._state.write_queue, []
+                    if len(batch) == 1:
+                        # Only this caller's op (the common case): nobody else to answer,
+                        # so no task or shield, which cost several loop iterations.
+                        [(ok, value)] = await self._run_group(batch)
+                        if not ok:
+                            raise value
+                        result: R = value
+                        return result
                     task = asyncio.ensure_future(self._run_group(batch))
                     task.add_done_callback(lambda t, b=batch: _settle(t, b))
                     # Shielded: if this caller is cancelled, the others still get answers.
                     await asyncio.wait([asyncio.shield(task)])
-            result: R = await future
+            result = await future
             return result
         finally:
             self._state.generation += 1

@@ -29,6 +29,7 @@ from runstore.plugins.sqlite.saver import (
     SCHEMA_COMPONENT,
     SCHEMA_MIGRATIONS,
     SqliteSaver,
+    _write_tx,
 )
 from runstore.settings import Settings
 from runstore.sql.migrations import SchemaVersionError, ensure_schema
@@ -711,6 +712,52 @@ async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -
         ).fetchone()[0]
     )
     assert leftover == 0
+
+
+async def test_a_lone_write_fails_alone_and_a_cancelled_one_keeps_order(
+    opened: tuple[SqliteSaver, Any],
+) -> None:
+    """A write with no company runs without the group machinery: its error is its own,
+    and cancelling its caller releases the queue without reordering the writes."""
+    saver, _ = opened
+
+    def failing(conn: sqlite3.Connection) -> None:
+        def body() -> None:
+            conn.execute(
+                "INSERT INTO runstore_checkpoint_writes VALUES "
+                "('t-lone', '', 'x', 'doomed', 0, '', 'a', 'json', X'00')"
+            )
+            raise RuntimeError("lone op failed on purpose")
+
+        _write_tx(conn, body)  # as every write op: its own transaction when alone
+
+    with pytest.raises(RuntimeError, match="lone op failed"):
+        await saver._write_hop(failing)
+    count_doomed = "SELECT count(*) FROM runstore_checkpoint_writes WHERE task_id = 'doomed'"
+    assert await saver._hop(lambda conn: conn.execute(count_doomed).fetchone()[0]) == 0
+
+    # Hold the worker thread so the next writes overlap deterministically.
+    release = threading.Event()
+    blocker = asyncio.ensure_future(saver._hop(lambda conn: release.wait(10)))
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"a": "first"}
+    checkpoint["channel_versions"] = {"a": version}
+    first = asyncio.ensure_future(saver.aput(cfg("t-lone"), checkpoint, {}, {"a": version}))
+    await asyncio.sleep(0.05)  # `first` holds the group lock, its op queued in the worker
+    head = cfg("t-lone", checkpoint["id"])
+    second = asyncio.ensure_future(saver.aput_writes(head, [("a", "after")], "task"))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    release.set()
+    await blocker
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, 10)
+    # The cancelled caller's op was already queued: it committed, before the second.
+    got = await saver.aget_tuple(head)
+    assert got is not None and got.checkpoint["channel_values"] == {"a": "first"}
+    assert got.pending_writes == [("task", "a", "after")]
 
 
 async def test_allowlist_clone_shares_connection_state(opened: tuple[SqliteSaver, Any]) -> None:
