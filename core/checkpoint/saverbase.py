@@ -22,9 +22,14 @@ R = TypeVar("R")
 
 #: LangGraph's per-checkpoint metadata naming the delta channels not snapshotted there.
 DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
+#: `aget_tuple` on a thread's head prefetches its delta history only up to this many
+#: supersteps since the last snapshot: beyond, the history costs more than the round
+#: trip it saves, and a caller that wants only the head would pay for all of it.
+PREFETCH_MAX_SUPERSTEPS = 256
 
 __all__ = [
     "DELTA_COUNTERS_KEY",
+    "PREFETCH_MAX_SUPERSTEPS",
     "checkpoint_config",
     "delta_channels",
     "ensure_off_loop",
@@ -32,6 +37,7 @@ __all__ = [
     "metadata_matches",
     "reconstruction_ancestors",
     "run_sync",
+    "worth_prefetching",
     "write_slot",
 ]
 
@@ -65,6 +71,23 @@ def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | No
         return True
     missing = object()
     return all(metadata.get(key, missing) == value for key, value in filter.items())
+
+
+def worth_prefetching(metadata: Mapping[str, Any] | None) -> bool:
+    """Whether the head's delta history is short enough to fetch along with it.
+
+    Reads the supersteps since the last snapshot from LangGraph's counters
+    (``{channel: [updates, supersteps]}``); malformed counters count as short.
+    """
+    counters = (metadata or {}).get(DELTA_COUNTERS_KEY)
+    if not isinstance(counters, Mapping):
+        return True
+    for value in counters.values():
+        if isinstance(value, list | tuple) and len(value) > 1:
+            steps = value[1]
+            if isinstance(steps, int | float) and steps > PREFETCH_MAX_SUPERSTEPS:
+                return False
+    return True
 
 
 def delta_channels(metadata: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -46,7 +46,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY, ensure_off_loop, run_sync
+from runstore.checkpoint.saverbase import (
+    DELTA_COUNTERS_KEY,
+    PREFETCH_MAX_SUPERSTEPS,
+    ensure_off_loop,
+    run_sync,
+)
 from runstore.errors import MissingDriverError
 from runstore.urls import BackendURL
 
@@ -282,6 +287,17 @@ _MISSING_CHANNELS = (
     " WHERE {alias}.channel_versions ? k AND NOT ({alias}.value_versions ? k))"
 )
 
+# The channels whose history aget_tuple fetches along with the head: the missing delta
+# channels, or none once a counter's supersteps since the snapshot pass the bound
+# (`saverbase.worth_prefetching`; CASE because SQL does not promise evaluation order).
+_PREFETCH_NEED = (
+    "CASE WHEN EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(c.metadata"
+    f" -> '{DELTA_COUNTERS_KEY}') = 'object' THEN c.metadata -> '{DELTA_COUNTERS_KEY}'"
+    " ELSE '{}'::jsonb END) AS e WHERE CASE WHEN jsonb_typeof(e.value -> 1) = 'number'"
+    f" THEN (e.value ->> 1)::numeric > {PREFETCH_MAX_SUPERSTEPS} ELSE false END)"
+    " THEN ARRAY[]::text[] ELSE " + _MISSING_CHANNELS.format(alias="c") + " END"
+)
+
 # aget_tuple also answers the delta history LangGraph asks for right after loading a
 # delta checkpoint (its delta channels without a value), in the same round trip:
 # parallel arrays of history rows, plus the channels they answer (`h_need`).
@@ -291,7 +307,7 @@ _PREFETCH = (
     + _WALK_CTE.format(
         start=(
             "SELECT c.thread_id, c.checkpoint_ns, c.parent_checkpoint_id, "
-            + _MISSING_CHANNELS.format(alias="c")
+            + _PREFETCH_NEED
             + ", 1 WHERE c.parent_checkpoint_id IS NOT NULL"
         )
     )
@@ -303,7 +319,7 @@ _PREFETCH = (
     ") hist ON true"
 )
 _PREFETCH_COLUMNS = (
-    ", " + _MISSING_CHANNELS.format(alias="c") + " AS h_need,"
+    ", " + _PREFETCH_NEED + " AS h_need,"
     " hist.depths AS h_depths, hist.channels AS h_channels, hist.kinds AS h_kinds,"
     " hist.task_ids AS h_task_ids, hist.paths AS h_paths, hist.idxs AS h_idxs,"
     " hist.types AS h_types, hist.blobs AS h_blobs"

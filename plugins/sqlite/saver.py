@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.saverbase import ensure_off_loop
+from runstore.checkpoint.saverbase import ensure_off_loop, worth_prefetching
 from runstore.sql.migrations import Migration, ensure_schema
 
 if TYPE_CHECKING:
@@ -256,15 +256,17 @@ def _fetch_parts(conn: sqlite3.Connection, record: RecordRow) -> Fetched:
 Got = tuple[Fetched, tuple[list[str], list[tuple[Any, ...]]] | None]
 
 
-def _delta_channels_missing(record: RecordRow) -> list[str]:
-    """Delta channels (LangGraph's counters metadata) without a value stored at ``record``."""
+def _prefetch_channels(record: RecordRow) -> list[str]:
+    """Delta channels without a value stored at ``record``, if their history is worth
+    fetching with it (`saverbase.worth_prefetching`); else none."""
     import orjson
 
     metadata, value_versions = record[6], record[7]
     if not metadata or _COUNTERS_KEY not in metadata:
         return []
-    counters = orjson.loads(metadata).get(_COUNTERS_KEY)
-    if not isinstance(counters, dict) or not counters:
+    decoded = orjson.loads(metadata)
+    counters = decoded.get(_COUNTERS_KEY)
+    if not isinstance(counters, dict) or not counters or not worth_prefetching(decoded):
         return []
     held = orjson.loads(value_versions)
     return [ch for ch in counters if ch not in held]
@@ -293,7 +295,7 @@ def _op_get(
             return None
         fetched = _fetch_parts(conn, record)
         history = None
-        if prefetch and (missing := _delta_channels_missing(record)):
+        if prefetch and (missing := _prefetch_channels(record)):
             # LangGraph asks for exactly these channels' history right after loading
             # the checkpoint; answering it in this hop saves a second one.
             history = (missing, _delta_rows(conn, thread_id, ns, record[2], missing))

@@ -19,6 +19,7 @@ from runstore.checkpoint.saverbase import (
     metadata_matches,
     reconstruction_ancestors,
     run_sync,
+    worth_prefetching,
     write_slot,
 )
 from runstore.conformance.savers_graph import build_graph, view
@@ -149,6 +150,24 @@ def test_write_slots() -> None:
     assert write_slot("__error__", 3) == -1
     assert is_last_write_wins(write_slot("__interrupt__", 0))
     assert not is_last_write_wins(0)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (None, True),
+        ({}, True),
+        ({"counters_since_delta_snapshot": {"m": [3, 256]}}, True),
+        ({"counters_since_delta_snapshot": {"m": [3, 257]}}, False),
+        ({"counters_since_delta_snapshot": {"a": [1, 2], "m": [900, 1400]}}, False),
+        ({"counters_since_delta_snapshot": {"m": "junk"}}, True),
+        ({"counters_since_delta_snapshot": [1, 2]}, True),
+    ],
+)
+def test_worth_prefetching_reads_supersteps_since_the_snapshot(
+    metadata: dict[str, Any] | None, expected: bool
+) -> None:
+    assert worth_prefetching(metadata) is expected
 
 
 def test_metadata_matches() -> None:

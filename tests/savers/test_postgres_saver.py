@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 
 from runstore.checkpoint.modes import get_thread_state_schema
+from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
 from runstore.errors import SyncCallOnEventLoopError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres.saver import (
@@ -755,3 +756,31 @@ async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresS
     assert calls == 1
     assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == fresh
     assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"
+
+
+async def test_a_long_delta_history_is_not_prefetched(opened: PostgresSaver) -> None:
+    """Past PREFETCH_MAX_SUPERSTEPS since the snapshot, the head comes alone and the
+    history is queried when asked for (and still equals the base-class walk)."""
+    saver = opened
+    ids = await put_chain(saver, "t-long", [{"a": ["seed"]}, {}, {}])
+    head = empty_checkpoint()
+    head["channel_versions"] = {"a": saver.get_next_version("9", None)}
+    md = {"counters_since_delta_snapshot": {"a": [3, PREFETCH_MAX_SUPERSTEPS + 1]}}
+    head_cfg = await saver.aput(cfg("t-long", ids[-1]), head, md, dict(head["channel_versions"]))
+    await saver.aput_writes(cfg("t-long", ids[0]), [("a", "early")], "task")
+    expected = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=head_cfg, channels=["a"]
+    )
+    calls = 0
+    real_run = saver._leases.run
+
+    async def counting(fn: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await real_run(fn)
+
+    saver._leases.run = counting  # type: ignore[method-assign]
+    got = await saver.aget_tuple(cfg("t-long"))
+    assert got is not None and got.config == head_cfg
+    assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == expected
+    assert calls == 2, "a long history is queried on its own"

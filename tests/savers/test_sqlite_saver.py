@@ -23,6 +23,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 
 from runstore.checkpoint.modes import get_thread_state_schema
+from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
 from runstore.errors import SyncCallOnEventLoopError
 from runstore.options import BackendOptions
 from runstore.plugins.sqlite.saver import (
@@ -641,6 +642,38 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
         assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"
     finally:
         saver._aconn._execute = original
+
+
+async def test_a_long_delta_history_is_not_prefetched(opened: tuple[SqliteSaver, Any]) -> None:
+    """Past PREFETCH_MAX_SUPERSTEPS since the snapshot, the head comes alone and the
+    history is read when asked for (and still equals the base-class walk)."""
+    saver, _ = opened
+    ids = await put_chain(saver, "t-long", [{"a": ["seed"]}, {}, {}])
+    head = empty_checkpoint()
+    head["channel_versions"] = {"a": saver.get_next_version("9", None)}
+    md = {"counters_since_delta_snapshot": {"a": [3, PREFETCH_MAX_SUPERSTEPS + 1]}}
+    head_cfg = await saver.aput(cfg("t-long", ids[-1]), head, md, dict(head["channel_versions"]))
+    expected = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=head_cfg, channels=["a"]
+    )
+    assert expected["a"]["writes"]
+    original = saver._aconn._execute
+    calls = 0
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(fn, *args, **kwargs)
+
+    saver._aconn._execute = counting
+    try:
+        got = await saver.aget_tuple(cfg("t-long"))
+        assert got is not None and got.config == head_cfg
+        history = await saver.aget_delta_channel_history(config=head_cfg, channels=["a"])
+    finally:
+        saver._aconn._execute = original
+    assert history == expected
+    assert calls == 2, "a long history is read on its own"
 
 
 async def test_values_are_exactly_what_was_put(opened: tuple[SqliteSaver, Any]) -> None:
