@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
@@ -40,7 +40,9 @@ from .savers_model import (
     MISSING_CHANNEL,
     PATHS,
     TASKS,
+    NodeSpec,
     Tree,
+    TreeSpec,
     WritesModel,
     checkpoint_trees,
     config_for,
@@ -619,6 +621,19 @@ def test_prune_keep_latest_keeps_delta_reconstruction(saver_target: Any) -> None
         check()
 
 
+_CHILD_NEEDS_MORE_THAN_PARENT = TreeSpec(
+    channels=["a", "b", "c"],
+    nodes=[
+        NodeSpec(None, {"a": "absent", "b": "absent", "c": "snapshot"}, [], run=1),
+        NodeSpec(0, {"a": "unchanged", "b": "unchanged", "c": "ephemeral"}, [], run=0),
+        NodeSpec(1, {"a": "delta", "b": "delta", "c": "delta"}, [], run=0),
+        NodeSpec(2, {"a": "delta", "b": "delta", "c": "delta"}, [], run=0),
+    ],
+    target=0,
+    query=["a"],
+)
+
+
 @pytest.mark.requires("delete_for_runs")
 def test_delete_for_runs_is_delta_safe(saver_target: Any) -> None:
     """delete_for_runs drops the runs' checkpoints and writes, except ancestors a
@@ -626,6 +641,9 @@ def test_delete_for_runs_is_delta_safe(saver_target: Any) -> None:
     with saver_target.session() as session:
 
         @given(spec=checkpoint_trees(max_nodes=8, runs=3), doomed=st.sets(st.integers(0, 2)))
+        # A survivor (node 2) rebuilds `c` through a surviving parent whose own walk does
+        # not look for `c` (not a delta channel there) into a doomed snapshot (node 0).
+        @example(spec=_CHILD_NEEDS_MORE_THAN_PARENT, doomed={1})
         def check(spec: Any, doomed: set[int]) -> None:
             async def body() -> None:
                 saver = session.backend

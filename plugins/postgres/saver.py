@@ -401,8 +401,10 @@ SELECT thread_id, checkpoint_ns, checkpoint_id FROM walk
 )
 
 # delete_for_runs keeps a doomed checkpoint when a surviving one still rebuilds delta
-# state through it. Walks start at survivors whose parent is doomed; a survivor whose
-# parent survives reads nothing beyond what its parent's own walk reads.
+# state through it. A walk starts at every survivor whose parent is doomed, and at
+# every survivor that needs, beyond its surviving parent, a channel the parent's own
+# walk does not look for (a channel that is a delta channel in the child but not in
+# the parent, say). Any other survivor reads nothing its parent's walk does not.
 RUNS_KEEP_SQL = (
     "WITH RECURSIVE doomed AS ("
     f" SELECT thread_id, checkpoint_ns, checkpoint_id FROM {CHECKPOINTS}"
@@ -417,9 +419,14 @@ RUNS_KEEP_SQL = (
     f" FROM {CHECKPOINTS} s WHERE s.thread_id = t.thread_id"
     " AND s.checkpoint_ns = t.checkpoint_ns"
     " AND (s.run_id IS NULL OR NOT (s.run_id = ANY($1::text[])))"
-    " AND s.parent_checkpoint_id IN (SELECT d.checkpoint_id FROM doomed d"
-    " WHERE d.thread_id = t.thread_id AND d.checkpoint_ns = t.checkpoint_ns)"
-    " OFFSET 0) AS s),"
+    " AND s.parent_checkpoint_id IS NOT NULL"
+    " OFFSET 0) AS s"
+    f" LEFT JOIN {CHECKPOINTS} p ON p.thread_id = s.thread_id"
+    " AND p.checkpoint_ns = s.checkpoint_ns AND p.checkpoint_id = s.parent_checkpoint_id"
+    " WHERE p.checkpoint_id IS NOT NULL AND cardinality(s.need) > 0 AND ("
+    " p.run_id = ANY($1::text[])"
+    " OR EXISTS (SELECT 1 FROM unnest(s.need) AS ch WHERE NOT (p.value_versions ? ch)"
+    " AND NOT (ch = ANY(" + _MISSING_CHANNELS.format(alias="p") + "))))),"
     + _WALK_CTE.format(
         start="SELECT thread_id, checkpoint_ns, parent_checkpoint_id, need, 1 FROM frontier"
     )
