@@ -224,8 +224,12 @@ walk (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, value_versi
            a.value_versions, r.rest, w.depth + 1
     FROM walk w
     CROSS JOIN LATERAL (
-        SELECT ARRAY(SELECT ch FROM unnest(w.need) AS ch
-                     WHERE NOT (w.value_versions ? ch)) AS rest
+        -- Most ancestors hold none of the needed channels: keep `need` without
+        -- unnesting it (`?|` is one jsonb probe).
+        SELECT CASE WHEN w.value_versions ?| w.need
+                    THEN ARRAY(SELECT ch FROM unnest(w.need) AS ch
+                               WHERE NOT (w.value_versions ? ch))
+                    ELSE w.need END AS rest
     ) r
     JOIN {CHECKPOINTS} a ON a.thread_id = w.thread_id AND a.checkpoint_ns = w.checkpoint_ns
                         AND a.checkpoint_id = w.parent_checkpoint_id
