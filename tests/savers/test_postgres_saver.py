@@ -710,6 +710,20 @@ async def test_carried_values_are_stored_when_missing(opened: PostgresSaver) -> 
     assert got is not None and got.checkpoint["channel_values"] == {"a": ["hand-written"]}
 
 
+class CountRoundTrips:
+    """Counts the saver's leased-connection calls (one round trip each) from creation on."""
+
+    def __init__(self, saver: PostgresSaver) -> None:
+        self.calls = 0
+        real_run = saver._leases.run
+
+        async def counting(fn: Any) -> Any:
+            self.calls += 1
+            return await real_run(fn)
+
+        saver._leases.run = counting  # type: ignore[method-assign]
+
+
 async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresSaver) -> None:
     """Loading a delta checkpoint reads its history in the same query; a write in
     between makes the saver ask again; both answers equal the base-class walk."""
@@ -724,38 +738,30 @@ async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresS
     expected = await BaseCheckpointSaver.aget_delta_channel_history(
         saver, config=head_cfg, channels=["a"]
     )
-    calls = 0
-    real_run = saver._leases.run
-
-    async def counting(fn: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await real_run(fn)
-
-    saver._leases.run = counting  # type: ignore[method-assign]
+    trips = CountRoundTrips(saver)
     got = await saver.aget_tuple(cfg("t-pre"))
     assert got is not None and got.config == head_cfg
     history = await saver.aget_delta_channel_history(config=got.config, channels=["a"])
-    assert calls == 1, "history came with the checkpoint"
+    assert trips.calls == 1, "history came with the checkpoint"
     assert history == expected
     # Used once: asking again queries.
     assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == expected
-    assert calls == 2
+    assert trips.calls == 2
     # A write between load and history invalidates the prefetched answer.
     await saver.aget_tuple(cfg("t-pre"))
     await saver.aput_writes(cfg("t-pre", ids[0]), [("a", "late")], "late-task")
-    calls = 0
+    trips.calls = 0
     fresh = await saver.aget_delta_channel_history(config=head_cfg, channels=["a"])
-    assert calls == 1
+    assert trips.calls == 1
     assert ("late-task", "a", "late") in fresh["a"]["writes"]
     # A checkpoint loaded by id comes without its history: walking ancestors one
     # load at a time must not run one history query per load.
-    calls = 0
+    trips.calls = 0
     by_id = await saver.aget_tuple(head_cfg)
     assert by_id is not None and by_id.config == head_cfg
-    assert calls == 1
+    assert trips.calls == 1
     assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == fresh
-    assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"
+    assert trips.calls == 2, "history of a checkpoint loaded by id is queried when asked for"
 
 
 async def test_a_long_delta_history_is_not_prefetched(opened: PostgresSaver) -> None:
@@ -771,16 +777,8 @@ async def test_a_long_delta_history_is_not_prefetched(opened: PostgresSaver) -> 
     expected = await BaseCheckpointSaver.aget_delta_channel_history(
         saver, config=head_cfg, channels=["a"]
     )
-    calls = 0
-    real_run = saver._leases.run
-
-    async def counting(fn: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await real_run(fn)
-
-    saver._leases.run = counting  # type: ignore[method-assign]
+    trips = CountRoundTrips(saver)
     got = await saver.aget_tuple(cfg("t-long"))
     assert got is not None and got.config == head_cfg
     assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == expected
-    assert calls == 2, "a long history is queried on its own"
+    assert trips.calls == 2, "a long history is queried on its own"

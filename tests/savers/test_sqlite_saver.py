@@ -54,6 +54,27 @@ def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> dict[str
     return {"configurable": configurable}
 
 
+class CountHops:
+    """Counts the saver's aiosqlite worker-thread hops while installed (a ``with`` block)."""
+
+    def __init__(self, saver: SqliteSaver) -> None:
+        self.saver = saver
+        self.calls = 0
+
+    def __enter__(self) -> CountHops:
+        original = self._original = self.saver._aconn._execute
+
+        async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await original(fn, *args, **kwargs)
+
+        self.saver._aconn._execute = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.saver._aconn._execute = self._original
+
+
 async def put_chain(
     saver: SqliteSaver, thread: str, values: list[dict[str, Any]], run_id: str = "run"
 ) -> list[str]:
@@ -392,16 +413,7 @@ async def test_each_operation_is_one_worker_thread_hop(opened: tuple[SqliteSaver
     """Every async operation is a single call onto the aiosqlite thread (DESIGN §7)."""
     saver, _ = opened
     ids = await put_chain(saver, "t-hops", [{"a": [0]}, {}, {}])
-    original = saver._aconn._execute
-    calls = 0
-
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await original(fn, *args, **kwargs)
-
-    saver._aconn._execute = counting
-    try:
+    with CountHops(saver) as hops:
         version = saver.get_next_version(None, None)
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"a": [9]}
@@ -418,14 +430,12 @@ async def test_each_operation_is_one_worker_thread_hop(opened: tuple[SqliteSaver
             saver.adelete_thread("t-hops2"),
         ]
         for op in operations:
-            calls = 0
+            hops.calls = 0
             await op
-            assert calls == 1
-        calls = 0
+            assert hops.calls == 1
+        hops.calls = 0
         assert len([t async for t in saver.alist(cfg("t-hops"), limit=3)]) == 3
-        assert calls == 1
-    finally:
-        saver._aconn._execute = original
+        assert hops.calls == 1
 
 
 # --------------------------------------------------------------------------- delta
@@ -601,23 +611,14 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
     reference = await BaseCheckpointSaver.aget_delta_channel_history(
         saver, config=head.config, channels=["messages"]
     )
-    original = saver._aconn._execute
-    calls = 0
-
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await original(fn, *args, **kwargs)
-
-    saver._aconn._execute = counting
-    try:
+    with CountHops(saver) as hops:
         head = await saver.aget_tuple(config)
-        assert head is not None and calls == 1
+        assert head is not None and hops.calls == 1
         got = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
-        assert calls == 1, "prefetched history must not need a second hop"
+        assert hops.calls == 1, "prefetched history must not need a second hop"
         assert got == reference
         again = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
-        assert calls == 2 and again == reference
+        assert hops.calls == 2 and again == reference
 
         # A write after the prefetch invalidates it.
         head = await saver.aget_tuple(config)
@@ -625,24 +626,22 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
         await saver.aput_writes(
             head.parent_config, [("messages", [HumanMessage(content="late", id="late")])], "late"
         )
-        calls = 0
+        hops.calls = 0
         fresh = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
-        assert calls == 1
+        assert hops.calls == 1
         assert fresh != reference
         assert fresh == await BaseCheckpointSaver.aget_delta_channel_history(
             saver, config=head.config, channels=["messages"]
         )
         # A checkpoint loaded by id comes without its history: walking ancestors
         # one load at a time must not run one history query per load.
-        calls = 0
+        hops.calls = 0
         by_id = await saver.aget_tuple(head.config)
-        assert by_id is not None and calls == 1
+        assert by_id is not None and hops.calls == 1
         assert await saver.aget_delta_channel_history(
             config=head.config, channels=["messages"]
         ) == fresh
-        assert calls == 2, "history of a checkpoint loaded by id is queried when asked for"
-    finally:
-        saver._aconn._execute = original
+        assert hops.calls == 2, "history of a checkpoint loaded by id is queried when asked for"
 
 
 async def test_a_long_delta_history_is_not_prefetched(opened: tuple[SqliteSaver, Any]) -> None:
@@ -658,23 +657,12 @@ async def test_a_long_delta_history_is_not_prefetched(opened: tuple[SqliteSaver,
         saver, config=head_cfg, channels=["a"]
     )
     assert expected["a"]["writes"]
-    original = saver._aconn._execute
-    calls = 0
-
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await original(fn, *args, **kwargs)
-
-    saver._aconn._execute = counting
-    try:
+    with CountHops(saver) as hops:
         got = await saver.aget_tuple(cfg("t-long"))
         assert got is not None and got.config == head_cfg
         history = await saver.aget_delta_channel_history(config=head_cfg, channels=["a"])
-    finally:
-        saver._aconn._execute = original
     assert history == expected
-    assert calls == 2, "a long history is read on its own"
+    assert hops.calls == 2, "a long history is read on its own"
 
 
 async def test_values_are_exactly_what_was_put(opened: tuple[SqliteSaver, Any]) -> None:
@@ -697,13 +685,6 @@ async def test_values_are_exactly_what_was_put(opened: tuple[SqliteSaver, Any]) 
 async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -> None:
     """Writes that overlap share one hop and one transaction; a failing op undoes only itself."""
     saver, _ = opened
-    original = saver._aconn._execute
-    calls = 0
-
-    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return await original(fn, *args, **kwargs)
 
     def failing(conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -712,8 +693,7 @@ async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -
         )
         raise RuntimeError("op failed on purpose")
 
-    saver._aconn._execute = counting
-    try:
+    with CountHops(saver) as hops:
         checkpoints = []
         for i in range(6):
             version = saver.get_next_version(None, None)
@@ -733,10 +713,8 @@ async def test_concurrent_writes_group_commit(opened: tuple[SqliteSaver, Any]) -
             ),
             return_exceptions=True,
         )
-    finally:
-        saver._aconn._execute = original
     assert isinstance(results[3], RuntimeError)
-    assert calls < 7, "overlapping writes must share hops"
+    assert hops.calls < 7, "overlapping writes must share hops"
     for i in range(6):
         got = await saver.aget_tuple(cfg(f"t-group-{i}"))
         assert got is not None and got.checkpoint["channel_values"] == {"a": i}
