@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.saverbase import ensure_off_loop, worth_prefetching
+from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY, ensure_off_loop, worth_prefetching
 from runstore.sql.migrations import Migration, ensure_schema
 
 if TYPE_CHECKING:
@@ -108,8 +108,6 @@ _MAX_MASK_CHANNELS = 62
 #: Upper bound on the parent links one delta-history statement follows (cycle guard).
 _MAX_DEPTH = 1_000_000
 
-#: LangGraph's metadata naming the delta channels of a checkpoint (`DeltaChannel` beta).
-_COUNTERS_KEY = "counters_since_delta_snapshot"
 #: Prefetched delta histories kept per saver (each is used at most once).
 _PREFETCH_SLOTS = 64
 
@@ -262,10 +260,10 @@ def _prefetch_channels(record: RecordRow) -> list[str]:
     import orjson
 
     metadata, value_versions = record[6], record[7]
-    if not metadata or _COUNTERS_KEY not in metadata:
+    if not metadata or DELTA_COUNTERS_KEY not in metadata:
         return []
     decoded = orjson.loads(metadata)
-    counters = decoded.get(_COUNTERS_KEY)
+    counters = decoded.get(DELTA_COUNTERS_KEY)
     if not isinstance(counters, dict) or not counters or not worth_prefetching(decoded):
         return []
     held = orjson.loads(value_versions)
@@ -418,7 +416,7 @@ class _Graph:
             self.valued[cid] = valued
             # Delta channels are the ones LangGraph counts toward a snapshot; a delta
             # channel with no value stored here is rebuilt from its ancestors.
-            counters = orjson.loads(metadata).get(_COUNTERS_KEY) if metadata else None
+            counters = orjson.loads(metadata).get(DELTA_COUNTERS_KEY) if metadata else None
             delta = counters if isinstance(counters, dict) else {}
             self.unvalued[cid] = [ch for ch in delta if ch not in valued]
 
