@@ -68,6 +68,8 @@ COMPONENT = "postgres-saver"
 CHECKPOINTS = "runstore_checkpoints"
 BLOBS = "runstore_checkpoint_blobs"
 WRITES = "runstore_checkpoint_writes"
+#: Requested channels a range walk answers (bits of a 64-bit mask); more use the recursion.
+_MAX_MASK_CHANNELS = 62
 
 
 async def _use_lz4(conn: AsyncConnection) -> None:
@@ -280,6 +282,146 @@ DELTA_HISTORY_SQL = (
     + _HISTORY_SELECT
 )
 
+# The delta history by range instead of recursion: LangGraph's counters say how many
+# supersteps the target is past its snapshot, and on a linear thread those ancestors
+# are exactly the checkpoints just below it in id order. One statement returns that
+# many candidates (ids, parents, which requested channels each holds), their writes
+# for the requested channels, and per channel the blob of the newest candidate that
+# holds it; `_walk_range` then follows the real parent links through them and gives
+# up (the recursive query answers instead) when the chain leaves the range or meets
+# a holder other than the one whose blob came back, as on a fork.
+def _range_walk_sql(target: str, metadata: str, channels: str) -> str:
+    """The range statement below checkpoint id ``target`` (SQL expressions for the id,
+    its metadata and the requested channels, at most 62; none means no work)."""
+    return f"""
+WITH req AS (SELECT {channels} AS chs
+), span AS (
+    SELECT coalesce(max(CASE WHEN jsonb_typeof(e.value -> 1) = 'number'
+                             THEN least((e.value ->> 1)::numeric, 1000000) END), 56)::bigint
+           + 8 AS n
+    FROM jsonb_each(CASE WHEN jsonb_typeof({metadata} -> '{DELTA_COUNTERS_KEY}') = 'object'
+                         THEN {metadata} -> '{DELTA_COUNTERS_KEY}' ELSE '{{}}'::jsonb END) AS e
+), cand AS (
+    SELECT k.checkpoint_id, k.parent_checkpoint_id, k.value_versions
+    FROM {CHECKPOINTS} k
+    WHERE k.thread_id = $1 AND k.checkpoint_ns = $2 AND k.checkpoint_id <= {target}
+      AND cardinality((SELECT chs FROM req)) BETWEEN 1 AND {_MAX_MASK_CHANNELS}
+    ORDER BY k.checkpoint_id DESC
+    LIMIT (SELECT n + 1 FROM span)
+)
+SELECT ca.ids, ca.parents, ca.masks,
+       wr.ids AS w_ids, wr.channels AS w_channels, wr.task_ids AS w_task_ids,
+       wr.paths AS w_paths, wr.idxs AS w_idxs, wr.types AS w_types, wr.blobs AS w_blobs,
+       sd.channels AS s_channels, sd.ids AS s_ids, sd.types AS s_types, sd.blobs AS s_blobs
+FROM (
+    -- One aggregate over one scan: the three arrays line up (their order is irrelevant).
+    SELECT array_agg(k.checkpoint_id) AS ids, array_agg(k.parent_checkpoint_id) AS parents,
+           array_agg((SELECT coalesce(bit_or(1::bigint << (u.i - 1)::int), 0)
+                      FROM unnest((SELECT chs FROM req)) WITH ORDINALITY AS u(ch, i)
+                      WHERE k.value_versions ? u.ch)) AS masks
+    FROM cand k
+) ca, (
+    SELECT array_agg(x.checkpoint_id) AS ids, array_agg(x.channel) AS channels,
+           array_agg(x.task_id) AS task_ids, array_agg(x.task_path) AS paths,
+           array_agg(x.idx) AS idxs, array_agg(x.type) AS types, array_agg(x.blob) AS blobs
+    FROM {WRITES} x
+    WHERE x.thread_id = $1 AND x.checkpoint_ns = $2
+      AND x.channel = ANY((SELECT chs FROM req)::text[])
+      AND x.checkpoint_id < {target}
+      AND x.checkpoint_id >= (SELECT min(checkpoint_id) FROM cand)
+) wr, (
+    SELECT array_agg(hd.ch) AS channels, array_agg(hd.checkpoint_id) AS ids,
+           array_agg(bl.type) AS types, array_agg(bl.blob) AS blobs
+    FROM (
+        SELECT DISTINCT ON (u.ch) u.ch, k.checkpoint_id, k.value_versions ->> u.ch AS version
+        FROM cand k CROSS JOIN unnest((SELECT chs FROM req)) AS u(ch)
+        WHERE k.value_versions ? u.ch AND k.checkpoint_id < {target}
+        ORDER BY u.ch, k.checkpoint_id DESC
+    ) hd
+    LEFT JOIN LATERAL (
+        SELECT bb.type, bb.blob FROM {BLOBS} bb
+        WHERE bb.thread_id = $1 AND bb.checkpoint_ns = $2 AND bb.channel = hd.ch
+          AND bb.version = hd.version
+        LIMIT 1
+    ) bl ON true
+) sd
+"""
+
+
+# $1 thread, $2 ns, $3 target id (NULL = latest), $4 channels (at most 62).
+RANGE_HISTORY_SQL = (
+    "WITH target AS ("
+    f" SELECT t.checkpoint_id, t.metadata FROM {CHECKPOINTS} t"
+    " WHERE t.thread_id = $1 AND t.checkpoint_ns = $2"
+    " AND ($3::text IS NULL OR t.checkpoint_id = $3)"
+    " ORDER BY t.checkpoint_id DESC LIMIT 1)"
+    " SELECT (SELECT checkpoint_id FROM target) AS target_id, r.* FROM ("
+    + _range_walk_sql(
+        "(SELECT checkpoint_id FROM target)", "(SELECT metadata FROM target)", "$4::text[]"
+    )
+    + ") r"
+)
+
+
+def _walk_range(
+    get: Callable[[str], Any], target_id: str | None, wanted: Sequence[str]
+) -> list[tuple[Any, ...]] | None:
+    """`HistoryRow`s from a `_range_walk_sql` answer (``get`` reads its columns), or
+    ``None`` if the range cannot answer: the chain leaves it, or reaches a holder whose
+    blob was not fetched."""
+    if target_id is None:
+        return []  # no such checkpoint: every channel answers empty, as the walk would
+    links = dict(
+        zip(get("ids") or (), zip(get("parents") or (), get("masks") or (), strict=True), strict=True)
+    )
+    if target_id not in links:
+        return None
+    writes: dict[str, list[tuple[Any, ...]]] = {}
+    for cid, *rest in zip(
+        get("w_ids") or (),
+        get("w_channels") or (),
+        get("w_task_ids") or (),
+        get("w_paths") or (),
+        get("w_idxs") or (),
+        get("w_types") or (),
+        get("w_blobs") or (),
+        strict=True,
+    ):
+        writes.setdefault(cid, []).append(tuple(rest))
+    seeds = {
+        ch: (cid, btype, blob)
+        for ch, cid, btype, blob in zip(
+            get("s_channels") or (),
+            get("s_ids") or (),
+            get("s_types") or (),
+            get("s_blobs") or (),
+            strict=True,
+        )
+    }
+    bits = {ch: 1 << i for i, ch in enumerate(wanted)}
+    need = set(wanted)
+    out: list[tuple[Any, ...]] = []
+    cursor = links[target_id][0]
+    depth = 1
+    while cursor is not None and need:
+        if cursor not in links or depth > len(links):
+            return None
+        parent, mask = links[cursor]
+        for channel, task_id, path, idx, btype, blob in writes.get(cursor, ()):
+            if channel in need:
+                out.append((depth, channel, codec.HISTORY_WRITE, task_id, path, idx, btype, blob))
+        for channel in [ch for ch in need if mask & bits[ch]]:
+            seed = seeds.get(channel)
+            if seed is None or seed[0] != cursor:
+                return None
+            if seed[1] is not None:
+                out.append((depth, channel, codec.HISTORY_SEED, None, None, None, *seed[1:]))
+            need.discard(channel)
+        cursor = parent
+        depth += 1
+    return out
+
+
 # The delta channels (named in LangGraph's `counters_since_delta_snapshot` metadata,
 # see `saverbase.delta_channels`) a checkpoint has a version of but holds no value
 # of: what a delta reconstruction at it rebuilds from ancestors. An ordinary channel
@@ -303,30 +445,20 @@ _PREFETCH_NEED = (
 )
 
 # aget_tuple also answers the delta history LangGraph asks for right after loading a
-# delta checkpoint (its delta channels without a value), in the same round trip:
-# parallel arrays of history rows, plus the channels they answer (`h_need`).
+# delta checkpoint (its delta channels without a value), in the same round trip: the
+# range walk's arrays below the head, plus the channels they answer (`h_need`).
 _PREFETCH = (
     " LEFT JOIN LATERAL ("
-    " WITH RECURSIVE "
-    + _WALK_CTE.format(
-        start=(
-            "SELECT c.thread_id, c.checkpoint_ns, c.parent_checkpoint_id, "
-            + _PREFETCH_NEED
-            + ", 1 WHERE c.parent_checkpoint_id IS NOT NULL"
-        )
-    )
-    + " SELECT array_agg(h.depth) AS depths, array_agg(h.channel) AS channels,"
-    " array_agg(h.kind) AS kinds, array_agg(h.task_id) AS task_ids,"
-    " array_agg(h.task_path) AS paths, array_agg(h.idx) AS idxs,"
-    " array_agg(h.type) AS types, array_agg(h.blob) AS blobs"
-    " FROM (" + _HISTORY_SELECT + ") AS h"
-    ") hist ON true"
+    + _range_walk_sql("c.checkpoint_id", "c.metadata", _PREFETCH_NEED)
+    + ") hist ON true"
+)
+_RANGE_COLUMNS = (
+    "ids", "parents", "masks", "w_ids", "w_channels", "w_task_ids", "w_paths", "w_idxs",
+    "w_types", "w_blobs", "s_channels", "s_ids", "s_types", "s_blobs",
 )
 _PREFETCH_COLUMNS = (
-    ", " + _PREFETCH_NEED + " AS h_need,"
-    " hist.depths AS h_depths, hist.channels AS h_channels, hist.kinds AS h_kinds,"
-    " hist.task_ids AS h_task_ids, hist.paths AS h_paths, hist.idxs AS h_idxs,"
-    " hist.types AS h_types, hist.blobs AS h_blobs"
+    ", " + _PREFETCH_NEED + " AS h_need, "
+    + ", ".join(f"hist.{name} AS h_{name}" for name in _RANGE_COLUMNS)
 )
 
 
@@ -840,27 +972,12 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         row = await self._leases.run(go)
         if row is None:
             return None
-        if checkpoint_id is None and row["h_need"]:
-            depths = row["h_depths"]
-            rows = (
-                list(
-                    zip(
-                        depths,
-                        row["h_channels"],
-                        row["h_kinds"],
-                        row["h_task_ids"],
-                        row["h_paths"],
-                        row["h_idxs"],
-                        row["h_types"],
-                        row["h_blobs"],
-                        strict=True,
-                    )
-                )
-                if depths
-                else []
-            )
-            key = (thread_id, ns, row["checkpoint_id"])
-            self._prefetched.store(key, generation, row["h_need"], rows)
+        need = None if checkpoint_id else row["h_need"]
+        if need:
+            rows = _walk_range(lambda name: row["h_" + name], row["checkpoint_id"], need)
+            if rows is not None:
+                key = (thread_id, ns, row["checkpoint_id"])
+                self._prefetched.store(key, generation, need, rows)
         return self._decode_row(row)
 
     def _list_sql(
@@ -1141,18 +1258,21 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                 # Decoded here, per call: callers never share value objects.
                 return codec.assemble_delta_history(self.serde, channels, ready)
 
-        async def go(conn: Any) -> list[Any]:
-            return list(
-                await conn.fetch(
-                    DELTA_HISTORY_SQL,
-                    thread_id,
-                    ns,
-                    str(checkpoint_id) if checkpoint_id else None,
-                    wanted,
-                )
-            )
+        target = str(checkpoint_id) if checkpoint_id else None
+        rows: list[Any] | None = None
+        if len(wanted) <= _MAX_MASK_CHANNELS:
 
-        rows = await self._leases.run(go)
+            async def by_range(conn: Any) -> Any:
+                return await conn.fetchrow(RANGE_HISTORY_SQL, thread_id, ns, target, wanted)
+
+            found = await self._leases.run(by_range)
+            rows = _walk_range(found.__getitem__, found["target_id"], wanted)
+        if rows is None:
+
+            async def by_parent_links(conn: Any) -> list[Any]:
+                return list(await conn.fetch(DELTA_HISTORY_SQL, thread_id, ns, target, wanted))
+
+            rows = await self._leases.run(by_parent_links)
         return codec.assemble_delta_history(self.serde, channels, rows)
 
     # -- sync twins ------------------------------------------------------------------

@@ -782,3 +782,53 @@ async def test_a_long_delta_history_is_not_prefetched(opened: PostgresSaver) -> 
     assert got is not None and got.config == head_cfg
     assert await saver.aget_delta_channel_history(config=head_cfg, channels=["a"]) == expected
     assert trips.calls == 2, "a long history is queried on its own"
+
+
+async def test_delta_history_by_id_range_falls_back_to_parent_links(
+    opened: PostgresSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A linear chain is answered from the checkpoints just below the target; when a
+    sibling branch crowds the ancestors out of that range, or holds a newer value than
+    the real seed, the recursive walk answers. Every answer equals the base-class walk."""
+    from runstore.plugins.postgres import saver as module
+
+    outcomes: list[bool] = []
+    real_walk = module._walk_range
+
+    def spying(get: Any, target_id: Any, wanted: Any) -> Any:
+        rows = real_walk(get, target_id, wanted)
+        outcomes.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(module, "_walk_range", spying)
+
+    async def check(target: str) -> None:
+        config = cfg("t-range", target)
+        got = await opened.aget_delta_channel_history(config=config, channels=["a"])
+        expected = await BaseCheckpointSaver.aget_delta_channel_history(
+            opened, config=config, channels=["a"]
+        )
+        assert got == expected
+        assert got["a"]["writes"]
+
+    main = await put_chain(opened, "t-range", [{"a": ["seed"]}] + [{}] * 20)
+    await check(main[-1])
+    assert outcomes == [True], "a linear chain is answered from the id range"
+
+    # A long sibling branch written before the main branch goes on.
+    await put_chain(opened, "t-range", [{}] * 80, parent=main[5])
+    more = await put_chain(opened, "t-range", [{}] * 3, parent=main[-1])
+    await check(more[-1])
+    assert outcomes[-1] is False, "ancestors outside the range: parent links answer"
+
+    # A short sibling whose second checkpoint holds a newer value than the real seed.
+    short = await put_chain(opened, "t-range-2", [{"a": ["seed"]}] + [{}] * 9)
+    await put_chain(opened, "t-range-2", [{}, {"a": ["sibling"]}], parent=short[2])
+    tail = await put_chain(opened, "t-range-2", [{}, {}], parent=short[-1])
+    config = cfg("t-range-2", tail[-1])
+    got = await opened.aget_delta_channel_history(config=config, channels=["a"])
+    assert got == await BaseCheckpointSaver.aget_delta_channel_history(
+        opened, config=config, channels=["a"]
+    )
+    assert got["a"]["seed"] == ["seed"]
+    assert outcomes[-1] is False, "a sibling's newer holder: parent links answer"
