@@ -309,7 +309,7 @@ WITH req AS (SELECT {channels} AS chs
     ORDER BY k.checkpoint_id DESC
     LIMIT (SELECT n + 1 FROM span)
 )
-SELECT ca.ids, ca.parents, ca.masks,
+SELECT (SELECT chs FROM req) AS need, ca.ids, ca.parents, ca.masks,
        wr.ids AS w_ids, wr.channels AS w_channels, wr.task_ids AS w_task_ids,
        wr.paths AS w_paths, wr.idxs AS w_idxs, wr.types AS w_types, wr.blobs AS w_blobs,
        sd.channels AS s_channels, sd.ids AS s_ids, sd.types AS s_types, sd.blobs AS s_blobs
@@ -453,11 +453,11 @@ _PREFETCH = (
     + ") hist ON true"
 )
 _RANGE_COLUMNS = (
-    "ids", "parents", "masks", "w_ids", "w_channels", "w_task_ids", "w_paths", "w_idxs",
+    "need", "ids", "parents", "masks", "w_ids", "w_channels", "w_task_ids", "w_paths", "w_idxs",
     "w_types", "w_blobs", "s_channels", "s_ids", "s_types", "s_blobs",
 )
 _PREFETCH_COLUMNS = (
-    ", " + _PREFETCH_NEED + " AS h_need, "
+    ", "
     + ", ".join(f"hist.{name} AS h_{name}" for name in _RANGE_COLUMNS)
 )
 
