@@ -400,6 +400,27 @@ def check_task_id(task_id: Any) -> str | None:
     return task_id
 
 
+def check_page(limit: Any, before_seq: Any, after_seq: Any) -> tuple[int, int | None, int | None]:
+    """Check a page request: ``limit`` and its exclusive ``before_seq`` / ``after_seq`` cursors."""
+    return (
+        check_limit(limit),
+        check_cursor(before_seq, "before_seq"),
+        check_cursor(after_seq, "after_seq"),
+    )
+
+
+def check_run_filter(
+    event_types: Any, task_id: Any, limit: Any, after_seq: Any
+) -> tuple[frozenset[str] | None, str | None, int, int | None]:
+    """Check `RunEventStore.list_events`' filters: event types, task id, limit and cursor."""
+    return (
+        check_event_types(event_types),
+        check_task_id(task_id),
+        check_limit(limit),
+        check_cursor(after_seq, "after_seq"),
+    )
+
+
 def normalize_identities(identities: Any) -> set[str]:
     """The non-empty str identities of a `get_message_seqs` call (a bare str is an error)."""
     if isinstance(identities, str | bytes):

@@ -31,10 +31,8 @@ from ..options import BackendOptions
 from ..owner import AUTO, UserId, resolve_owner
 from ..records import (
     PreparedEvent,
-    check_cursor,
-    check_event_types,
-    check_limit,
-    check_task_id,
+    check_page,
+    check_run_filter,
     dumps,
     loads,
     normalize_identities,
@@ -591,9 +589,7 @@ class SqlEventStore(RunEventStore):
     ) -> list[EventRecord]:
         """A page of ``message`` events, ascending, with exclusive keyset cursors."""
         validate_id(thread_id, "thread_id")
-        limit = check_limit(limit)
-        before_seq = check_cursor(before_seq, "before_seq")
-        after_seq = check_cursor(after_seq, "after_seq")
+        limit, before_seq, after_seq = check_page(limit, before_seq, after_seq)
         owner = resolve_owner(user_id)
         if limit == 0:
             return []
@@ -620,10 +616,7 @@ class SqlEventStore(RunEventStore):
         """The first ``limit`` events of a run above ``after_seq``, filtered in SQL."""
         validate_id(thread_id, "thread_id")
         validate_id(run_id, "run_id")
-        types = check_event_types(event_types)
-        task_id = check_task_id(task_id)
-        limit = check_limit(limit)
-        after_seq = check_cursor(after_seq, "after_seq")
+        types, task_id, limit, after_seq = check_run_filter(event_types, task_id, limit, after_seq)
         owner = resolve_owner(user_id)
         if limit == 0 or (types is not None and not types):
             return []
@@ -652,9 +645,7 @@ class SqlEventStore(RunEventStore):
         """A page of one run's ``message`` events, paged like `list_messages`."""
         validate_id(thread_id, "thread_id")
         validate_id(run_id, "run_id")
-        limit = check_limit(limit)
-        before_seq = check_cursor(before_seq, "before_seq")
-        after_seq = check_cursor(after_seq, "after_seq")
+        limit, before_seq, after_seq = check_page(limit, before_seq, after_seq)
         owner = resolve_owner(user_id)
         if limit == 0:
             return []

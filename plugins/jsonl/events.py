@@ -38,10 +38,8 @@ from runstore.records import (
     InvalidEventError,
     PreparedEvent,
     ai_message_match,
-    check_cursor,
-    check_event_types,
-    check_limit,
-    check_task_id,
+    check_page,
+    check_run_filter,
     dumps_bytes,
     is_visible_ai_message,
     loads,
@@ -434,9 +432,7 @@ class JsonlEventStore(RunEventStore):
     ) -> list[EventRecord]:
         resolve_owner(user_id)
         validate_path_id(thread_id, "thread_id")
-        limit = check_limit(limit)
-        before = check_cursor(before_seq, "before_seq")
-        after = check_cursor(after_seq, "after_seq")
+        limit, before, after = check_page(limit, before_seq, after_seq)
         records = await self._thread_records(thread_id)
         messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
         return select_page(messages, limit=limit, before_seq=before, after_seq=after)
@@ -455,10 +451,7 @@ class JsonlEventStore(RunEventStore):
         resolve_owner(user_id)
         validate_path_id(thread_id, "thread_id")
         validate_path_id(run_id, "run_id")
-        types = check_event_types(event_types)
-        task = check_task_id(task_id)
-        limit = check_limit(limit)
-        after = check_cursor(after_seq, "after_seq")
+        types, task, limit, after = check_run_filter(event_types, task_id, limit, after_seq)
         if limit == 0 or types == frozenset():
             return []
         records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
@@ -479,9 +472,7 @@ class JsonlEventStore(RunEventStore):
         resolve_owner(user_id)
         validate_path_id(thread_id, "thread_id")
         validate_path_id(run_id, "run_id")
-        limit = check_limit(limit)
-        before = check_cursor(before_seq, "before_seq")
-        after = check_cursor(after_seq, "after_seq")
+        limit, before, after = check_page(limit, before_seq, after_seq)
         records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
         messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
         return select_page(messages, limit=limit, before_seq=before, after_seq=after)

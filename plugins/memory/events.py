@@ -12,10 +12,8 @@ from runstore.identity import message_identity
 from runstore.owner import AUTO, UserId, resolve_owner
 from runstore.records import (
     PreparedEvent,
-    check_cursor,
-    check_event_types,
-    check_limit,
-    check_task_id,
+    check_page,
+    check_run_filter,
     copy_record,
     is_visible_ai_message,
     normalize_identities,
@@ -205,9 +203,7 @@ class MemoryEventStore(RunEventStore):
     ) -> list[EventRecord]:
         resolve_owner(user_id)
         validate_id(thread_id, "thread_id")
-        limit = check_limit(limit)
-        before = check_cursor(before_seq, "before_seq")
-        after = check_cursor(after_seq, "after_seq")
+        limit, before, after = check_page(limit, before_seq, after_seq)
         thread = self._threads.get(thread_id)
         if thread is None:
             return []
@@ -227,10 +223,7 @@ class MemoryEventStore(RunEventStore):
         resolve_owner(user_id)
         validate_id(thread_id, "thread_id")
         validate_id(run_id, "run_id")
-        types = check_event_types(event_types)
-        task = check_task_id(task_id)
-        limit = check_limit(limit)
-        after = check_cursor(after_seq, "after_seq")
+        types, task, limit, after = check_run_filter(event_types, task_id, limit, after_seq)
         thread = self._threads.get(thread_id)
         rows = thread.runs.get(run_id) if thread else None
         if rows is None or limit == 0 or types == frozenset():
@@ -254,9 +247,7 @@ class MemoryEventStore(RunEventStore):
         resolve_owner(user_id)
         validate_id(thread_id, "thread_id")
         validate_id(run_id, "run_id")
-        limit = check_limit(limit)
-        before = check_cursor(before_seq, "before_seq")
-        after = check_cursor(after_seq, "after_seq")
+        limit, before, after = check_page(limit, before_seq, after_seq)
         thread = self._threads.get(thread_id)
         rows = thread.run_messages.get(run_id) if thread else None
         if rows is None:
