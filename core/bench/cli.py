@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -185,6 +187,28 @@ def bench_group() -> None:
 
 
 def _common_run_options(fn: Any) -> Any:
+    """Add the options every bench command shares; the case-running ones reach ``fn``
+    as one ``run_options: RunOptions``."""
+
+    @functools.wraps(fn)
+    def command(
+        *,
+        timeout_seconds: float,
+        profile_dir: Path | None,
+        work_dir: Path | None,
+        keep_files: bool,
+        settings: dict[str, Any],
+        **kwargs: Any,
+    ) -> Any:
+        run_options = RunOptions(
+            timeout_seconds=timeout_seconds,
+            profile_dir=profile_dir,
+            work_dir=work_dir,
+            keep_files=keep_files,
+            settings=settings,
+        )
+        return fn(run_options=run_options, **kwargs)
+
     for option in reversed(
         [
             click.option(
@@ -227,8 +251,8 @@ def _common_run_options(fn: Any) -> Any:
             click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
         ]
     ):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command
 
 
 @bench_group.command("checkpoint")
@@ -280,11 +304,7 @@ def checkpoint_cmd(
     postgres_url: str | None,
     output: Path | None,
     repetitions: int,
-    timeout_seconds: float,
-    profile_dir: Path | None,
-    work_dir: Path | None,
-    keep_files: bool,
-    settings: dict[str, Any],
+    run_options: RunOptions,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -320,14 +340,7 @@ def checkpoint_cmd(
         backend_urls=urls,
         cache_urls=cache_urls,
         output=output,
-        options=RunOptions(
-            timeout_seconds=timeout_seconds,
-            profile_dir=profile_dir,
-            work_dir=work_dir,
-            keep_files=keep_files,
-            postgres_url=postgres_url,
-            settings=settings,
-        ),
+        options=dataclasses.replace(run_options, postgres_url=postgres_url),
         argv=_redacted_argv(),
         params={
             "backends": list(urls),
@@ -339,8 +352,8 @@ def checkpoint_cmd(
             "seed": seed,
             "payload_cap_bytes": int(payload_cap_mib * 2**20),
             "allow_large_cases": allow_large_cases,
-            "timeout_seconds": timeout_seconds,
-            "settings": settings,
+            "timeout_seconds": run_options.timeout_seconds,
+            "settings": run_options.settings,
         },
         reporter=RichReporter(quiet=quiet or as_json),
     )
@@ -381,11 +394,7 @@ def events_cmd(
     thread_sizes: list[int],
     output: Path | None,
     repetitions: int,
-    timeout_seconds: float,
-    profile_dir: Path | None,
-    work_dir: Path | None,
-    keep_files: bool,
-    settings: dict[str, Any],
+    run_options: RunOptions,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -396,13 +405,7 @@ def events_cmd(
     outcome = run_events(
         backends,
         output=output or _default_output("events"),
-        options=RunOptions(
-            timeout_seconds=timeout_seconds,
-            profile_dir=profile_dir,
-            work_dir=work_dir,
-            keep_files=keep_files,
-            settings=settings,
-        ),
+        options=run_options,
         repetitions=repetitions,
         params={
             "batches": batches,
@@ -443,11 +446,7 @@ def streams_cmd(
     subscribers: list[int],
     output: Path | None,
     repetitions: int,
-    timeout_seconds: float,
-    profile_dir: Path | None,
-    work_dir: Path | None,
-    keep_files: bool,
-    settings: dict[str, Any],
+    run_options: RunOptions,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -458,13 +457,7 @@ def streams_cmd(
     outcome = run_streams(
         backends,
         output=output or _default_output("streams"),
-        options=RunOptions(
-            timeout_seconds=timeout_seconds,
-            profile_dir=profile_dir,
-            work_dir=work_dir,
-            keep_files=keep_files,
-            settings=settings,
-        ),
+        options=run_options,
         repetitions=repetitions,
         params={
             "events": n_events,
