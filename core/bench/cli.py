@@ -401,6 +401,12 @@ def events_cmd(
     """put_batch and message pages on each event store, next to raw driver inserts/selects."""
     from .events import run_events
 
+    # Random cursors land between two pages in and the thread's end.
+    if too_small := [size for size in thread_sizes if size < 2 * page_size]:
+        raise click.BadParameter(
+            f"thread sizes must be at least 2 x --page-size ({2 * page_size}); got {too_small}",
+            param_hint="--thread-sizes",
+        )
     backends = backends or ["memory://", "jsonl://", "sqlite://"]
     outcome = run_events(
         backends,

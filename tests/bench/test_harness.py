@@ -522,3 +522,18 @@ def test_gc_timer_counts_collections_per_generation() -> None:
     assert timer.collections == [1, 0, 1]
     assert timer.seconds > 0
 
+
+
+def test_events_rejects_threads_too_small_for_random_cursors(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from runstore.bench.cli import bench_group
+
+    out = tmp_path / "events.jsonl"
+    result = CliRunner().invoke(
+        bench_group,
+        ["events", "-b", "memory://", "--thread-sizes", "1000,60", "-o", str(out), "-q"],
+    )
+    assert result.exit_code == 2
+    assert "at least 2 x --page-size (100); got [60]" in result.output
+    assert not out.exists(), "nothing runs and no file is written"
