@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": ".errors",
     "BackendNotFoundError": ".errors",
     "MissingDriverError": ".errors",
+    "BackendUnavailableError": ".errors",
     "PluginError": ".errors",
     "DuplicateBackendError": ".errors",
     "InvalidURLError": ".errors",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .capabilities import CAPABILITIES, Kind
     from .errors import (
         BackendNotFoundError,
+        BackendUnavailableError,
         CheckpointModeError,
         CheckpointModeMismatchError,
         CheckpointModeReconfigurationError,

@@ -52,6 +52,44 @@ class InvalidURLError(RunstoreError, ValueError):
     """A backend URL cannot be parsed or carries options the backend does not accept."""
 
 
+class BackendUnavailableError(RunstoreError):
+    """A backend could not be reached, lost its connection, or timed out during a call.
+
+    ``write_may_have_happened`` tells the caller how to recover: ``False`` means the
+    call changed nothing (a read, or a write that provably never reached the server),
+    so it is safe to retry; ``True`` means the write may have taken effect (it was sent
+    but its outcome is unknown), so check before retrying or it may happen twice. The
+    driver's error is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        operation: str,
+        *,
+        write_may_have_happened: bool,
+        cause: BaseException | None = None,
+    ) -> None:
+        from .urls import redact  # urls imports this module
+
+        self.backend = backend
+        self.operation = operation
+        self.write_may_have_happened = write_may_have_happened
+        outcome = (
+            "the write may have happened; check before retrying"
+            if write_may_have_happened
+            else "nothing was written; it is safe to retry"
+        )
+        reason = ""
+        if cause is not None:
+            # Driver messages name hosts and ports; mask any URL password they carry.
+            detail = redact(str(cause)).strip()
+            reason = f" ({type(cause).__name__}{': ' + detail if detail else ''})"
+        super().__init__(f"{backend} is unavailable during {operation}{reason}: {outcome}")
+        if cause is not None:
+            self.__cause__ = cause
+
+
 class OwnerContextMissingError(RunstoreError, LookupError):
     """`user_id=AUTO` was used but no owner is set in the request context."""
 
