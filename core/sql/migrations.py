@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import RunstoreError
-from .engine import SCHEMA_LOCK_KEY, WRITE_OPTION, sqlite_write_lock
+from .dialect import dialect_of
 
 VERSION_TABLE = "runstore_schema_versions"
 
@@ -46,17 +46,18 @@ async def ensure_schema(
 
     ``migrations`` are numbered 1, 2, 3... in order. All pending ones run in one
     transaction together with the version update, serialized across processes
-    (PostgreSQL: ``pg_advisory_xact_lock``; sqlite: ``BEGIN IMMEDIATE``), and the
-    stored version is re-read under the lock, so concurrent openers apply each step
-    once. A stored version above the newest migration raises `SchemaVersionError`.
-    An `AsyncConnection` argument must not be inside a transaction; it is committed.
+    (`SqlDialect.schema_transaction` of the engine's dialect, e.g. an advisory lock or
+    ``BEGIN IMMEDIATE``), and the stored version is re-read under the lock, so
+    concurrent openers apply each step once. A stored version above the newest
+    migration raises `SchemaVersionError`. An `AsyncConnection` argument must not be
+    inside a transaction; it is committed.
     """
     expected = list(range(1, len(migrations) + 1))
     if [m.version for m in migrations] != expected:
         raise ValueError(f"migrations of {component!r} must be numbered 1..{len(migrations)}")
     latest = len(migrations)
     if isinstance(conn_or_engine, AsyncEngine):
-        lock = sqlite_write_lock(conn_or_engine)
+        lock = dialect_of(conn_or_engine).write_lock
         async with conn_or_engine.connect() as conn:
             current = await _read_version(conn, component)
             if current == latest:
@@ -74,13 +75,11 @@ async def ensure_schema(
 
 async def _read_version(conn: AsyncConnection, component: str) -> int | None:
     """The stored version without locking (``None`` when unknown or the table is missing)."""
+    sql = dialect_of(conn.engine).placeholders(
+        f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"
+    )
     try:
-        row = (
-            await conn.exec_driver_sql(
-                _param_sql(conn, f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"),
-                (component,),
-            )
-        ).first()
+        row = (await conn.exec_driver_sql(sql, (component,))).first()
     except DBAPIError:
         row = None
     await conn.rollback()
@@ -88,18 +87,15 @@ async def _read_version(conn: AsyncConnection, component: str) -> int | None:
 
 
 async def _migrate(conn: AsyncConnection, component: str, migrations: Sequence[Migration]) -> int:
-    await conn.execution_options(**{WRITE_OPTION: True})
-    postgres = conn.dialect.name == "postgresql"
-    async with conn.begin():
-        if postgres:
-            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+    dialect = dialect_of(conn.engine)
+    async with dialect.schema_transaction(conn):
         await conn.exec_driver_sql(
             f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} "
             "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
         row = (
             await conn.exec_driver_sql(
-                _param_sql(conn, f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"),
+                dialect.placeholders(f"SELECT version FROM {VERSION_TABLE} WHERE component = ?"),
                 (component,),
             )
         ).first()
@@ -117,25 +113,10 @@ async def _migrate(conn: AsyncConnection, component: str, migrations: Sequence[M
                     await step(conn)
         if current < len(migrations):
             await conn.exec_driver_sql(
-                _param_sql(
-                    conn,
+                dialect.placeholders(
                     f"INSERT INTO {VERSION_TABLE} (component, version) VALUES (?, ?) "
-                    "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                    "ON CONFLICT (component) DO UPDATE SET version = excluded.version"
                 ),
                 (component, len(migrations)),
             )
-    await conn.execution_options(**{WRITE_OPTION: False})
     return len(migrations)
-
-
-def _param_sql(conn: AsyncConnection, sql: str) -> str:
-    """Rewrite ``?`` placeholders to the driver's style (``$n`` for asyncpg)."""
-    if conn.dialect.paramstyle in ("numeric_dollar",):
-        parts = sql.split("?")
-        out = parts[0]
-        for i, part in enumerate(parts[1:], start=1):
-            out += f"${i}{part}"
-        return out
-    if conn.dialect.paramstyle == "format":
-        return sql.replace("?", "%s")
-    return sql

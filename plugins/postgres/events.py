@@ -1,16 +1,170 @@
-"""The PostgreSQL run event store: `runstore.sql.SqlEventStore` on asyncpg.
+"""The PostgreSQL run event store: `runstore.sql.events.SqlEventStore` on asyncpg.
 
-asyncpg is imported only when a store is opened (`runstore.sql.engine`), never at
-module import.
+asyncpg is imported only when a store is opened (`runstore.plugins.postgres.engine`),
+never at module import.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from runstore.errors import InvalidURLError
+from runstore.events import HIDDEN_CALLER_PREFIX
 from runstore.options import BackendOptions
-from runstore.sql.events import SqlEventStore
+from runstore.sql.events import EXISTING_SQL, Params, Row, SqlEventDriver, SqlEventStore
+from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
+
+from .engine import POSTGRES, SCHEMES, shared_engine
+
+R = TypeVar("R")
+
+#: First key of the two-int advisory lock on a thread (the second is hashtext(thread_id)),
+#: so our locks never collide with single-bigint advisory locks of other software.
+PG_LOCK_NAMESPACE = 0x52534556  # "RSEV"
+
+#: The event store's migrations on PostgreSQL (the backfill reads the JSON as jsonb).
+POSTGRES_MIGRATIONS = events_migrations(
+    [
+        f"UPDATE {TABLE} SET task_id = metadata::jsonb ->> 'task_id' "
+        "WHERE jsonb_typeof(metadata::jsonb -> 'task_id') = 'string'",
+        f"UPDATE {TABLE} SET visible_ai = TRUE WHERE category = 'message' "
+        f"AND event_type IN ({AI_TYPES_SQL}) AND NOT coalesce("
+        "jsonb_typeof(metadata::jsonb -> 'caller') = 'string' AND "
+        f"left(metadata::jsonb ->> 'caller', {len(HIDDEN_CALLER_PREFIX)}) = "
+        f"'{HIDDEN_CALLER_PREFIX}', FALSE)",
+    ]
+)
+
+
+class PostgresEventDriver(SqlEventDriver):
+    """asyncpg connections from the shared pool, one per operation.
+
+    Writes lock their threads with ``pg_advisory_xact_lock(namespace, hashtext(thread))``
+    (released at commit) and insert a whole batch with one ``unnest`` statement that
+    also allocates the seqs, so a write is BEGIN, lock, insert, COMMIT.
+    """
+
+    # Locks are taken in key order, so two batches sharing threads (even threads whose
+    # hashes collide) always lock in the same order and cannot deadlock.
+    _LOCK = (
+        f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, k) FROM "
+        "(SELECT DISTINCT hashtext(t) AS k FROM unnest($1::text[]) AS t ORDER BY k) AS keys"
+    )
+    _INSERT = (
+        f"INSERT INTO {TABLE} ({', '.join(INSERT_COLUMNS)}) "
+        "SELECT u.thread_id, "
+        f"coalesce((SELECT max(e.seq) FROM {TABLE} e WHERE e.thread_id = u.thread_id), 0) "
+        "+ row_number() OVER (PARTITION BY u.thread_id ORDER BY u.ord), "
+        "u.run_id, u.event_type, u.category, u.content, u.content_json, u.metadata, "
+        "u.created_at, $9, u.task_id, u.visible_ai "
+        "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], "
+        "$7::text[], $8::text[], $10::text[], $11::bool[]) WITH ORDINALITY "
+        "AS u(thread_id, run_id, event_type, category, content, content_json, metadata, "
+        "created_at, task_id, visible_ai, ord) "
+        "RETURNING thread_id, seq"
+    )
+    _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._closed = False
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def in_list(self, column: str, values: Sequence[str], params: list[Any]) -> str:
+        """One array parameter, so the statement text does not vary with the list length."""
+        params.append(list(values))
+        return f"{column} = ANY(?::text[])"
+
+    async def _run(self, fn: Callable[[Any], Awaitable[R]]) -> R:
+        if self._closed:
+            raise RuntimeError("this event store is closed")
+        async with self._engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            return await fn(raw)
+
+    async def fetch(self, sql: str, params: Params) -> list[Row]:
+        sql = POSTGRES.placeholders(sql)
+
+        async def work(raw: Any) -> list[Row]:
+            return [tuple(r) for r in await raw.fetch(sql, *params)]
+
+        return await self._run(work)
+
+    async def insert(self, rows: list[list[Any]]) -> list[int]:
+        columns = list(zip(*rows, strict=True))
+        owner = rows[0][9]
+        threads = list({r[0] for r in rows})
+
+        async def work(raw: Any) -> list[Any]:
+            async with raw.transaction():
+                await raw.execute(self._LOCK, threads)
+                return list(
+                    await raw.fetch(
+                        self._INSERT,
+                        columns[0],
+                        columns[2],
+                        columns[3],
+                        columns[4],
+                        columns[5],
+                        columns[6],
+                        columns[7],
+                        columns[8],
+                        owner,
+                        columns[10],
+                        columns[11],
+                    )
+                )
+
+        returned = await self._run(work)
+        # The statement numbers each thread's rows in input order; hand them back so.
+        by_thread: dict[str, list[int]] = {}
+        for thread_id, seq in returned:
+            by_thread.setdefault(thread_id, []).append(int(seq))
+        for seqs in by_thread.values():
+            seqs.sort(reverse=True)
+        out = []
+        for row in rows:
+            row[1] = by_thread[row[0]].pop()
+            out.append(row[1])
+        return out
+
+    async def insert_if_absent(
+        self, key: tuple[str, str, str], row: list[Any]
+    ) -> tuple[Row | None, int]:
+        async def work(raw: Any) -> tuple[Row | None, int]:
+            async with raw.transaction():
+                await raw.execute(self._LOCK, [row[0]])
+                found = await raw.fetchrow(self._EXISTING, *key)
+                if found is not None:
+                    return tuple(found), 0
+                inserted = await raw.fetchrow(
+                    self._INSERT,
+                    [row[0]], [row[2]], [row[3]], [row[4]], [row[5]], [row[6]], [row[7]],
+                    [row[8]], row[9], [row[10]], [row[11]],
+                )  # fmt: skip
+                return None, int(inserted[1])
+
+        return await self._run(work)
+
+    async def delete(self, thread_id: str, where: str, params: Params) -> int:
+        sql = POSTGRES.placeholders(f"DELETE FROM {TABLE} WHERE {where}")
+
+        async def work(raw: Any) -> int:
+            async with raw.transaction():
+                await raw.execute(self._LOCK, [thread_id])
+                status = await raw.execute(sql, *params)
+            return int(status.rsplit(" ", 1)[-1])
+
+        return await self._run(work)
 
 
 class PostgresEventStore(SqlEventStore):
@@ -20,14 +174,15 @@ class PostgresEventStore(SqlEventStore):
     several processes (and hosts) can share the database.
     """
 
+    #: URL query options the store accepts (``schema``: the search_path, created if missing).
     url_options: ClassVar[frozenset[str]] = frozenset({"schema"})
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresEventStore:
         """Open ``postgresql://...``, creating the schema/table or upgrading them as needed."""
         url = BackendURL.parse(url)
-        if url.scheme not in ("postgresql", "postgres"):
-            raise ValueError(f"{url} is not a postgresql:// URL")
-        store = await super().open(url, options)
-        assert isinstance(store, PostgresEventStore)
-        return store
+        if url.scheme not in SCHEMES:
+            raise InvalidURLError(f"{url} is not a postgresql:// URL")
+        url.check_options(cls.url_options)
+        engine = await shared_engine(url, options)
+        return await cls.start(engine, PostgresEventDriver(engine), options, POSTGRES_MIGRATIONS)

@@ -10,7 +10,7 @@ handling and the round-trip budget:
 * ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query.
 * ``aget_delta_channel_history`` is one ``WITH RECURSIVE`` query over parent links.
 * Connections come from the SQLAlchemy engine shared with the PostgreSQL event store
-  (`runstore.sql.engine.shared_engine`); the saver keeps a few of them leased between
+  (`runstore.plugins.postgres.engine.shared_engine`); the saver keeps a few of them leased between
   calls so a call does not pay a pool checkout (events, a ping after idling) each time.
 
 Design notes and measurements: docs/savers.md, section "PostgreSQL".
@@ -874,8 +874,9 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
     ) -> PostgresSaver:
         """Open the saver on ``url`` (creating/upgrading its tables) and register its cleanup."""
-        from runstore.sql.engine import shared_engine
         from runstore.sql.migrations import Migration, ensure_schema
+
+        from .engine import shared_engine
 
         url = BackendURL.parse(url)
         url.check_options({"schema"})

@@ -3,7 +3,7 @@
 Every logical operation is one function run on the aiosqlite worker thread against
 the raw ``sqlite3`` connection (one thread hop, one transaction), instead of one
 hop per statement. The async side borrows one connection from the SQLAlchemy
-engine it shares with the sqlite event store (`runstore.sql.engine.shared_engine`);
+engine it shares with the sqlite event store (`runstore.plugins.sqlite.engine.shared_engine`);
 the sync twins run the very same functions on a stdlib ``sqlite3`` connection to
 the same file, from the calling thread. See docs/savers.md for schema and decisions.
 """
@@ -698,7 +698,8 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     ) -> SqliteSaver:
         """Open (creating or upgrading the schema) the saver for ``url``; closed with ``options``."""
         from runstore.errors import InvalidURLError
-        from runstore.sql.engine import shared_engine, sqlite_write_lock
+
+        from .engine import shared_engine, sqlite_write_lock
 
         url.check_options(frozenset())
         path = url.file_path()

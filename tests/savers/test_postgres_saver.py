@@ -599,7 +599,7 @@ async def test_metadata_filters_tolerate_mixed_types(opened: PostgresSaver) -> N
 
 
 async def test_schema_upgrades_from_version_1(postgres_url: str) -> None:
-    from runstore.sql.engine import shared_engine
+    from runstore.plugins.postgres.engine import shared_engine
     from runstore.sql.migrations import Migration, ensure_schema
 
     url = BackendURL.parse(postgres_url)

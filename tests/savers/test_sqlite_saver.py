@@ -267,7 +267,7 @@ async def test_two_processes_write_one_file_concurrently(sqlite_url: str) -> Non
 
 
 async def test_schema_upgrades_from_version_1(sqlite_url: str) -> None:
-    from runstore.sql.engine import shared_engine
+    from runstore.plugins.sqlite.engine import shared_engine
 
     url = BackendURL.parse(sqlite_url)
     async with BackendOptions.scope() as options:

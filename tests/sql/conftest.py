@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.options import BackendOptions
 from runstore.settings import Settings
@@ -24,6 +25,16 @@ def store_class(url: str) -> type[SqlEventStore]:
     from runstore.plugins.postgres.events import PostgresEventStore
 
     return PostgresEventStore
+
+
+async def open_engine(url: str | BackendURL, options: BackendOptions) -> AsyncEngine:
+    """The engine the plugin serving ``url`` shares through ``options``."""
+    parsed = BackendURL.parse(url)
+    if parsed.scheme == "sqlite":
+        from runstore.plugins.sqlite.engine import shared_engine
+    else:
+        from runstore.plugins.postgres.engine import shared_engine
+    return await shared_engine(parsed, options)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

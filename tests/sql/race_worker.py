@@ -13,13 +13,27 @@ import sys
 from typing import Any
 
 
-async def race(url: str, thread: str, run: str, coroutines: int) -> dict[str, Any]:
-    from runstore.options import BackendOptions
-    from runstore.sql.events import SqlEventStore
+def _plugin_module(url: str, module: str) -> Any:
+    """``runstore.plugins.<sqlite|postgres>.<module>`` for ``url``."""
+    import importlib
+
+    name = "sqlite" if url.startswith("sqlite") else "postgres"
+    return importlib.import_module(f"runstore.plugins.{name}.{module}")
+
+
+async def _open_store(url: str, options: Any) -> Any:
+    from runstore.loader import get_backends
     from runstore.urls import BackendURL
 
+    parsed = BackendURL.parse(url)
+    return await get_backends().events.for_url(parsed).open(parsed, options)
+
+
+async def race(url: str, thread: str, run: str, coroutines: int) -> dict[str, Any]:
+    from runstore.options import BackendOptions
+
     async with BackendOptions.scope() as options:
-        store = await SqlEventStore.open(BackendURL.parse(url), options)
+        store = await _open_store(url, options)
         # Warm the pool so the start line is not spent connecting.
         await store.count_messages(thread, user_id=None)
         print("ready", flush=True)
@@ -65,8 +79,6 @@ async def race(url: str, thread: str, run: str, coroutines: int) -> dict[str, An
 
 async def migrate(url: str) -> dict[str, Any]:
     from runstore.options import BackendOptions
-    from runstore.sql.engine import shared_engine
-    from runstore.sql.events import SqlEventStore
     from runstore.sql.migrations import Migration, ensure_schema
     from runstore.urls import BackendURL
 
@@ -95,11 +107,11 @@ async def migrate(url: str) -> dict[str, Any]:
     ]
     async with BackendOptions.scope() as options:
         parsed = BackendURL.parse(url)
-        engine = await shared_engine(parsed, options)
+        engine = await _plugin_module(url, "engine").shared_engine(parsed, options)
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         version = await ensure_schema(engine, "race-test", migrations)
-        store = await SqlEventStore.open(parsed, options)
+        store = await _open_store(url, options)
         record = await store.put(
             thread_id="mig", run_id="r", event_type="e", category="message", user_id=None
         )

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from runstore.options import BackendOptions
-from runstore.sql.engine import shared_engine
-from runstore.sql.events import SqlEventStore
 from runstore.urls import BackendURL
+
+from .conftest import open_engine, store_class
 
 WORKER = Path(__file__).with_name("race_worker.py")
 PROCESSES = 4
@@ -71,7 +71,7 @@ async def test_put_if_absent_race_across_processes(db_url: str) -> None:
     all_seqs = sorted([s for b in batches for s in b] + [absent[0]["seq"]])
     assert all_seqs == list(range(1, len(all_seqs) + 1)), "contract: seqs are unique and gap-free"
     async with BackendOptions.scope() as options:
-        store = await SqlEventStore.open(BackendURL.parse(db_url), options)
+        store = await store_class(db_url).open(BackendURL.parse(db_url), options)
         stored = await store.list_events(thread, run, limit=10_000, user_id=None)
     assert [r["seq"] for r in stored] == all_seqs
 
@@ -81,7 +81,7 @@ async def test_concurrent_migrations_from_two_processes(db_url: str) -> None:
     assert [o["version"] for o in outs] == [2, 2]
     assert sorted(o["seq"] for o in outs) == [1, 2]
     async with BackendOptions.scope() as options:
-        engine = await shared_engine(BackendURL.parse(db_url), options)
+        engine = await open_engine(db_url, options)
         async with engine.connect() as conn:
             steps = [r[0] for r in await conn.exec_driver_sql("SELECT step FROM mig_log")]
             versions = dict(

@@ -1,4 +1,4 @@
-"""runstore.sql.engine: one configured engine per database, shared and disposed by its options."""
+"""The plugins' engines: one configured engine per database, shared and disposed by its options."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import pytest
 
 from runstore.errors import InvalidURLError
 from runstore.options import BackendOptions
+from runstore.plugins.postgres import engine as postgres_engine
+from runstore.plugins.sqlite import engine as sqlite_engine
+from runstore.plugins.sqlite.engine import shared_engine
 from runstore.settings import Settings
-from runstore.sql.engine import engine_key, shared_engine
+from runstore.sql.dialect import UnboundEngineError, dialect_of
 from runstore.urls import BackendURL
 
 
@@ -41,19 +44,39 @@ def test_engine_key_ignores_spelling_of_one_file(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     relative = BackendURL.parse("sqlite:///data/x.db")
     absolute = BackendURL.for_file("sqlite", tmp_path / "data" / "x.db")
-    assert engine_key(relative) == engine_key(absolute)
+    assert sqlite_engine.engine_key(relative) == sqlite_engine.engine_key(absolute)
 
 
 def test_sqlite_without_path_is_a_clear_error() -> None:
     with pytest.raises(InvalidURLError, match="names no file"):
-        engine_key(BackendURL.parse("sqlite://"))
+        sqlite_engine.engine_key(BackendURL.parse("sqlite://"))
 
 
 def test_postgres_key_keeps_schema_only() -> None:
-    a = engine_key(BackendURL.parse("postgresql://u:pw@h:5432/db?schema=a"))
-    b = engine_key(BackendURL.parse("postgres://u:pw@h:5432/db?schema=b"))
+    a = postgres_engine.engine_key(BackendURL.parse("postgresql://u:pw@h:5432/db?schema=a"))
+    b = postgres_engine.engine_key(BackendURL.parse("postgres://u:pw@h:5432/db?schema=b"))
     assert a != b
     assert a[1].startswith("postgresql://") and "schema=a" in a[1]
+
+
+async def test_an_engine_no_plugin_opened_is_a_clear_error() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from runstore.sql.migrations import Migration, ensure_schema
+
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        with pytest.raises(UnboundEngineError, match="has no runstore SqlDialect"):
+            await ensure_schema(engine, "c", [Migration(1, ["CREATE TABLE x (y INTEGER)"])])
+    finally:
+        await engine.dispose()
+
+
+async def test_engines_carry_their_plugins_dialect(tmp_path) -> None:
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(BackendURL.for_file("sqlite", tmp_path / "d.db"), options)
+        assert isinstance(dialect_of(engine), sqlite_engine.SqliteDialect)
+        assert dialect_of(engine).write_lock is sqlite_engine.sqlite_write_lock(engine)
 
 
 @pytest.mark.postgres
@@ -65,8 +88,9 @@ async def test_postgres_schema_created_and_search_path_on_raw_connections(
     )
     schema = url.option("schema")
     async with BackendOptions.scope() as options:
-        engine = await shared_engine(url, options)
+        engine = await postgres_engine.shared_engine(url, options)
         try:
+            assert dialect_of(engine) is postgres_engine.POSTGRES
             async with engine.connect() as conn:
                 raw = (await conn.get_raw_connection()).driver_connection
                 assert await raw.fetchval("SELECT current_schema()") == schema
@@ -77,7 +101,8 @@ async def test_postgres_schema_created_and_search_path_on_raw_connections(
 
 def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
     code = (
-        "import sys, runstore.plugins.postgres.events, runstore.sql.events;"
+        "import sys, runstore.plugins.postgres, runstore.plugins.postgres.events,"
+        " runstore.plugins.postgres.engine, runstore.sql.events;"
         "assert 'asyncpg' not in sys.modules, 'asyncpg imported at module import'"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -89,19 +114,18 @@ def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
 async def test_postgres_pool_replaces_a_connection_the_server_killed(
     postgres_url: str, idle_ping: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runstore.sql import engine as engine_module
-    from runstore.sql.events import SqlEventStore
+    from runstore.plugins.postgres.events import PostgresEventStore
 
     if idle_ping:
-        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)
+        monkeypatch.setattr(postgres_engine, "PING_AFTER_IDLE_SECONDS", 0.0)
     async with BackendOptions.scope() as options:
-        store = await SqlEventStore.open(BackendURL.parse(postgres_url), options)
+        store = await PostgresEventStore.open(BackendURL.parse(postgres_url), options)
         await store.count_messages("t", user_id=None)
         async with store.engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             victim = raw.get_server_pid()
         async with BackendOptions.scope() as other:
-            killer = await shared_engine(
+            killer = await postgres_engine.shared_engine(
                 BackendURL.parse(postgres_url).without_query("schema"), other
             )
             async with killer.connect() as conn:
@@ -114,19 +138,3 @@ async def test_postgres_pool_replaces_a_connection_the_server_killed(
         # reconnects and the caller never sees the failure.
         for _ in range(3):
             assert await store.count_messages("t", user_id=None) == 0
-
-
-async def test_write_connection_commits_or_rolls_back(db_url: str) -> None:
-    from runstore.sql.engine import write_connection
-
-    async with BackendOptions.scope() as options:
-        engine = await shared_engine(BackendURL.parse(db_url), options)
-        async with write_connection(engine) as conn:
-            await conn.exec_driver_sql("CREATE TABLE w (x INTEGER)")
-            await conn.exec_driver_sql("INSERT INTO w VALUES (1)")
-        with pytest.raises(RuntimeError, match="boom"):
-            async with write_connection(engine) as conn:
-                await conn.exec_driver_sql("INSERT INTO w VALUES (2)")
-                raise RuntimeError("boom")
-        async with engine.connect() as conn:
-            assert [r[0] for r in await conn.exec_driver_sql("SELECT x FROM w")] == [1]

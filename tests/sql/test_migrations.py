@@ -6,10 +6,12 @@ import orjson
 import pytest
 
 from runstore.options import BackendOptions
-from runstore.sql.engine import shared_engine
-from runstore.sql.events import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS, SqlEventStore
+from runstore.plugins.postgres.events import POSTGRES_MIGRATIONS
+from runstore.plugins.sqlite.events import SQLITE_MIGRATIONS
 from runstore.sql.migrations import Migration, SchemaVersionError, ensure_schema
 from runstore.urls import BackendURL
+
+from .conftest import open_engine, store_class
 
 
 async def test_ensure_schema_is_idempotent_and_refuses_downgrades(db_url: str) -> None:
@@ -18,7 +20,7 @@ async def test_ensure_schema_is_idempotent_and_refuses_downgrades(db_url: str) -
         Migration(2, ["CREATE TABLE m_two (x INTEGER)"]),
     ]
     async with BackendOptions.scope() as options:
-        engine = await shared_engine(BackendURL.parse(db_url), options)
+        engine = await open_engine(db_url, options)
         assert await ensure_schema(engine, "c", migrations[:1]) == 1
         assert await ensure_schema(engine, "c", migrations) == 2
         async with engine.connect() as conn:
@@ -33,7 +35,7 @@ async def test_failed_migration_leaves_the_old_version(db_url: str) -> None:
     good = Migration(1, ["CREATE TABLE f_one (x INTEGER)"])
     bad = Migration(2, ["CREATE TABLE f_two (x INTEGER)", "CREATE TABLE f_one (x INTEGER)"])
     async with BackendOptions.scope() as options:
-        engine = await shared_engine(BackendURL.parse(db_url), options)
+        engine = await open_engine(db_url, options)
         await ensure_schema(engine, "f", [good])
         with pytest.raises(Exception, match="f_one"):
             await ensure_schema(engine, "f", [good, bad])
@@ -50,7 +52,7 @@ async def test_failed_migration_leaves_the_old_version(db_url: str) -> None:
 async def test_upgrade_from_schema_version_1_keeps_rows_readable(db_url: str) -> None:
     url = BackendURL.parse(db_url)
     async with BackendOptions.scope() as options:
-        engine = await shared_engine(url, options)
+        engine = await open_engine(url, options)
         postgres = engine.dialect.name == "postgresql"
         v1 = (POSTGRES_MIGRATIONS if postgres else SQLITE_MIGRATIONS)[:1]
         assert await ensure_schema(engine, "events", v1) == 1
@@ -98,7 +100,7 @@ async def test_upgrade_from_schema_version_1_keeps_rows_readable(db_url: str) ->
                         orjson.dumps(meta).decode(),
                     ),
                 )
-        store = await SqlEventStore.open(url, options)
+        store = await store_class(db_url).open(url, options)
         async with engine.connect() as conn:
             version = (
                 await conn.exec_driver_sql(

@@ -1,0 +1,200 @@
+"""The shared SQLAlchemy engine of a PostgreSQL database, configured for runstore's backends.
+
+Every postgres backend opened on one `BackendOptions` for the same database (and
+``schema``) gets the same engine and pool from `shared_engine`. ``?schema=NAME``
+becomes the connection's ``search_path`` (a startup parameter, so it holds on every
+pooled connection, raw ones included) and the schema is created if missing. Pool
+pre-ping (a closed connection is replaced; one idle over a second is pinged with one
+round trip), ``pool_recycle`` = ``postgres.pool_recycle_seconds``, pool size
+``postgres.pool_max_size``, ``command_timeout`` = ``postgres.command_timeout_seconds``.
+asyncpg is imported only when an engine is opened.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from runstore.errors import InvalidURLError, MissingDriverError
+from runstore.options import BackendOptions
+from runstore.sql.dialect import SqlDialect, bind_dialect, numbered_placeholders
+from runstore.urls import BackendURL
+
+SCHEMES = frozenset({"postgresql", "postgres"})
+
+#: URL options runstore interprets itself; never forwarded to the driver.
+RUNSTORE_QUERY_OPTIONS = frozenset({"schema"})
+
+#: Advisory lock key taken around schema creation and migrations (any constant works).
+SCHEMA_LOCK_KEY = zlib.crc32(b"runstore.schema") - 2**31
+
+#: A pooled connection idle longer than this is pinged before reuse.
+PING_AFTER_IDLE_SECONDS = 1.0
+_CHECKIN_TIME = "runstore_checkin_time"
+
+
+class PostgresDialect(SqlDialect):
+    """PostgreSQL: ``$n`` placeholders; schema changes serialize on an advisory lock."""
+
+    name: ClassVar[str] = "postgresql"
+
+    def placeholders(self, sql: str) -> str:
+        """asyncpg's ``$1, $2, ...`` for our ``?``."""
+        return numbered_placeholders(sql)
+
+    @asynccontextmanager
+    async def schema_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        """A transaction holding `SCHEMA_LOCK_KEY` (released at commit or rollback)."""
+        async with conn.begin():
+            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+            yield
+
+
+#: The one dialect object of every PostgreSQL engine (it holds no per-engine state).
+POSTGRES = PostgresDialect()
+
+
+def quote_ident(name: str) -> str:
+    """Quote ``name`` as a SQL identifier."""
+    if not name or "\x00" in name:
+        raise InvalidURLError(f"invalid SQL identifier {name!r}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def postgres_schema(url: BackendURL) -> str | None:
+    """The ``?schema=`` option of a PostgreSQL URL, validated (``None`` when absent)."""
+    schema = url.option("schema")
+    if schema is None:
+        return None
+    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
+        raise InvalidURLError(
+            f"schema option of {url} must be 1-63 bytes without NUL; got {schema!r}"
+        )
+    return schema
+
+
+def engine_key(url: BackendURL) -> tuple[str, str]:
+    """The `BackendOptions.shared` key of the engine for ``url``.
+
+    The URL (password included, never logged) with only ``schema`` kept among the
+    runstore options, so backends naming one database with different runstore-only
+    options share a pool; ``postgres://`` and ``postgresql://`` share one too.
+    """
+    if url.scheme not in SCHEMES:
+        raise InvalidURLError(f"{url} is not a postgresql:// URL")
+    schema = postgres_schema(url)
+    keep = url.without_query(*RUNSTORE_QUERY_OPTIONS)
+    if schema is not None:
+        keep = keep.with_query(schema=schema)
+    return ("sqlalchemy-engine", "postgresql" + keep.render(hide_password=False)[len(url.scheme) :])
+
+
+async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine:
+    """Return the engine for ``postgresql://...[?schema=NAME]``, shared through ``options``.
+
+    Created once (the schema too, if missing) and disposed when ``options`` close.
+    """
+    key = engine_key(url)
+
+    async def opener() -> AsyncEngine:
+        return await _open(url, options)
+
+    async def closer(engine: AsyncEngine) -> None:
+        await engine.dispose()
+
+    return await options.shared(key, opener, closer)
+
+
+async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        raise MissingDriverError("postgres", "asyncpg", "postgres") from None
+    cfg = options.settings.postgres
+    schema = postgres_schema(url)
+    query = {k: v for k, v in url.query.items() if k not in RUNSTORE_QUERY_OPTIONS}
+    sa_url = URL.create(
+        "postgresql+asyncpg",
+        username=url.username,
+        password=url.password,
+        host=url.host,
+        port=url.port,
+        database=url.path.lstrip("/") or None,
+        query=query,
+    )
+    server_settings: dict[str, str] = {}
+    if schema is not None:
+        server_settings["search_path"] = quote_ident(schema)
+    engine = create_async_engine(
+        sa_url,
+        # Pre-ping is ours (see _install_pre_ping): SQLAlchemy's asyncpg ping costs three
+        # round trips (BEGIN, ping, ROLLBACK) on every checkout.
+        pool_pre_ping=False,
+        pool_recycle=cfg.pool_recycle_seconds if cfg.pool_recycle_seconds > 0 else -1,
+        pool_size=cfg.pool_max_size,
+        max_overflow=0,
+        connect_args={
+            "server_settings": server_settings,
+            "command_timeout": cfg.command_timeout_seconds,
+        },
+    )
+    _install_pre_ping(engine)
+    bind_dialect(engine, POSTGRES)
+    if schema is not None:
+        try:
+            await _create_schema(engine, schema)
+        except BaseException:
+            await engine.dispose()
+            raise
+    return engine
+
+
+def _install_pre_ping(engine: AsyncEngine) -> None:
+    """Check pooled asyncpg connections on checkout: closed ones are replaced, idle ones pinged.
+
+    A connection whose socket the server closed (restart, idle kill) is seen as closed
+    without a round trip; one idle for more than `PING_AFTER_IDLE_SECONDS` also gets
+    a one-round-trip ping (``SELECT 1``). Either failure makes the pool discard it and
+    connect afresh, as SQLAlchemy's own pre-ping does.
+    """
+    from sqlalchemy.exc import DisconnectionError
+    from sqlalchemy.util import await_only
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        driver = record.driver_connection
+        if driver is None or driver.is_closed():
+            raise DisconnectionError("connection closed by the server")
+        last = record.info.get(_CHECKIN_TIME)
+        if last is None or time.monotonic() - last > PING_AFTER_IDLE_SECONDS:
+            try:
+                await_only(driver.execute("SELECT 1"))
+            except Exception as exc:
+                raise DisconnectionError(f"ping failed: {type(exc).__name__}") from exc
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_CHECKIN_TIME] = time.monotonic()
+
+
+async def _create_schema(engine: AsyncEngine, schema: str) -> None:
+    async with engine.connect() as conn:
+        exists = (
+            await conn.exec_driver_sql(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", (schema,)
+            )
+        ).scalar()
+        if not exists:
+            # Two processes creating the schema at once would collide on the catalog's
+            # unique index; the lock makes the second one see the first one's schema.
+            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+            await conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+        await conn.commit()

@@ -1,0 +1,141 @@
+"""The one module that touches aiosqlite's private API.
+
+An aiosqlite ``Connection`` owns a worker thread and a stdlib ``sqlite3`` connection
+used only from that thread. Its public API runs one statement per thread hop
+(cursor, execute, fetch and close are a hop each); runstore's sqlite backends
+instead run a whole logical operation (several statements, one transaction) as one
+function in that thread. aiosqlite has no public call for that, so this module uses
+the private ``Connection._execute(fn, *args)`` (queue a call on the worker thread)
+and ``Connection._conn`` (the thread's ``sqlite3.Connection``), checks that both are
+still there before first use, and is the only place to change when aiosqlite does.
+
+`SUPPORTED_AIOSQLITE` is the version range pinned in pyproject.toml; CI installs
+the newest release inside it and ``tests/sql/test_sqlite_adapter.py`` fails with
+`UnsupportedDriverError`'s message when the private surface moves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from runstore.errors import RunstoreError
+
+#: The aiosqlite releases whose private surface this module is written against
+#: (keep in step with the pin in pyproject.toml).
+SUPPORTED_AIOSQLITE = ">=0.20,<0.23"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class UnsupportedDriverError(RunstoreError, RuntimeError):
+    """The installed aiosqlite lacks the private calls runstore's sqlite backends need."""
+
+
+def _installed() -> str:
+    try:
+        return version("aiosqlite")
+    except PackageNotFoundError:  # pragma: no cover - aiosqlite is a dependency
+        return "unknown"
+
+
+def check_surface(aconn: Any) -> sqlite3.Connection:
+    """Return the ``sqlite3.Connection`` behind aiosqlite connection ``aconn``.
+
+    Raises `UnsupportedDriverError` naming the installed and supported versions when
+    ``Connection._execute`` or ``Connection._conn`` is missing or changed shape.
+    """
+    problem = None
+    execute = getattr(aconn, "_execute", None)
+    if not inspect.iscoroutinefunction(execute):
+        problem = "Connection._execute is missing or no longer a coroutine function"
+    else:
+        kinds = [p.kind for p in inspect.signature(execute).parameters.values()]
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if (
+            not kinds
+            or kinds[0] not in positional
+            or inspect.Parameter.VAR_POSITIONAL not in kinds
+            or inspect.Parameter.VAR_KEYWORD not in kinds
+        ):
+            problem = (
+                f"Connection._execute changed its signature to {inspect.signature(execute)} "
+                "(runstore calls it as _execute(fn, *args, **kwargs))"
+            )
+    raw = None
+    if problem is None:
+        try:
+            raw = aconn._conn
+        except AttributeError:
+            problem = "Connection._conn is missing"
+        except ValueError:
+            problem = "Connection._conn is not connected"
+        else:
+            if not isinstance(raw, sqlite3.Connection):
+                problem = f"Connection._conn is a {type(raw).__name__}, not a sqlite3.Connection"
+    if problem is not None or raw is None:
+        raise UnsupportedDriverError(
+            f"aiosqlite {_installed()} is not supported by runstore's sqlite backends: "
+            f"{problem}. runstore runs whole operations on aiosqlite's worker thread through "
+            f"this private API; install aiosqlite{SUPPORTED_AIOSQLITE} "
+            "(pip install 'aiosqlite" + SUPPORTED_AIOSQLITE + "')"
+        )
+    return raw
+
+
+class WorkerConnection:
+    """A pooled aiosqlite connection held out of the pool, running functions on its thread.
+
+    Checked out of a SQLAlchemy engine with `checkout` and kept until `close`, which
+    returns it to the pool. Calls queue on the thread in order, so one connection
+    runs one function at a time.
+    """
+
+    def __init__(self, sa_conn: AsyncConnection, aconn: Any, raw: sqlite3.Connection) -> None:
+        self._sa_conn: AsyncConnection | None = sa_conn
+        self._aconn = aconn
+        self._raw = raw
+
+    @classmethod
+    async def checkout(cls, engine: AsyncEngine) -> WorkerConnection:
+        """Take one connection out of ``engine``'s pool (a sqlite+aiosqlite engine)."""
+        sa_conn = await engine.connect()
+        try:
+            aconn = (await sa_conn.get_raw_connection()).driver_connection
+            raw = check_surface(aconn)
+        except BaseException:
+            await sa_conn.close()
+            raise
+        return cls(sa_conn, aconn, raw)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has run."""
+        return self._sa_conn is None
+
+    async def run(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """Run ``fn(sqlite3_connection, *args, **kwargs)`` on the worker thread; return its result.
+
+        One thread hop whatever ``fn`` does. A call after `close` raises `RuntimeError`.
+        """
+        if self._sa_conn is None:
+            raise RuntimeError("this sqlite connection is closed")
+        result: R = await self._aconn._execute(fn, self._raw, *args, **kwargs)
+        return result
+
+    async def close(self) -> None:
+        """Return the connection to the engine's pool (idempotent)."""
+        sa_conn, self._sa_conn = self._sa_conn, None
+        if sa_conn is not None:
+            await sa_conn.close()
