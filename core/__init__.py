@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "EventStoreRegistry": ".registry",
     "StreamBridgeRegistry": ".registry",
     "HistoryCacheRegistry": ".registry",
+    "SettingsRegistry": ".registry",
     "Kind": ".capabilities",
     "CAPABILITIES": ".capabilities",
     # protocols and their types
@@ -120,6 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         EventStoreRegistry,
         HistoryCacheRegistry,
         SaverRegistry,
+        SettingsRegistry,
         StreamBridgeRegistry,
     )
     from .settings import Settings

@@ -30,13 +30,19 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def backends(as_json: bool) -> None:
-    """List every registered backend: kind, name, schemes, capabilities, plugin, driver."""
+    """List every registered backend and every plugin settings section.
+
+    Backends: kind, name, schemes, capabilities, plugin, driver. Settings sections:
+    name, plugin, keys with their defaults. ``--json`` prints ``{"backends": [...],
+    "settings": [...]}``.
+    """
     from .loader import get_backends
 
+    registered = get_backends()
     rows: list[dict[str, Any]] = []
-    for spec in get_backends().all():
+    for spec in registered.all():
         missing = spec.missing_driver()
         rows.append(
             {
@@ -52,26 +58,65 @@ def backends(as_json: bool) -> None:
                 "description": spec.description,
             }
         )
+    sections = [_section_row(section) for section in registered.settings]
     if as_json:
-        _emit_json(rows)
+        _emit_json({"backends": rows, "settings": sections})
         return
     table = Table(title="runstore backends", show_lines=False)
     for column in ("kind", "name", "schemes", "capabilities", "plugin", "driver"):
         table.add_column(column)
     for row in rows:
-        plugin = row["plugin"]
-        if row["distribution"]:
-            plugin += f" ({row['distribution']} {row['version']})"
         driver = "[green]installed[/]" if row["driver_installed"] else f"[red]missing[/]: {row['install']}"
         table.add_row(
             row["kind"],
             row["name"],
             ", ".join(f"{s}://" for s in row["schemes"]),
             ", ".join(row["capabilities"]) or "-",
-            plugin,
+            _plugin_label(row),
             driver,
         )
     console.print(table)
+    table = Table(title="plugin settings sections", show_lines=False)
+    for column in ("section", "keys (default)", "plugin", "description"):
+        table.add_column(column)
+    for section in sections:
+        keys = ", ".join(f"{k['key']}={k['default']}" for k in section["keys"])
+        table.add_row(section["section"], keys, _plugin_label(section), section["description"])
+    console.print(table)
+
+
+def _plugin_label(row: dict[str, Any]) -> str:
+    label = str(row["plugin"])
+    if row["distribution"]:
+        label += f" ({row['distribution']} {row['version']})"
+    return label
+
+
+def _section_row(section: Any) -> dict[str, Any]:
+    """A settings section as plain data: its keys with their defaults and what they accept."""
+    import dataclasses
+    import typing
+
+    from .settings import accepted_values
+
+    hints = typing.get_type_hints(section.schema)
+    defaults = section.schema()
+    keys = [
+        {
+            "key": f.name,
+            "default": getattr(defaults, f.name),
+            "accepts": accepted_values(hints[f.name], f.metadata),
+        }
+        for f in dataclasses.fields(section.schema)
+    ]
+    return {
+        "section": section.name,
+        "plugin": section.plugin.name,
+        "distribution": section.plugin.distribution,
+        "version": section.plugin.version,
+        "description": section.description,
+        "keys": keys,
+    }
 
 
 def _default_urls() -> list[str]:

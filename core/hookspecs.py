@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         EventStoreRegistry,
         HistoryCacheRegistry,
         SaverRegistry,
+        SettingsRegistry,
         StreamBridgeRegistry,
     )
     from .urls import BackendURL
@@ -45,6 +46,11 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
 @hookspec
 def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     """Add delta-history cache backends (``checkpoint_cache.type``) to ``registry``."""
+
+
+@hookspec
+def runstore_register_settings(registry: SettingsRegistry) -> None:
+    """Declare the plugin's settings sections in ``registry`` (`SettingsRegistry.add`)."""
 
 
 @hookspec(firstresult=True)

@@ -8,25 +8,27 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import Any
 
 import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .registry import BackendRegistry, Backends, PluginInfo
+from .registry import (
+    Backends,
+    EventStoreRegistry,
+    HistoryCacheRegistry,
+    PluginInfo,
+    SaverRegistry,
+    SettingsRegistry,
+    StreamBridgeRegistry,
+)
 
 ENTRY_POINT_GROUP = "runstore"
 DISABLE_ENV = "RUNSTORE_DISABLE_PLUGINS"
 
-_HOOKS = {
-    "runstore_register_savers": "savers",
-    "runstore_register_event_stores": "events",
-    "runstore_register_stream_bridges": "streams",
-    "runstore_register_history_caches": "history_caches",
-}
 
 _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
@@ -82,14 +84,24 @@ def _new_manager(extra: tuple[tuple[str, object], ...]) -> pluggy.PluginManager:
 
 def _collect(pm: pluggy.PluginManager) -> Backends:
     backends = Backends()
-    for hook_name, attr in _HOOKS.items():
-        registry: BackendRegistry[Any] = getattr(backends, attr)
-        # Call each implementation on its own so every registration records its plugin.
+    views: dict[str, Callable[[PluginInfo], object]] = {
+        "runstore_register_savers": lambda info: SaverRegistry(backends.savers, info),
+        "runstore_register_event_stores": lambda info: EventStoreRegistry(backends.events, info),
+        "runstore_register_stream_bridges": lambda info: StreamBridgeRegistry(
+            backends.streams, info
+        ),
+        "runstore_register_history_caches": lambda info: HistoryCacheRegistry(
+            backends.history_caches, info
+        ),
+        "runstore_register_settings": lambda info: SettingsRegistry(backends.settings, info),
+    }
+    for hook_name, view in views.items():
+        # Call each implementation on its own, with a view scoped to its plugin, so every
+        # registration records the plugin it came from.
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-            registry._plugin = _infos.get(plugin_name, PluginInfo(plugin_name))
-            impl.function(**{arg: registry for arg in impl.argnames})
-        registry._plugin = PluginInfo("<direct>")
+            scoped = view(_infos.get(plugin_name, PluginInfo(plugin_name)))
+            impl.function(**{arg: scoped for arg in impl.argnames})
     return backends
 
 
@@ -154,12 +166,6 @@ def get_backends() -> Backends:
         if _backends is None:
             _backends = _collect(pm)
         return _backends
-
-
-def plugin_infos() -> dict[str, PluginInfo]:
-    """Loaded plugins by name."""
-    get_plugin_manager()
-    return dict(_infos)
 
 
 def reset() -> None:

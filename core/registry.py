@@ -1,8 +1,16 @@
-"""Typed registries that plugins fill from their ``runstore_register_*`` hooks."""
+"""Typed registries that plugins fill from their ``runstore_register_*`` hooks.
+
+The loader keeps one table per kind (`BackendRegistry`) and one of settings sections
+(`SettingsSections`). A plugin's hook never sees a table: it receives a view scoped
+to that plugin (`SaverRegistry`, `EventStoreRegistry`, ..., `SettingsRegistry`) whose
+``add`` records every registration as coming from it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -13,11 +21,12 @@ from .urls import BackendURL
 
 if TYPE_CHECKING:
     # Used in the quoted type arguments of the registries below.
-    from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: F401
+    from _typeshed import DataclassInstance
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from .events import RunEventStore  # noqa: F401
+    from .events import RunEventStore
     from .options import BackendOptions
-    from .streams import StreamBridge  # noqa: F401
+    from .streams import StreamBridge
 
 T = TypeVar("T")
 
@@ -73,19 +82,18 @@ class BackendSpec(Generic[T]):
 
 
 class BackendRegistry(Generic[T]):
-    """The backends of one kind, by name and by URL scheme."""
+    """The backends of one kind, by name and by URL scheme (the loader fills it)."""
 
-    kind: ClassVar[Kind]
-
-    def __init__(self) -> None:
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
         self._by_name: dict[str, BackendSpec[T]] = {}
         self._by_scheme: dict[str, BackendSpec[T]] = {}
-        self._plugin = PluginInfo("<direct>")
 
     def add(
         self,
         name: str,
         *,
+        plugin: PluginInfo,
         schemes: Iterable[str],
         factory: Factory[T],
         capabilities: Iterable[str] = (),
@@ -93,8 +101,8 @@ class BackendRegistry(Generic[T]):
         extra: str | None = None,
         description: str = "",
     ) -> BackendSpec[T]:
-        """Register a backend; a name or scheme already taken raises `DuplicateBackendError`."""
-        where = f"{self.kind} backend {name!r} from plugin {self._plugin}"
+        """Register a backend from ``plugin``; a name or scheme already taken raises `DuplicateBackendError`."""
+        where = f"{self.kind} backend {name!r} from plugin {plugin}"
         scheme_list = tuple(s.lower() for s in schemes)
         if not name or not scheme_list:
             raise PluginError(f"{where}: a backend needs a name and at least one URL scheme")
@@ -104,7 +112,7 @@ class BackendRegistry(Generic[T]):
             schemes=scheme_list,
             factory=factory,
             capabilities=validate_capabilities(capabilities, where=where),
-            plugin=self._plugin,
+            plugin=plugin,
             drivers=tuple(drivers),
             extra=extra,
             description=description,
@@ -154,38 +162,181 @@ class BackendRegistry(Generic[T]):
         return len(self._by_name)
 
 
-class SaverRegistry(BackendRegistry["BaseCheckpointSaver[Any]"]):
-    """Checkpoint savers (``runstore_register_savers``)."""
+class PluginRegistry(Generic[T]):
+    """What one plugin's ``runstore_register_*`` hook receives: adds backends of one kind.
+
+    Every backend added through it is recorded as coming from `plugin`.
+    """
+
+    kind: ClassVar[Kind]
+
+    def __init__(self, table: BackendRegistry[T], plugin: PluginInfo) -> None:
+        if table.kind is not self.kind:
+            raise TypeError(f"{type(self).__name__} adds {self.kind} backends, not {table.kind}")
+        self._table = table
+        self._plugin = plugin
+
+    @property
+    def plugin(self) -> PluginInfo:
+        """The plugin whose registrations this view records."""
+        return self._plugin
+
+    def add(
+        self,
+        name: str,
+        *,
+        schemes: Iterable[str],
+        factory: Factory[T],
+        capabilities: Iterable[str] = (),
+        drivers: Iterable[str] = (),
+        extra: str | None = None,
+        description: str = "",
+    ) -> BackendSpec[T]:
+        """Register a backend; a name or scheme already taken raises `DuplicateBackendError`.
+
+        ``factory`` opens an instance: ``async (url, options) -> backend``. ``drivers``
+        are modules it imports (a missing one makes `BackendSpec.open` raise
+        `MissingDriverError` naming ``extra``, the pip extra that installs them).
+        """
+        return self._table.add(
+            name,
+            plugin=self._plugin,
+            schemes=schemes,
+            factory=factory,
+            capabilities=capabilities,
+            drivers=drivers,
+            extra=extra,
+            description=description,
+        )
+
+
+class SaverRegistry(PluginRegistry["BaseCheckpointSaver[Any]"]):
+    """Adds checkpoint savers (``runstore_register_savers``)."""
 
     kind = Kind.SAVER
 
 
-class EventStoreRegistry(BackendRegistry["RunEventStore"]):
-    """Run event stores (``runstore_register_event_stores``)."""
+class EventStoreRegistry(PluginRegistry["RunEventStore"]):
+    """Adds run event stores (``runstore_register_event_stores``)."""
 
     kind = Kind.EVENTS
 
 
-class StreamBridgeRegistry(BackendRegistry["StreamBridge"]):
-    """Stream bridges (``runstore_register_stream_bridges``)."""
+class StreamBridgeRegistry(PluginRegistry["StreamBridge"]):
+    """Adds stream bridges (``runstore_register_stream_bridges``)."""
 
     kind = Kind.STREAMS
 
 
-class HistoryCacheRegistry(BackendRegistry[Any]):
-    """Delta-history cache backends (``runstore_register_history_caches``)."""
+class HistoryCacheRegistry(PluginRegistry[Any]):
+    """Adds delta-history cache backends (``runstore_register_history_caches``)."""
 
     kind = Kind.HISTORY_CACHE
 
 
+#: How a settings section may be named: lowercase, a ``RUNSTORE_<SECTION>__<KEY>`` prefix.
+_SECTION_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class SettingsSection:
+    """A settings section a plugin declares: its name in the config and its dataclass."""
+
+    name: str
+    schema: type[DataclassInstance]
+    plugin: PluginInfo
+    description: str = ""
+
+
+class SettingsSections:
+    """The plugins' settings sections by name (the loader fills it; `runstore.settings` reads it)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, SettingsSection] = {}
+
+    def add(
+        self,
+        name: str,
+        schema: type[DataclassInstance],
+        *,
+        plugin: PluginInfo,
+        description: str = "",
+    ) -> SettingsSection:
+        """Register section ``name`` from ``plugin``; a name already taken raises `PluginError`."""
+        where = f"settings section {name!r} from plugin {plugin}"
+        if not isinstance(name, str) or not _SECTION_NAME.fullmatch(name):
+            raise PluginError(
+                f"{where}: a section name is lowercase letters, digits and single underscores, "
+                "starting with a letter (it becomes RUNSTORE_<SECTION>__<KEY>)"
+            )
+        if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+            raise PluginError(f"{where}: the schema must be a dataclass, not {schema!r}")
+        if not schema.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            raise PluginError(f"{where}: the schema dataclass must be frozen=True")
+        if name in self._by_name:
+            other = self._by_name[name]
+            raise DuplicateBackendError(
+                f"two plugins declare the settings section {name!r}: {other.plugin} and "
+                f"{plugin}; disable one with RUNSTORE_DISABLE_PLUGINS"
+            )
+        section = SettingsSection(name, schema, plugin, description)
+        self._by_name[name] = section
+        return section
+
+    def get(self, name: str) -> SettingsSection | None:
+        """The section called ``name``, or ``None``."""
+        return self._by_name.get(name)
+
+    def __iter__(self) -> Iterator[SettingsSection]:
+        return iter(sorted(self._by_name.values(), key=lambda s: s.name))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+class SettingsRegistry:
+    """What one plugin's ``runstore_register_settings`` hook receives: declares its sections."""
+
+    def __init__(self, table: SettingsSections, plugin: PluginInfo) -> None:
+        self._table = table
+        self._plugin = plugin
+
+    @property
+    def plugin(self) -> PluginInfo:
+        """The plugin whose sections this view records."""
+        return self._plugin
+
+    def add(
+        self, name: str, schema: type[DataclassInstance], *, description: str = ""
+    ) -> SettingsSection:
+        """Declare the settings section ``name`` whose keys and defaults are ``schema``'s fields.
+
+        ``schema`` is a frozen dataclass of int, float, str, ``Literal[...]`` or
+        ``X | None`` fields; ``field(metadata=runstore.settings.bounds(...))`` sets a
+        number's accepted range. The section is then read from YAML, mappings and
+        ``RUNSTORE_<NAME>__<KEY>`` variables with the built-in sections' rules, and
+        backends read it as ``options.settings.section(schema)``.
+        """
+        return self._table.add(name, schema, plugin=self._plugin, description=description)
+
+
 @dataclass
 class Backends:
-    """Every registered backend, one registry per kind."""
+    """Every registered backend, one registry per kind, and the plugins' settings sections."""
 
-    savers: SaverRegistry = field(default_factory=SaverRegistry)
-    events: EventStoreRegistry = field(default_factory=EventStoreRegistry)
-    streams: StreamBridgeRegistry = field(default_factory=StreamBridgeRegistry)
-    history_caches: HistoryCacheRegistry = field(default_factory=HistoryCacheRegistry)
+    savers: BackendRegistry[BaseCheckpointSaver[Any]] = field(
+        default_factory=lambda: BackendRegistry(Kind.SAVER)
+    )
+    events: BackendRegistry[RunEventStore] = field(
+        default_factory=lambda: BackendRegistry(Kind.EVENTS)
+    )
+    streams: BackendRegistry[StreamBridge] = field(
+        default_factory=lambda: BackendRegistry(Kind.STREAMS)
+    )
+    history_caches: BackendRegistry[Any] = field(
+        default_factory=lambda: BackendRegistry(Kind.HISTORY_CACHE)
+    )
+    settings: SettingsSections = field(default_factory=SettingsSections)
 
     def of(self, kind: Kind | str) -> BackendRegistry[Any]:
         """Return the registry of ``kind``."""

@@ -2,22 +2,32 @@
 
 Later sources override earlier ones: defaults < YAML file < environment < mapping
 < keyword URLs. Unknown keys and bad values raise `ConfigError` naming the key and
-what it accepts.
+what it accepts. Besides the built-in sections, each plugin may declare its own
+(``runstore_register_settings``); they are read and validated by the same rules and
+reached with `Settings.section`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .errors import ConfigError
+from .errors import ConfigError, PluginError
 from .urls import BackendURL, redact
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from .registry import SettingsSections
+
+S = TypeVar("S", bound="DataclassInstance")
 
 #: The embedded default: one sqlite file for checkpoints and events, memory streams.
 DEFAULT_DATABASE_URL = "sqlite:///.runstore/runstore.db"
@@ -26,22 +36,41 @@ CONFIG_FILE = "runstore.yaml"
 CONFIG_ENV = "RUNSTORE_CONFIG"
 
 
-def _at_least(minimum: float) -> dict[str, float]:
-    return {"min": minimum}
+#: The largest value an int setting accepts unless its field says otherwise: every count,
+#: size and millisecond figure fits a C int, which is what drivers hand them to.
+MAX_INT_SETTING = 2**31 - 1
+#: The largest value a float setting (a duration in seconds) accepts unless its field
+#: says otherwise: about 31 years, far below what timers and Redis expiries overflow at.
+MAX_FLOAT_SETTING = 10**9
+
+
+def bounds(minimum: float | None = None, maximum: float | None = None) -> dict[str, float]:
+    """Field metadata giving a number setting its accepted range (both ends inclusive).
+
+    Use as ``field(default=..., metadata=bounds(1))``; without a maximum an int
+    accepts up to `MAX_INT_SETTING` and a float up to `MAX_FLOAT_SETTING`.
+    """
+    meta: dict[str, float] = {}
+    if minimum is not None:
+        meta["min"] = minimum
+    if maximum is not None:
+        meta["max"] = maximum
+    return meta
+
 
 
 @dataclass(frozen=True)
 class CheckpointDeltaSettings:
     """``checkpoint_delta``: delta-mode tuning, frozen with the mode."""
 
-    snapshot_frequency: int = field(default=10, metadata=_at_least(1))
+    snapshot_frequency: int = field(default=10, metadata=bounds(1))
 
 
 @dataclass(frozen=True)
 class CheckpointGraphCacheSettings:
     """``checkpoint_graph_cache``: graphs the state accessor keeps compiled."""
 
-    accessor_graph_max: int = field(default=64, metadata=_at_least(1))
+    accessor_graph_max: int = field(default=64, metadata=bounds(1))
 
 
 @dataclass(frozen=True)
@@ -49,8 +78,8 @@ class CheckpointCacheSettings:
     """``checkpoint_cache``: the delta history cache (``max_entries: 0`` disables it)."""
 
     type: str = "memory"
-    max_entries: int = field(default=128, metadata=_at_least(0))
-    ttl_seconds: int = field(default=86400, metadata=_at_least(1))
+    max_entries: int = field(default=128, metadata=bounds(0))
+    ttl_seconds: int = field(default=86400, metadata=bounds(1))
     key_prefix: str | None = None
     url: str | None = None
 
@@ -59,50 +88,17 @@ class CheckpointCacheSettings:
 class RunEventSettings:
     """``run_events``: event store limits."""
 
-    max_trace_content: int = field(default=10240, metadata=_at_least(1))
+    max_trace_content: int = field(default=10240, metadata=bounds(1))
 
 
 @dataclass(frozen=True)
 class StreamBridgeSettings:
     """``stream_bridge``: retention and cadence of live run streams."""
 
-    queue_maxsize: int = field(default=256, metadata=_at_least(1))
-    heartbeat_interval_seconds: float = field(default=15.0, metadata={"min": 0.001})
-    stream_ttl_seconds: int = field(default=86400, metadata=_at_least(1))
-    late_subscriber_window_seconds: float = field(default=60.0, metadata=_at_least(0))
-
-
-@dataclass(frozen=True)
-class SqliteSettings:
-    """``sqlite``: durability and locking of sqlite files.
-
-    ``synchronous: normal`` (WAL) survives an application crash but may lose the last
-    commits on power loss; ``full`` fsyncs every commit like the stock LangGraph saver.
-    """
-
-    synchronous: Literal["normal", "full"] = "normal"
-    busy_timeout_ms: int = field(default=5000, metadata=_at_least(0))
-
-
-@dataclass(frozen=True)
-class PostgresSettings:
-    """``postgres``: connection pool of the asyncpg backends."""
-
-    pool_min_size: int = field(default=1, metadata=_at_least(0))
-    pool_max_size: int = field(default=10, metadata=_at_least(1))
-    pool_recycle_seconds: float = field(default=300.0, metadata=_at_least(0))
-    command_timeout_seconds: float = field(default=60.0, metadata={"min": 0.001})
-    #: ``synchronous_commit`` of the checkpoint saver's writes. ``off`` returns before the
-    #: WAL flush: survives an application crash, may lose the last commits (~0.6 s) if the
-    #: PostgreSQL server crashes; never corrupts. ``on`` (default) waits for the flush.
-    saver_synchronous_commit: Literal["on", "off"] = "on"
-
-
-@dataclass(frozen=True)
-class RedisSettings:
-    """``redis``: client pool of the Redis backends."""
-
-    max_connections: int = field(default=64, metadata=_at_least(1))
+    queue_maxsize: int = field(default=256, metadata=bounds(1))
+    heartbeat_interval_seconds: float = field(default=15.0, metadata=bounds(0.001))
+    stream_ttl_seconds: int = field(default=86400, metadata=bounds(1))
+    late_subscriber_window_seconds: float = field(default=60.0, metadata=bounds(0))
 
 
 @dataclass(frozen=True)
@@ -120,9 +116,8 @@ class Settings:
     checkpoint_cache: CheckpointCacheSettings = field(default_factory=CheckpointCacheSettings)
     run_events: RunEventSettings = field(default_factory=RunEventSettings)
     stream_bridge: StreamBridgeSettings = field(default_factory=StreamBridgeSettings)
-    sqlite: SqliteSettings = field(default_factory=SqliteSettings)
-    postgres: PostgresSettings = field(default_factory=PostgresSettings)
-    redis: RedisSettings = field(default_factory=RedisSettings)
+    #: The plugins' sections as ``(name, value)`` pairs sorted by name; read with `section`.
+    _sections: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def load(
@@ -165,17 +160,56 @@ class Settings:
 
     def merged(self, changes: Mapping[str, Any]) -> Settings:
         """Return a copy with ``changes`` (shaped like the YAML file) applied and validated."""
-        data = dataclasses.asdict(self)
+        data = self._data()
         _deep_merge(data, changes, "arguments")
         return _build(Settings, data, prefix="")
 
+    def section(self, schema: type[S]) -> S:
+        """The plugin settings section whose dataclass is ``schema`` (its defaults if not set).
+
+        A plugin declares the section with ``runstore_register_settings`` and reads it
+        here, e.g. ``options.settings.section(SqliteSettings).busy_timeout_ms``.
+        """
+        for _, value in self._sections:
+            if type(value) is schema:
+                return value
+        return schema()
+
+    def section_values(self, name: str) -> dict[str, Any]:
+        """Plugin section ``name`` as plain data (its defaults if not set; ``{}`` if undeclared)."""
+        for key, value in self._sections:
+            if key == name:
+                return dataclasses.asdict(value)
+        declared = _plugin_sections().get(name)
+        return dataclasses.asdict(declared.schema()) if declared is not None else {}
+
     def public_dict(self) -> dict[str, Any]:
-        """The settings as plain data with every password masked (for logs and the CLI)."""
-        data = dataclasses.asdict(self)
+        """The settings as plain data with every password masked (for logs and the CLI).
+
+        Every declared plugin section is listed, with its defaults when not set.
+        """
+        data = self._data()
+        for declared in _plugin_sections():
+            data.setdefault(declared.name, dataclasses.asdict(declared.schema()))
         for key in ("checkpointer", "events", "streams"):
             data[key] = redact(data[key])
         if data["checkpoint_cache"]["url"]:
             data["checkpoint_cache"]["url"] = redact(data["checkpoint_cache"]["url"])
+        return data
+
+    def _data(self) -> dict[str, Any]:
+        """The settings shaped like the YAML file (plugin sections at the top level)."""
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.startswith("_"):
+                continue
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                data[f.name] = dataclasses.asdict(value)
+            else:
+                data[f.name] = value
+        for name, value in self._sections:
+            data[name] = dataclasses.asdict(value)
         return data
 
     def url(self, kind: Literal["checkpointer", "events", "streams"]) -> BackendURL:
@@ -184,13 +218,22 @@ class Settings:
 
 
 def read_yaml(path: Path) -> Mapping[str, Any]:
-    """Read a runstore YAML file; an unreadable file or non-mapping document is a `ConfigError`."""
+    """Read a runstore YAML file; an unreadable, non-UTF-8 or non-mapping file is a `ConfigError`."""
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}); runstore reads YAML config files as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
@@ -203,8 +246,8 @@ def read_yaml(path: Path) -> Mapping[str, Any]:
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """Read ``RUNSTORE_*`` variables: ``RUNSTORE_EVENTS_URL``, ``RUNSTORE_STREAM_BRIDGE__QUEUE_MAXSIZE``..."""
     out: dict[str, Any] = {}
-    hints = typing.get_type_hints(Settings)
-    sections = {name for name, typ in hints.items() if dataclasses.is_dataclass(typ)}
+    builtin = _builtin_sections()
+    plugin: set[str] | None = None
     for name, value in env.items():
         if not name.startswith("RUNSTORE_"):
             continue
@@ -215,9 +258,44 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
             out[key] = value
         elif "__" in key:
             section, _, sub = key.partition("__")
-            if section in sections:
+            if section not in builtin and plugin is None:
+                plugin = {declared.name for declared in _plugin_sections()}
+            if section in builtin or (plugin is not None and section in plugin):
                 out.setdefault(section, {})[sub] = value
     return out
+
+
+def _builtin_sections() -> set[str]:
+    hints = typing.get_type_hints(Settings)
+    return {name for name, typ in hints.items() if dataclasses.is_dataclass(typ)}
+
+
+def _plugin_sections() -> SettingsSections:
+    """The settings sections plugins declare (loads the plugins on first use)."""
+    from .loader import get_backends
+
+    sections = get_backends().settings
+    reserved = {f.name for f in dataclasses.fields(Settings)}
+    for declared in sections:
+        if declared.name in reserved:
+            raise PluginError(
+                f"plugin {declared.plugin} declares the settings section {declared.name!r}, "
+                "which is a built-in key"
+            )
+        for name, typ in typing.get_type_hints(declared.schema).items():
+            if not _supported(typ):
+                raise PluginError(
+                    f"settings section {declared.name!r} of plugin {declared.plugin}: key "
+                    f"{name!r} has type {typ}; accepted: int, float, str, Literal[...], X | None"
+                )
+    return sections
+
+
+def _supported(typ: Any) -> bool:
+    origin = typing.get_origin(typ)
+    if origin in (types.UnionType, typing.Union):
+        return all(_supported(a) for a in typing.get_args(typ) if a is not type(None))
+    return origin is Literal or typ in (int, float, str)
 
 
 def _deep_merge(into: dict[str, Any], layer: Mapping[str, Any], source: str) -> None:
@@ -235,16 +313,32 @@ def _deep_merge(into: dict[str, Any], layer: Mapping[str, Any], source: str) -> 
 
 def _build(cls: type[Any], data: Mapping[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - fields.keys())
-    if unknown:
-        where = f"section {prefix.rstrip('.')!r}" if prefix else "the top level"
-        raise ConfigError(
-            f"unknown config key '{prefix}{unknown[0]}' in {where}; accepted: "
-            f"{', '.join(sorted(fields))}"
-        )
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
     kwargs: dict[str, Any] = {}
+    unknown = sorted(set(data) - fields.keys())
+    if unknown and cls is Settings:
+        declared = _plugin_sections()
+        sections = []
+        for name in unknown:
+            section = declared.get(name)
+            if section is None:
+                accepted = sorted([*fields, *(d.name for d in declared)])
+                raise ConfigError(
+                    f"unknown config key '{name}' in the top level; accepted: {', '.join(accepted)}"
+                )
+            value = data[name]
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key {name!r} is a section; give it a mapping")
+            sections.append((name, _build(section.schema, value, prefix=f"{name}.")))
+        kwargs["_sections"] = tuple(sorted(sections))
+    elif unknown:
+        raise ConfigError(
+            f"unknown config key '{prefix}{unknown[0]}' in section {prefix.rstrip('.')!r}; "
+            f"accepted: {', '.join(sorted(fields))}"
+        )
     for name, value in data.items():
+        if name not in fields:
+            continue
         typ = hints[name]
         key = f"{prefix}{name}"
         if dataclasses.is_dataclass(typ):
@@ -280,26 +374,52 @@ def _coerce(value: Any, typ: Any, key: str, meta: Mapping[str, Any]) -> Any:
     if typ is bool:
         raise ConfigError(f"config key {key!r}: boolean settings are not supported")
     if typ in (int, float):
-        number: Any
-        if isinstance(value, bool):
-            number = None
-        elif isinstance(value, int | float):
-            number = value
-        elif isinstance(value, str):
-            try:
-                number = typ(value.strip())
-            except ValueError:
-                number = None
-        else:
-            number = None
-        if number is None or (typ is int and number != int(number)):
-            raise ConfigError(f"config key {key!r} must be {'an integer' if typ is int else 'a number'}; got {value!r}")
-        number = typ(number)
-        if "min" in meta and number < meta["min"]:
-            raise ConfigError(f"config key {key!r} must be >= {meta['min']}; got {value!r}")
-        return number
+        return _number(value, typ, key, meta)
     if typ is str:
         if not isinstance(value, str):
             raise ConfigError(f"config key {key!r} must be a string; got {value!r}")
         return value
     raise ConfigError(f"config key {key!r} has an unsupported type")  # pragma: no cover
+
+
+def accepted_values(typ: Any, meta: Mapping[str, Any]) -> str:
+    """What a setting of type ``typ`` with field metadata ``meta`` accepts, in words."""
+    origin = typing.get_origin(typ)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(typ) if a is not type(None)]
+        return " or ".join(accepted_values(a, meta) for a in inner) + " or null"
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(typ)))
+    if typ in (int, float):
+        low = meta.get("min")
+        high = meta.get("max", MAX_INT_SETTING if typ is int else MAX_FLOAT_SETTING)
+        kind = "an integer" if typ is int else "a number"
+        return f"{kind} from {low} to {high}" if low is not None else f"{kind} up to {high}"
+    return "a string"
+
+
+def _number(value: Any, typ: type[int] | type[float], key: str, meta: Mapping[str, Any]) -> Any:
+    """``value`` as a finite int/float within the field's bounds, or a `ConfigError` saying which."""
+    low = meta.get("min")
+    high = meta.get("max", MAX_INT_SETTING if typ is int else MAX_FLOAT_SETTING)
+    accepted = accepted_values(typ, meta)
+    number: Any = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = typ(value.strip())
+        except ValueError:
+            number = None
+    if (
+        number is None
+        or not math.isfinite(number)
+        or (typ is int and number != int(number))
+    ):
+        raise ConfigError(f"config key {key!r} must be {accepted}; got {value!r}")
+    number = typ(number)
+    if low is not None and number < low:
+        raise ConfigError(f"config key {key!r} must be >= {low}; got {value!r}")
+    if number > high:
+        raise ConfigError(f"config key {key!r} must be {accepted}; got {value!r}")
+    return number

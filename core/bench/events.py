@@ -433,7 +433,7 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
                 )
         # Raw references run after the store is closed, on the store's own table.
         if url.scheme == "sqlite" and store_path is not None:
-            synchronous = str(settings.sqlite.synchronous)
+            synchronous = str(settings.section_values("sqlite").get("synchronous", "normal"))
             measurements.extend(
                 await _raw_sqlite("aiosqlite", store_path, synchronous, "raw:aiosqlite", case, rng)
             )

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from runstore.options import BackendOptions
     from runstore.registry import EventStoreRegistry
 
+    from .events import JsonlEventStore
 
-async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+
+async def _open_events(url: BackendURL, options: BackendOptions) -> JsonlEventStore:
     from .events import JsonlEventStore
 
     return await JsonlEventStore.open(url, options)

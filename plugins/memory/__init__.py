@@ -5,7 +5,7 @@ Nothing here outlives the process; use it for tests and single-process developme
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runstore import hookimpl
 
@@ -19,26 +19,31 @@ if TYPE_CHECKING:
     )
     from runstore.urls import BackendURL
 
+    from .cache import MemoryHistoryCache
+    from .events import MemoryEventStore
+    from .saver import MemorySaver
+    from .streams import MemoryStreamBridge
 
-async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+
+async def _open_saver(url: BackendURL, options: BackendOptions) -> MemorySaver:
     from .saver import MemorySaver
 
     return await MemorySaver.open(url, options)
 
 
-async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_events(url: BackendURL, options: BackendOptions) -> MemoryEventStore:
     from .events import MemoryEventStore
 
     return await MemoryEventStore.open(url, options)
 
 
-async def _open_streams(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_streams(url: BackendURL, options: BackendOptions) -> MemoryStreamBridge:
     from .streams import MemoryStreamBridge
 
     return await MemoryStreamBridge.open(url, options)
 
 
-async def _open_history_cache(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_history_cache(url: BackendURL, options: BackendOptions) -> MemoryHistoryCache:
     from .cache import MemoryHistoryCache
 
     return await MemoryHistoryCache.open(url, options)

@@ -14,21 +14,26 @@ from typing import TYPE_CHECKING, Any
 from runstore import hookimpl
 from runstore.urls import BackendURL
 
+from .settings import PostgresSettings
+
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.registry import EventStoreRegistry, SaverRegistry
+    from runstore.registry import EventStoreRegistry, SaverRegistry, SettingsRegistry
+
+    from .events import PostgresEventStore
+    from .saver import PostgresSaver
 
 SCHEMES = ["postgresql", "postgres"]
 DRIVERS = ["asyncpg"]
 
 
-async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_saver(url: BackendURL, options: BackendOptions) -> PostgresSaver:
     from .saver import PostgresSaver
 
     return await PostgresSaver.open(url, options)
 
 
-async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_events(url: BackendURL, options: BackendOptions) -> PostgresEventStore:
     from .events import PostgresEventStore
 
     return await PostgresEventStore.open(url, options)
@@ -66,6 +71,11 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         extra="postgres",
         description="SQLAlchemy/asyncpg event store: postgresql://user@host/db",
     )
+
+
+@hookimpl
+def runstore_register_settings(registry: SettingsRegistry) -> None:
+    registry.add("postgres", PostgresSettings, description="connection pool of the asyncpg backends")
 
 
 @hookimpl

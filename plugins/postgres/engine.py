@@ -27,6 +27,8 @@ from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, numbered_placeholders
 from runstore.urls import BackendURL
 
+from .settings import PostgresSettings
+
 SCHEMES = frozenset({"postgresql", "postgres"})
 
 #: URL options runstore interprets itself; never forwarded to the driver.
@@ -117,7 +119,7 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
         import asyncpg  # noqa: F401
     except ImportError:
         raise MissingDriverError("postgres", "asyncpg", "postgres") from None
-    cfg = options.settings.postgres
+    cfg = options.settings.section(PostgresSettings)
     schema = postgres_schema(url)
     query = {k: v for k, v in url.query.items() if k not in RUNSTORE_QUERY_OPTIONS}
     sa_url = URL.create(

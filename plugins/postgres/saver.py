@@ -877,6 +877,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         from runstore.sql.migrations import Migration, ensure_schema
 
         from .engine import shared_engine
+        from .settings import PostgresSettings
 
         url = BackendURL.parse(url)
         url.check_options({"schema"})
@@ -888,7 +889,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             engine,
             url=url,
             serde=serde,
-            synchronous_commit=options.settings.postgres.saver_synchronous_commit == "on",
+            synchronous_commit=options.settings.section(PostgresSettings).saver_synchronous_commit
+            == "on",
         )
         options.on_close(saver.aclose)
         return saver

@@ -14,21 +14,26 @@ from typing import TYPE_CHECKING, Any
 from runstore import hookimpl
 from runstore.urls import BackendURL
 
+from .settings import RedisSettings
+
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.registry import HistoryCacheRegistry, StreamBridgeRegistry
+    from runstore.registry import HistoryCacheRegistry, SettingsRegistry, StreamBridgeRegistry
+
+    from .cache import RedisHistoryCache
+    from .streams import RedisStreamBridge
 
 SCHEMES = ["redis", "rediss"]
 DRIVERS = ["redis"]
 
 
-async def _open_streams(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_streams(url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
     from .streams import RedisStreamBridge
 
     return await RedisStreamBridge.open(url, options)
 
 
-async def _open_history_cache(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_history_cache(url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
     from .cache import RedisHistoryCache
 
     return await RedisHistoryCache.open(url, options)
@@ -58,6 +63,11 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
         extra="redis",
         description="delta-history cache in Redis",
     )
+
+
+@hookimpl
+def runstore_register_settings(registry: SettingsRegistry) -> None:
+    registry.add("redis", RedisSettings, description="client pool of the Redis backends")
 
 
 @hookimpl

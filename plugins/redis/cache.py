@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from runstore.urls import BackendURL
 
+from .settings import RedisSettings
+
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import DeltaChannelHistory, SerializerProtocol
 
@@ -55,7 +57,7 @@ class RedisHistoryCache:
         settings = options.settings
         client = aioredis.Redis.from_url(
             url.without_query("prefix").render(hide_password=False),
-            max_connections=settings.redis.max_connections,
+            max_connections=settings.section(RedisSettings).max_connections,
             socket_connect_timeout=2.0,
             socket_timeout=5.0,
         )

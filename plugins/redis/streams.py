@@ -40,6 +40,8 @@ from runstore.streams import (
     resolve_heartbeat,
 )
 
+from .settings import RedisSettings
+
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
@@ -215,14 +217,14 @@ class RedisStreamBridge(StreamBridge):
 
             raise MissingDriverError("redis", "redis", "redis") from None
         settings = options.settings
-        if settings.redis.max_connections < 2:
+        if settings.section(RedisSettings).max_connections < 2:
             raise ConfigError(
                 "redis.max_connections must be >= 2 for the redis stream bridge "
                 "(one connection is its blocking reader)"
             )
         pool = aioredis.BlockingConnectionPool.from_url(
             url.without_query("prefix").render(hide_password=False),
-            max_connections=settings.redis.max_connections,
+            max_connections=settings.section(RedisSettings).max_connections,
             timeout=None,
         )
         client = aioredis.Redis(connection_pool=pool)

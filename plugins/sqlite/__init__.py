@@ -15,18 +15,23 @@ from typing import TYPE_CHECKING, Any
 from runstore import hookimpl
 from runstore.urls import BackendURL
 
+from .settings import SqliteSettings
+
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.registry import EventStoreRegistry, SaverRegistry
+    from runstore.registry import EventStoreRegistry, SaverRegistry, SettingsRegistry
+
+    from .events import SqliteEventStore
+    from .saver import SqliteSaver
 
 
-async def _open_saver(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_saver(url: BackendURL, options: BackendOptions) -> SqliteSaver:
     from .saver import SqliteSaver
 
     return await SqliteSaver.open(url, options)
 
 
-async def _open_events(url: BackendURL, options: BackendOptions) -> Any:
+async def _open_events(url: BackendURL, options: BackendOptions) -> SqliteEventStore:
     from .events import SqliteEventStore
 
     return await SqliteEventStore.open(url, options)
@@ -60,6 +65,11 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         capabilities=["durable", "cross_process", "owner_filter"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
     )
+
+
+@hookimpl
+def runstore_register_settings(registry: SettingsRegistry) -> None:
+    registry.add("sqlite", SqliteSettings, description="durability and locking of sqlite files")
 
 
 @hookimpl

@@ -31,6 +31,8 @@ from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of
 from runstore.urls import BackendURL
 
+from .settings import SqliteSettings
+
 #: Execution option asking a connection to start its transaction with BEGIN IMMEDIATE.
 WRITE_OPTION = "runstore_write"
 
@@ -99,7 +101,7 @@ def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock | None:
 
 async def _open(path: Path, options: BackendOptions) -> AsyncEngine:
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-    cfg = options.settings.sqlite
+    cfg = options.settings.section(SqliteSettings)
     engine = create_async_engine(
         URL.create("sqlite+aiosqlite", database=str(path)),
         # A writer holds its pooled connection for the whole transaction; readers in WAL

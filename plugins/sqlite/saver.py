@@ -700,6 +700,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         from runstore.errors import InvalidURLError
 
         from .engine import shared_engine, sqlite_write_lock
+        from .settings import SqliteSettings
 
         url.check_options(frozenset())
         path = url.file_path()
@@ -709,7 +710,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             )
         engine = await shared_engine(url, options)
         await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
-        cfg = options.settings.sqlite
+        cfg = options.settings.section(SqliteSettings)
         saver = cls(
             path=path.expanduser().resolve(),
             serde=serde,

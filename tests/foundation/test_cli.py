@@ -46,14 +46,21 @@ def test_version(tmp_path: Path) -> None:
 
 
 def test_backends_json_and_table(tmp_path: Path) -> None:
-    rows = json.loads(_runstore("backends", "--json", cwd=tmp_path).stdout)
+    listed = json.loads(_runstore("backends", "--json", cwd=tmp_path).stdout)
+    rows = listed["backends"]
     names = {(r["kind"], r["name"]) for r in rows}
     assert {("saver", "sqlite"), ("events", "jsonl"), ("streams", "redis")} <= names
     pg = next(r for r in rows if (r["kind"], r["name"]) == ("events", "postgres"))
     assert pg["schemes"] == ["postgresql", "postgres"] and pg["driver_installed"] is True
     assert "cross_process" in pg["capabilities"] and pg["distribution"] == "runstore"
+    sections = {s["section"]: s for s in listed["settings"]}
+    assert {"sqlite", "postgres", "redis"} <= set(sections)
+    sqlite = sections["sqlite"]
+    assert sqlite["plugin"] == "sqlite" and sqlite["distribution"] == "runstore"
+    assert {"key": "busy_timeout_ms", "default": 5000, "accepts": "an integer from 0 to 2147483647"} in sqlite["keys"]
     table = _runstore("backends", cwd=tmp_path).stdout
     assert "jsonl://" in table and "installed" in table and "owner_filter" in table
+    assert "plugin settings sections" in table and "busy_timeout_ms=5000" in table
 
 
 def test_check_passes_and_reports_json(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp
     fresh_env.install(project)
 
     listed = fresh_env.run("-m", "runstore.cli", "backends", "--json", cwd=tmp_path)
-    acme = [r for r in json.loads(listed.stdout) if r["name"] == "acme"]
+    acme = [r for r in json.loads(listed.stdout)["backends"] if r["name"] == "acme"]
     assert acme and acme[0]["distribution"] == "runstore-acme" and acme[0]["schemes"] == ["acme"]
 
     empty = _suite(fresh_env, project)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from runstore.errors import (
     PluginError,
 )
 from runstore.options import BackendOptions
+from runstore.settings import Settings, bounds
 from runstore.urls import BackendURL
 
 
@@ -134,6 +136,85 @@ async def test_missing_driver_names_the_extra() -> None:
     async with BackendOptions.scope() as options:
         with pytest.raises(MissingDriverError, match=r"pip install 'runstore\[nd\]'"):
             await spec.open(BackendURL.parse("nd://"), options)
+
+
+def test_each_plugin_gets_a_view_scoped_to_it() -> None:
+    seen: list[object] = []
+
+    def runstore_register_event_stores(registry: runstore.EventStoreRegistry) -> None:
+        seen.append(registry)
+        registry.add("viewed", schemes=["viewed"], factory=_factory)
+
+    loader.register_plugin(_plugin("viewer", runstore_register_event_stores=runstore_register_event_stores))
+    backends = runstore.get_backends()
+    (view,) = seen
+    assert isinstance(view, runstore.EventStoreRegistry) and view.plugin.name == "viewer"
+    assert not hasattr(view, "for_url"), "a plugin's view adds; it does not expose the table"
+    assert backends.events.get("viewed").plugin.name == "viewer"
+    assert backends.events.get("memory").plugin.name == "memory", "other plugins keep their names"
+
+
+@dataclasses.dataclass(frozen=True)
+class _AcmeSettings:
+    region: str = "eu"
+    retries: int = dataclasses.field(default=3, metadata=bounds(0, 10))
+
+
+def _settings_plugin(name: str, section: str, schema: type) -> types.ModuleType:
+    def runstore_register_settings(registry: runstore.SettingsRegistry) -> None:
+        registry.add(section, schema, description="acme knobs")
+
+    return _plugin(name, runstore_register_settings=runstore_register_settings)
+
+
+def test_a_plugin_declares_a_settings_section() -> None:
+    loader.register_plugin(_settings_plugin("acme_settings", "acme", _AcmeSettings))
+    section = runstore.get_backends().settings.get("acme")
+    assert section is not None and section.schema is _AcmeSettings
+    assert section.plugin.name == "acme_settings" and section.description == "acme knobs"
+    builtin = {s.name: s.plugin.name for s in runstore.get_backends().settings}
+    assert builtin["sqlite"] == "sqlite" and builtin["postgres"] == "postgres"
+
+
+@dataclasses.dataclass
+class _Mutable:
+    x: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _ListValued:
+    hosts: list = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize(
+    ("section", "schema", "error", "match"),
+    [
+        ("Acme", _AcmeSettings, PluginError, "lowercase letters"),
+        ("acme__x", _AcmeSettings, PluginError, "single underscores"),
+        ("acme", dict, PluginError, "must be a dataclass"),
+        ("acme", _Mutable, PluginError, "frozen=True"),
+        ("sqlite", _AcmeSettings, DuplicateBackendError, r"'sqlite': sqlite \(runstore.*bad_settings"),
+    ],
+)
+def test_bad_settings_sections_fail_at_load(section: str, schema: type, error: type, match: str) -> None:
+    loader.register_plugin(_settings_plugin("bad_settings", section, schema))
+    with pytest.raises(error, match=match):
+        runstore.get_backends()
+
+
+@pytest.mark.parametrize(
+    ("section", "schema", "match"),
+    [
+        ("run_events", _AcmeSettings, "'run_events', which is a built-in key"),
+        ("acme", _ListValued, "key 'hosts' has type <class 'list'>; accepted: int, float, str"),
+    ],
+)
+def test_settings_sections_runstore_cannot_read_fail_at_first_use(
+    section: str, schema: type, match: str
+) -> None:
+    loader.register_plugin(_settings_plugin("odd_settings", section, schema))
+    with pytest.raises(PluginError, match=match):
+        Settings.load({"acme": {}}, env={})
 
 
 def test_import_runstore_is_light() -> None:

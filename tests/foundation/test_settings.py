@@ -5,7 +5,10 @@ from pathlib import Path
 import pytest
 
 from runstore.errors import ConfigError, InvalidURLError
-from runstore.settings import DEFAULT_DATABASE_URL, Settings
+from runstore.plugins.postgres.settings import PostgresSettings
+from runstore.plugins.redis.settings import RedisSettings
+from runstore.plugins.sqlite.settings import SqliteSettings
+from runstore.settings import DEFAULT_DATABASE_URL, MAX_INT_SETTING, Settings
 
 
 def test_defaults_are_the_embedded_default() -> None:
@@ -41,9 +44,9 @@ def test_yaml_on_off_reaches_an_on_off_setting(tmp_path: Path) -> None:
     # PyYAML reads a bare `off` as False; an on/off setting must still accept it.
     cfg = tmp_path / "runstore.yaml"
     cfg.write_text("postgres:\n  saver_synchronous_commit: off\n")
-    assert Settings.load(cfg, env={}).postgres.saver_synchronous_commit == "off"
+    assert Settings.load(cfg, env={}).section(PostgresSettings).saver_synchronous_commit == "off"
     on = Settings.load({"postgres": {"saver_synchronous_commit": True}}, env={})
-    assert on.postgres.saver_synchronous_commit == "on"
+    assert on.section(PostgresSettings).saver_synchronous_commit == "on"
     with pytest.raises(ConfigError, match="must be one of normal, full; got False"):
         Settings.load({"sqlite": {"synchronous": False}}, env={})
 
@@ -100,3 +103,98 @@ def test_merged_validates() -> None:
     assert s.merged({"run_events": {"max_trace_content": 10}}).run_events.max_trace_content == 10
     with pytest.raises(ConfigError):
         s.merged({"run_events": {"max_trace_content": -1}})
+
+
+def test_plugin_sections_read_from_yaml_env_and_mappings(tmp_path: Path) -> None:
+    cfg = tmp_path / "runstore.yaml"
+    cfg.write_text("sqlite:\n  busy_timeout_ms: 100\n  synchronous: full\nredis:\n  max_connections: 9\n")
+    s = Settings.load(cfg, env={"RUNSTORE_SQLITE__BUSY_TIMEOUT_MS": "250"})
+    assert s.section(SqliteSettings) == SqliteSettings(synchronous="full", busy_timeout_ms=250)
+    assert s.section(RedisSettings).max_connections == 9
+    assert s.section(PostgresSettings) == PostgresSettings(), "an unset section has its defaults"
+    merged = s.merged({"postgres": {"pool_max_size": 3}})
+    assert merged.section(PostgresSettings).pool_max_size == 3
+    assert merged.section(SqliteSettings).busy_timeout_ms == 250, "merging keeps the other sections"
+    public = merged.public_dict()
+    assert public["sqlite"] == {"synchronous": "full", "busy_timeout_ms": 250}
+    assert public["postgres"]["pool_max_size"] == 3 and public["redis"]["max_connections"] == 9
+    assert Settings.load(env={}).public_dict()["sqlite"]["busy_timeout_ms"] == 5000
+    assert hash(s) == hash(Settings.load(cfg, env={"RUNSTORE_SQLITE__BUSY_TIMEOUT_MS": "250"}))
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "match"),
+    [
+        ({"sqlite": {"busy_timeout": 1}}, {}, r"unknown config key 'sqlite.busy_timeout' in section 'sqlite'; accepted: busy_timeout_ms, synchronous"),
+        ({}, {"RUNSTORE_SQLITE__BUSY_TIMEOUT": "1"}, r"unknown config key 'sqlite.busy_timeout'"),
+        ({}, {"RUNSTORE_REDIS__MAX_CONNECTION": "1"}, r"unknown config key 'redis.max_connection'.*accepted: max_connections"),
+        ({"postgres": {"pool_min_size": 1}}, {}, r"unknown config key 'postgres.pool_min_size'"),
+        ({"sqlit": {}}, {}, r"unknown config key 'sqlit' in the top level; accepted: .*redis, run_events, sqlite"),
+        ({"sqlite": 5}, {}, r"config key 'sqlite' is a section"),
+        ({}, {"RUNSTORE_SQLITE__BUSY_TIMEOUT_MS": "-1"}, r"'sqlite.busy_timeout_ms' must be >= 0; got '-1'"),
+        ({"redis": {"max_connections": 0}}, {}, r"'redis.max_connections' must be >= 1"),
+        ({"sqlite": {"synchronous": "off"}}, {}, r"'sqlite.synchronous' must be one of normal, full"),
+    ],
+)
+def test_plugin_sections_follow_the_builtin_rules(config: dict, env: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        Settings.load(config, env=env)
+
+
+def test_unknown_runstore_variables_are_still_ignored() -> None:
+    assert Settings.load(env={"RUNSTORE_NOSUCH__KEY": "1", "RUNSTORE_TOKEN": "x"}) == Settings.load(env={})
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1.0e+26", "1e26", "inf", "nan"])
+@pytest.mark.parametrize(
+    ("section", "key", "accepted"),
+    [
+        ("stream_bridge", "queue_maxsize", f"an integer from 1 to {MAX_INT_SETTING}"),
+        ("stream_bridge", "heartbeat_interval_seconds", "a number from 0.001 to 1000000000"),
+        ("sqlite", "busy_timeout_ms", f"an integer from 0 to {MAX_INT_SETTING}"),
+        ("postgres", "pool_recycle_seconds", "a number from 0 to 1000000000"),
+    ],
+)
+def test_non_finite_and_huge_numbers_name_the_key_and_range(
+    tmp_path: Path, section: str, key: str, accepted: str, value: str
+) -> None:
+    """YAML's .nan/.inf and 1e26 (a float from YAML, a str from the environment) are refused."""
+    cfg = tmp_path / "runstore.yaml"
+    cfg.write_text(f"{section}:\n  {key}: {value}\n")
+    expected = rf"config key '{section}.{key}' must be ({accepted}|>= .*); got"
+    with pytest.raises(ConfigError, match=expected):
+        Settings.load(cfg, env={})
+    with pytest.raises(ConfigError, match=expected):
+        Settings.load(env={f"RUNSTORE_{section.upper()}__{key.upper()}": value.lstrip(".")})
+
+
+def test_numbers_at_the_edges_of_their_range_are_accepted() -> None:
+    edge = Settings.load(
+        {"stream_bridge": {"queue_maxsize": MAX_INT_SETTING, "heartbeat_interval_seconds": 1e9},
+         "sqlite": {"busy_timeout_ms": 0}},
+        env={},
+    )
+    assert edge.stream_bridge.queue_maxsize == MAX_INT_SETTING
+    assert edge.stream_bridge.heartbeat_interval_seconds == 1e9
+    assert edge.section(SqliteSettings).busy_timeout_ms == 0
+    with pytest.raises(ConfigError, match=rf"must be an integer from 1 to {MAX_INT_SETTING}; got {MAX_INT_SETTING + 1}"):
+        Settings.load({"stream_bridge": {"queue_maxsize": MAX_INT_SETTING + 1}}, env={})
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"\xff\xfe\x00\x01binary", r"is not UTF-8 text \(byte 0xff at offset 0\)"),
+        (b"events: memory://\n\x80\x81", r"is not UTF-8 text \(byte 0x80 at offset 18\)"),
+        (b"events: \x00\n", r"is not valid YAML"),
+        (b"- a list\n", r"must hold a mapping at the top level"),
+    ],
+)
+def test_a_config_file_that_is_not_yaml_text_is_a_config_error(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
+    cfg = tmp_path / "runstore.yaml"
+    cfg.write_bytes(content)
+    with pytest.raises(ConfigError, match=match) as info:
+        Settings.load(cfg, env={})
+    assert str(cfg) in str(info.value)

@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 PLUGIN = '''
+import dataclasses
+
 import runstore
 from runstore.plugins.memory import _open_events
+from runstore.settings import bounds
+
+
+@dataclasses.dataclass(frozen=True)
+class AcmeSettings:
+    region: str = "eu"
+    retries: int = dataclasses.field(default=3, metadata=bounds(0, 10))
 
 
 @runstore.hookimpl
@@ -22,9 +31,15 @@ def runstore_register_event_stores(registry):
                  description="acme events")
 
 
+@runstore.hookimpl
+def runstore_register_settings(registry):
+    registry.add("acme", AcmeSettings, description="where acme lives")
+
+
 async def _open_acme(url, options):
     store = await _open_events(url, options)
     store.acme_url = str(url)
+    store.acme_settings = options.settings.section(AcmeSettings)
     return store
 '''
 
@@ -55,10 +70,17 @@ def test_backends_lists_third_party_plugin(site: Path, tmp_path: Path) -> None:
         [sys.executable, "-m", "runstore.cli", "backends", "--json"],
         capture_output=True, text=True, env=_env(site), cwd=tmp_path, check=True,
     )
-    rows = {(r["kind"], r["name"]): r for r in json.loads(out.stdout)}
+    listed = json.loads(out.stdout)
+    rows = {(r["kind"], r["name"]): r for r in listed["backends"]}
     acme = rows[("events", "acme")]
     assert acme["distribution"] == "acme-runstore" and acme["version"] == "1.2.3"
     assert acme["schemes"] == ["acme"] and acme["capabilities"] == ["durable"]
+    (section,) = [s for s in listed["settings"] if s["section"] == "acme"]
+    assert section["distribution"] == "acme-runstore" and section["description"] == "where acme lives"
+    assert section["keys"] == [
+        {"key": "region", "default": "eu", "accepts": "a string"},
+        {"key": "retries", "default": 3, "accepts": "an integer from 0 to 10"},
+    ]
 
 
 def test_third_party_backend_selectable_by_url(site: Path, tmp_path: Path) -> None:
@@ -78,10 +100,51 @@ def test_third_party_backend_selectable_by_url(site: Path, tmp_path: Path) -> No
     assert out.stdout.split() == ["MemoryEventStore", "acme://somewhere"]
 
 
+SETTINGS_PROBE = textwrap.dedent(
+    """
+    import asyncio, sys, runstore
+    async def main():
+        config = sys.argv[1] if len(sys.argv) > 1 else None
+        try:
+            async with runstore.open(config, events="acme://x", streams="memory://",
+                                     checkpointer="memory://") as stores:
+                print(stores.events.acme_settings)
+        except runstore.ConfigError as exc:
+            print("ConfigError:", exc)
+    asyncio.run(main())
+    """
+)
+
+
+def test_third_party_settings_section_from_env_and_yaml(site: Path, tmp_path: Path) -> None:
+    def probe(*args: str, **env: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", SETTINGS_PROBE, *args], capture_output=True, text=True,
+            env=_env(site, **env), cwd=tmp_path,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert probe() == "AcmeSettings(region='eu', retries=3)"
+    assert probe(RUNSTORE_ACME__RETRIES="7") == "AcmeSettings(region='eu', retries=7)"
+    (tmp_path / "acme.yaml").write_text("acme:\n  region: us\n")
+    assert probe(str(tmp_path / "acme.yaml"), RUNSTORE_ACME__RETRIES="1") == (
+        "AcmeSettings(region='us', retries=1)"
+    )
+    assert probe(RUNSTORE_ACME__RETRYS="1") == (
+        "ConfigError: unknown config key 'acme.retrys' in section 'acme'; accepted: region, retries"
+    )
+    assert probe(RUNSTORE_ACME__RETRIES="11") == (
+        "ConfigError: config key 'acme.retries' must be an integer from 0 to 10; got '11'"
+    )
+
+
 def test_third_party_plugin_can_be_disabled(site: Path, tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "runstore.cli", "backends", "--json"],
         capture_output=True, text=True, env=_env(site, RUNSTORE_DISABLE_PLUGINS="acme"),
         cwd=tmp_path, check=True,
     )
-    assert "acme" not in {r["name"] for r in json.loads(out.stdout)}
+    listed = json.loads(out.stdout)
+    assert "acme" not in {r["name"] for r in listed["backends"]}
+    assert "acme" not in {s["section"] for s in listed["settings"]}
