@@ -1,0 +1,124 @@
+"""Group commit: concurrent writes of one saver share one transaction and one commit.
+
+LangGraph saves a step's ``aput_writes`` and the chained ``aput`` calls in the
+background, so several writes of one saver are often in flight at once, and each
+commit waits for the disk (an fsync or a WAL flush). `GroupCommit` queues the writes
+that arrive while a batch runs and hands the whole queue to the backend's
+``run_batch`` callback as the next batch: one transaction, one commit. Every caller
+still returns only after its own op has committed (or raises its own op's error).
+
+Cancellation (the rule every saver built on this inherits):
+
+* Batches run in a task of their own, never in a caller's task, so cancelling a
+  caller never interrupts a batch: the batch's transaction commits or rolls back as
+  a whole, and the connection is never left inside it.
+* A caller cancelled while its op waits in the queue withdraws it: the op never
+  runs (fully absent).
+* A caller cancelled once its op was taken into a batch stops waiting, nothing
+  more: the op commits or fails with its batch exactly as if the caller had
+  waited (fully committed or fully absent, never half).
+
+The backend callback receives the ops in arrival order and returns one outcome per
+op, ``(True, result)`` or ``(False, exception)``, so a failing op fails only its own
+caller (the sqlite saver runs each op in a savepoint; the PostgreSQL saver re-runs a
+failed batch one op at a time). If the callback itself raises, every op of the
+batch gets that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+__all__ = ["GroupCommit", "Outcome"]
+
+Op = TypeVar("Op")
+
+#: One op's result: ``(True, value)`` when it committed, ``(False, exception)`` when not.
+Outcome = tuple[bool, Any]
+
+
+class _Pending(Generic[Op]):
+    """One queued op and the future its caller waits on (compared by identity)."""
+
+    __slots__ = ("future", "op")
+
+    def __init__(self, op: Op, future: asyncio.Future[Any]) -> None:
+        self.op = op
+        self.future = future
+
+
+class GroupCommit(Generic[Op]):
+    """A FIFO of write ops run in batches by ``run_batch``, one batch at a time.
+
+    ``run_batch(ops)`` must run every op in one transaction (or each alone, its
+    choice) and return one `Outcome` per op, in order. It is never cancelled by a
+    caller; it is cancelled only if its task is (the event loop shutting down).
+    """
+
+    def __init__(self, run_batch: Callable[[list[Op]], Awaitable[Sequence[Outcome]]]) -> None:
+        self._run_batch = run_batch
+        self._queue: list[_Pending[Op]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def submit(self, op: Op) -> Any:
+        """Queue ``op`` for the next batch and return its result once it has committed."""
+        loop = asyncio.get_running_loop()
+        pending = _Pending(op, loop.create_future())
+        self._queue.append(pending)
+        if self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+        try:
+            return await pending.future
+        except asyncio.CancelledError:
+            # Still queued: cancelling the await cancelled the future, and the drainer
+            # skips cancelled futures when it takes the next batch, so the op never runs.
+            # Already taken: the batch goes on; only the outcome is dropped.
+            if pending.future.done() and not pending.future.cancelled():
+                pending.future.exception()  # retrieved: no "never retrieved" warning
+            raise
+
+    @property
+    def busy(self) -> bool:
+        """Whether a batch is running or queued."""
+        return self._drainer is not None
+
+    async def wait_idle(self) -> None:
+        """Wait until every queued op has been run and answered (for closing a saver)."""
+        while self._drainer is not None:
+            await asyncio.shield(self._drainer)
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = [p for p in self._queue if not p.future.done()]
+                self._queue = []
+                if batch:
+                    await self._run(batch)
+        finally:
+            self._drainer = None
+
+    async def _run(self, batch: list[_Pending[Op]]) -> None:
+        try:
+            outcomes = list(await self._run_batch([p.op for p in batch]))
+            if len(outcomes) != len(batch):
+                raise RuntimeError(
+                    f"run_batch returned {len(outcomes)} outcomes for {len(batch)} ops"
+                )
+        except asyncio.CancelledError:
+            # Only the drainer's own task is ever cancelled here (loop shutdown):
+            # nobody is left to run the rest, so every waiter is cancelled too.
+            for p in [*batch, *self._queue]:
+                p.future.cancel()
+            self._queue = []
+            raise
+        except Exception as exc:
+            outcomes = [(False, exc)] * len(batch)
+        for p, (ok, value) in zip(batch, outcomes, strict=True):
+            if p.future.done():  # its caller was cancelled while the batch ran
+                continue
+            if ok:
+                p.future.set_result(value)
+            else:
+                p.future.set_exception(value)

@@ -1,0 +1,147 @@
+"""The shared group-commit queue and prefetch store of the SQL savers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.checkpoint.prefetch import PrefetchStore
+
+
+class Backend:
+    """A fake "run this batch" callback that records batches and can be held open."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.committed: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.started = asyncio.Event()
+        self.cancelled = False
+
+    async def run(self, ops: list[str]) -> list[Outcome]:
+        self.batches.append(list(ops))
+        self.started.set()
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        outcomes: list[Outcome] = []
+        for op in ops:
+            if op.startswith("bad"):
+                outcomes.append((False, ValueError(op)))
+            else:
+                self.committed.append(op)
+                outcomes.append((True, op.upper()))
+        return outcomes
+
+
+async def test_ops_arriving_during_a_batch_share_the_next_one() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    backend.gate.clear()
+    first = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    rest = [asyncio.ensure_future(queue.submit(op)) for op in ("b", "bad-c", "d")]
+    await asyncio.sleep(0)
+    backend.gate.set()
+    assert await first == "A"
+    results = await asyncio.gather(*rest, return_exceptions=True)
+    assert results[0] == "B" and results[2] == "D"
+    assert isinstance(results[1], ValueError), "a failing op fails only its own caller"
+    assert backend.batches == [["a"], ["b", "bad-c", "d"]]
+    assert not queue.busy
+
+
+async def test_a_failing_callback_fails_every_op_of_its_batch() -> None:
+    async def broken(ops: list[str]) -> list[Outcome]:
+        raise ConnectionError("lost")
+
+    queue: GroupCommit[str] = GroupCommit(broken)
+    results = await asyncio.gather(queue.submit("a"), queue.submit("b"), return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
+
+
+async def test_a_caller_cancelled_while_queued_withdraws_its_op() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    backend.gate.clear()
+    running = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    queued = asyncio.ensure_future(queue.submit("withdrawn"))
+    kept = asyncio.ensure_future(queue.submit("kept"))
+    await asyncio.sleep(0)
+    queued.cancel()
+    backend.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert await running == "A" and await kept == "KEPT"
+    assert backend.committed == ["a", "kept"], "a withdrawn op never runs"
+
+
+async def test_a_caller_cancelled_while_its_batch_runs_never_cancels_the_batch() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    backend.gate.clear()
+    mine = asyncio.ensure_future(queue.submit("mine"))
+    other = asyncio.ensure_future(queue.submit("other"))
+    await backend.started.wait()
+    mine.cancel()
+    await asyncio.sleep(0)
+    backend.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await mine
+    assert await other == "OTHER"
+    await queue.wait_idle()
+    assert not backend.cancelled, "the batch ran to its end"
+    assert backend.committed == ["mine", "other"], "the cancelled caller's op committed whole"
+
+
+async def test_wait_idle_waits_for_queued_batches() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    backend.gate.clear()
+    tasks = [asyncio.ensure_future(queue.submit(op)) for op in ("a", "b")]
+    await backend.started.wait()
+    waiter = asyncio.ensure_future(queue.wait_idle())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    backend.gate.set()
+    await waiter
+    assert [t.result() for t in tasks] == ["A", "B"]
+
+
+async def test_a_wrong_outcome_count_is_an_error_for_every_op() -> None:
+    async def short(ops: list[Any]) -> list[Outcome]:
+        return []
+
+    queue: GroupCommit[str] = GroupCommit(short)
+    with pytest.raises(RuntimeError, match="outcomes"):
+        await queue.submit("a")
+
+
+def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
+    store = PrefetchStore()
+    key = ("t", "", "c1")
+    store.store(key, store.generation, ["a", "b"], ["rows"])
+    assert store.take(key, ["a"]) == ["rows"]
+    assert store.take(key, ["a"]) is None, "used once"
+    read_at = store.generation
+    with store.writing():
+        store.store(key, read_at, ["a"], ["stale"])
+    assert store.take(key, ["a"]) is None, "a write overlapped the read"
+    store.store(key, store.generation, ["a"], ["rows"])
+    assert store.take(key, ["a", "z"]) is None, "rows must cover every channel asked for"
+
+
+def test_prefetch_store_keeps_the_newest_entries() -> None:
+    store = PrefetchStore()
+    for i in range(PrefetchStore.MAX_ENTRIES + 5):
+        store.store(("t", "", str(i)), 0, ["a"], i)
+    assert len(store) == PrefetchStore.MAX_ENTRIES
+    assert store.take(("t", "", "0"), ["a"]) is None
+    assert store.take(("t", "", str(PrefetchStore.MAX_ENTRIES + 4)), ["a"]) is not None
