@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
 
+from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY
+
 #: Stored-value kinds per channel per node. ``delta`` = new version, nothing stored
 #: (what a DeltaChannel does between snapshots; the channel is named in the metadata
 #: ``counters_since_delta_snapshot`` as LangGraph does); ``snapshot`` = `_DeltaSnapshot`;
@@ -31,7 +33,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 #: trigger channel: reconstruction does not need its history).
 KINDS = ("delta", "delta", "unchanged", "snapshot", "plain", "ephemeral")
 ROOT_KINDS = ("absent", "delta", "snapshot", "plain", "ephemeral")
-COUNTERS_KEY = "counters_since_delta_snapshot"
+COUNTERS_KEY = DELTA_COUNTERS_KEY
 TASKS = ("task-b", "task-a", "task-c")
 PATHS = ("~", "", "~__pregel_pull, n2", "~__pregel_pull, n1")
 SPECIAL_CHANNELS = (ERROR, INTERRUPT, RESUME, SCHEDULED)

@@ -36,6 +36,7 @@ from .savers_graph import (
     thread_config,
     view,
 )
+from .savers_metadata import metadata_and_filters, reference_match
 from .savers_model import (
     MISSING_CHANNEL,
     PATHS,
@@ -996,3 +997,196 @@ def test_graph_parity_with_add_messages_fold(saver_target: Any, scenario: str) -
             session.run(body())
 
         check()
+
+
+# --------------------------------------------------------------------------- listing, filters, ids
+
+
+async def _put_chain_with_metadata(
+    saver: Saver, thread: str, metas: list[dict[str, Any]]
+) -> list[str]:
+    ids: list[str] = []
+    parent: str | None = None
+    for meta in metas:
+        cid = new_checkpoint_id()
+        await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), dict(meta), {})
+        ids.append(cid)
+        parent = cid
+    return ids
+
+
+def test_metadata_filters_follow_the_documented_rule(saver_target: Any) -> None:
+    """list(filter=...) returns exactly the checkpoints the documented rule matches, on
+    random nested metadata: None also matches an absent key, booleans never match numbers,
+    numbers match by value (1 matches 1.0), documents whatever their key order."""
+    with saver_target.session() as session:
+
+        @given(case=metadata_and_filters())
+        @example(case=([{"a": 1}, {}], {"b": None}))
+        @example(case=([{"a": True}, {"a": 1}, {"a": 1.0}], {"a": 1}))
+        @example(case=([{"a": {"x": 1, "y": [1, 2.5]}}], {"a": {"y": [1.0, 2.5], "x": 1.0}}))
+        @example(case=([{"a": [0, {"y": False}]}], {"a": [False, {"y": 0}]}))
+        def check(case: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+            metas, flt = case
+
+            async def body() -> None:
+                saver = session.backend
+                thread = new_thread_id()
+                ids = await _put_chain_with_metadata(saver, thread, metas)
+                expected = [
+                    cid for cid, meta in zip(ids, metas, strict=True) if reference_match(meta, flt)
+                ][::-1]
+                got = _ids(await _collect(saver, config_for(thread), filter=flt))
+                assert got == expected, (
+                    f"list(filter={flt!r}) over metadata {metas!r} (oldest first) -> "
+                    f"{[ids.index(c) for c in got]} != {[ids.index(c) for c in expected]} "
+                    "(contract: the documented metadata filter rule: None matches an absent "
+                    "key or null, booleans only booleans, numbers by value, documents as JSON)"
+                )
+
+            session.run(body())
+
+        check()
+
+
+def test_list_without_thread_id_spans_threads_in_one_order(saver_target: Any) -> None:
+    """list with config None, a config without thread_id, or only a checkpoint_ns lists
+    every thread; every list is ordered by (checkpoint_id, thread_id, checkpoint_ns)
+    descending, and before / limit apply to that order."""
+    with saver_target.session() as session:
+
+        @given(
+            layout=st.lists(
+                st.tuples(st.integers(0, 2), st.sampled_from(["", "child:1"]), st.booleans()),
+                min_size=1,
+                max_size=8,
+            ),
+            before=st.one_of(st.none(), st.integers(0, 7)),
+            limit=st.one_of(st.none(), st.integers(0, 8)),
+        )
+        @example(layout=[(0, "", True), (1, "", True), (2, "child:1", True)], before=None, limit=None)
+        def check(layout: list[tuple[int, str, bool]], before: int | None, limit: int | None) -> None:
+            async def body() -> None:
+                saver = session.backend
+                tag = new_thread_id("tag")
+                threads = sorted(new_thread_id() for _ in range(3))
+                shared = new_checkpoint_id()  # one id in several threads, as copy_thread makes
+                rows: set[tuple[str, str, str]] = set()
+                for t, ns, same_id in layout:
+                    cid = shared if same_id else new_checkpoint_id()
+                    checkpoint = make_checkpoint(cid, {}, {})
+                    await saver.aput(config_for(threads[t], ns=ns), checkpoint, {"tag": tag}, {})
+                    rows.add((cid, threads[t], ns))
+                ordered = sorted(rows, reverse=True)
+
+                async def listed(config: Any, **kwargs: Any) -> list[tuple[str, str, str]]:
+                    items = await _collect(saver, config, filter={"tag": tag}, **kwargs)
+                    return [
+                        (
+                            i.config["configurable"]["checkpoint_id"],
+                            i.config["configurable"]["thread_id"],
+                            i.config["configurable"]["checkpoint_ns"],
+                        )
+                        for i in items
+                    ]
+
+                contract = (
+                    "(contract: list orders by (checkpoint_id, thread_id, checkpoint_ns) "
+                    "descending; thread_id / checkpoint_ns in the config narrow when present, "
+                    "and without thread_id every thread is listed)"
+                )
+                for config in (None, {"configurable": {}}):
+                    assert await listed(config) == ordered, f"list({config}) {contract}"
+                only_ns = [r for r in ordered if r[2] == "child:1"]
+                got = await listed({"configurable": {"checkpoint_ns": "child:1"}})
+                assert got == only_ns, f"list(checkpoint_ns only) {contract}"
+                one_thread = [r for r in ordered if r[1] == threads[0]]
+                got = await listed({"configurable": {"thread_id": threads[0]}})
+                assert got == one_thread, f"list(thread_id, no namespace) {contract}"
+                expected = ordered
+                kwargs: dict[str, Any] = {}
+                if before is not None and before < len(ordered):
+                    cut = ordered[before][0]
+                    kwargs["before"] = config_for(ordered[before][1], cut)
+                    expected = [r for r in expected if r[0] < cut]
+                if limit is not None:
+                    kwargs["limit"] = limit
+                    expected = expected[:limit]
+                assert await listed(None, **kwargs) == expected, (
+                    f"list(None, {kwargs}) {contract}; before is exclusive, limit caps"
+                )
+
+            session.run(body())
+
+        check()
+
+
+#: Text no saver can store the same way: PostgreSQL text refuses NUL, and a lone
+#: surrogate is not Unicode (sqlite and JSON encoders refuse it).
+_UNSTORABLE = {"a NUL character": "bad\x00id", "a lone surrogate": "bad\ud800id"}
+
+
+def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target: Any) -> None:
+    """Ids holding a NUL or a lone surrogate raise InvalidSaverInputError naming the field,
+    on reads and writes, and leave the store as it was."""
+    from runstore.errors import InvalidSaverInputError
+
+    async def body(saver: Saver) -> None:
+        tag = new_thread_id("tag")
+        thread = new_thread_id()
+        [cid] = await _put_chain_with_metadata(saver, thread, [{"tag": tag}])
+        await saver.aput_writes(config_for(thread, cid), [("a", "kept")], "task")
+        head = config_for(thread, cid)
+        for label, bad in _UNSTORABLE.items():
+            calls: list[tuple[str, Any]] = [
+                (
+                    "thread_id",
+                    lambda bad=bad: saver.aput(
+                        config_for(bad),
+                        make_checkpoint(new_checkpoint_id(), {}, {}),
+                        {"tag": tag},
+                        {},
+                    ),
+                ),
+                (
+                    "checkpoint_ns",
+                    lambda bad=bad: saver.aput(
+                        config_for(thread, ns=bad),
+                        make_checkpoint(new_checkpoint_id(), {}, {}),
+                        {"tag": tag},
+                        {},
+                    ),
+                ),
+                (
+                    "checkpoint id",
+                    lambda bad=bad: saver.aput(
+                        config_for(thread, cid), make_checkpoint(bad, {}, {}), {"tag": tag}, {}
+                    ),
+                ),
+                ("task_id", lambda bad=bad: saver.aput_writes(head, [("a", "bad")], bad)),
+                ("channel", lambda bad=bad: saver.aput_writes(head, [(bad, "bad")], "task-2")),
+                ("thread_id", lambda bad=bad: saver.aget_tuple(config_for(bad))),
+                ("thread_id", lambda bad=bad: _collect(saver, config_for(bad))),
+                ("thread_id", lambda bad=bad: saver.adelete_thread(bad)),
+                (
+                    "channel",
+                    lambda bad=bad: saver.aget_delta_channel_history(config=head, channels=[bad]),
+                ),
+            ]
+            for field_name, call in calls:
+                with pytest.raises(InvalidSaverInputError) as raised:
+                    await call()
+                message = str(raised.value)
+                assert field_name in message, (
+                    f"{label} in {field_name}: {message!r} (contract: the error names "
+                    "the field and what is accepted)"
+                )
+        stored = await _collect(saver, None, filter={"tag": tag})
+        assert _ids(stored) == [cid], (
+            "contract: a refused put writes nothing (no checkpoint, in any thread)"
+        )
+        assert _norm_writes(stored[0].pending_writes) == [("task", "a", "kept")], (
+            "contract: refused put_writes write nothing"
+        )
+
+    saver_target.run(body)

@@ -122,3 +122,8 @@ class CheckpointModeReconfigurationError(CheckpointModeError):
 
 class SyncCallOnEventLoopError(RunstoreError, RuntimeError):
     """A synchronous API was called from the thread running the backend's event loop."""
+
+
+class InvalidSaverInputError(RunstoreError, ValueError):
+    """A checkpoint saver call got an id or value no saver can store; the message names
+    the field and what is accepted. Nothing was written."""

@@ -56,16 +56,19 @@ class InvalidEventError(RunstoreError, ValueError, TypeError):
 # -- scalars ----------------------------------------------------------------------
 
 
-def _check_text(value: str, what: str) -> None:
+def check_text(
+    value: str, what: str, error: type[RunstoreError] = InvalidEventError
+) -> None:
+    """Raise ``error`` naming ``what`` if ``value`` holds a NUL or a lone surrogate."""
     if "\x00" in value:
-        raise InvalidEventError(
+        raise error(
             f"{what} contains a NUL character (\\x00), which no backend can store "
             "(PostgreSQL text rejects it); remove or escape it"
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidEventError(
+        raise error(
             f"{what} contains a lone surrogate (not valid Unicode text); "
             "only strings that encode to UTF-8 are accepted"
         ) from None
@@ -77,7 +80,7 @@ def validate_id(value: Any, what: str = "id") -> str:
         raise InvalidEventError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise InvalidEventError(f"{what} must be a non-empty string")
-    _check_text(value, what)
+    check_text(value, what)
     if len(value.encode("utf-8")) > MAX_ID_BYTES:
         raise InvalidEventError(f"{what} is longer than {MAX_ID_BYTES} UTF-8 bytes")
     return value
@@ -90,7 +93,7 @@ def _validate_name(value: Any, what: str, limit: int) -> str:
         raise InvalidEventError(
             f"{what} must be 1 to {limit} characters long, got {len(value)}: {value[:40]!r}"
         )
-    _check_text(value, what)
+    check_text(value, what)
     return value
 
 
@@ -116,7 +119,7 @@ def _copy_json(value: Any, where: str, depth: int) -> Any:
             f"{where} nests deeper than {MAX_JSON_DEPTH} levels (or refers to itself)"
         )
     if isinstance(value, str):
-        _check_text(value, where)
+        check_text(value, where)
         return value
     if value is None or isinstance(value, bool):
         return value
@@ -137,7 +140,7 @@ def _copy_json(value: Any, where: str, depth: int) -> Any:
                 raise InvalidEventError(
                     f"{where} has a {type(key).__name__} key {key!r}; JSON object keys must be str"
                 )
-            _check_text(key, f"a key of {where}")
+            check_text(key, f"a key of {where}")
             out[key] = _copy_json(item, f"{where}[{key!r}]", depth + 1)
         return out
     if isinstance(value, list):
@@ -150,7 +153,7 @@ def _copy_json(value: Any, where: str, depth: int) -> Any:
 def validate_content(content: Any) -> EventContent:
     """Check event content (a str, or a JSON object/array) and return a private copy."""
     if isinstance(content, str):
-        _check_text(content, "content")
+        check_text(content, "content")
         return content
     if isinstance(content, dict | list):
         return _copy_json(content, "content", 0)

@@ -22,9 +22,10 @@ Storage model (one table each, keyed as shown):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -41,34 +42,46 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..errors import InvalidSaverInputError
+from .saverbase import check_put, check_put_writes, checkpoint_config
+
 __all__ = [
+    "BLOBS",
+    "CHECKPOINTS",
+    "WRITES",
     "BlobRow",
     "CheckpointRow",
     "EncodedCheckpoint",
     "EncodedWrites",
-    "FilterTerm",
     "HISTORY_SEED",
     "HISTORY_WRITE",
     "HistoryRow",
     "WriteRow",
     "assemble_delta_history",
-    "checkpoint_config",
     "decode_checkpoint",
     "decode_metadata",
     "decode_writes",
     "dump_json",
     "encode_blob",
     "encode_checkpoint",
-    "encode_metadata",
     "encode_writes",
-    "metadata_filter_terms",
+    "merged_metadata",
+    "metadata_text",
     "next_version",
+    "stored_json",
     "version_text",
 ]
 
 
+#: The tables of every runstore SQL saver (prefixed: they coexist with the stock
+#: LangGraph savers' tables and with the event store's in one database).
+CHECKPOINTS = "runstore_checkpoints"
+BLOBS = "runstore_checkpoint_blobs"
+WRITES = "runstore_checkpoint_writes"
+
+
 class CheckpointRow(NamedTuple):
-    """One checkpoint record, in the column order of the SQL savers' ``INSERT``."""
+    """One row of `CHECKPOINTS`; field names and order are the table's columns."""
 
     thread_id: str
     checkpoint_ns: str
@@ -79,10 +92,12 @@ class CheckpointRow(NamedTuple):
     checkpoint: bytes
     metadata: str
     value_versions: str
+    channel_versions: str
 
 
 class BlobRow(NamedTuple):
-    """One serialized channel value, keyed by ``(thread_id, checkpoint_ns, channel, version)``."""
+    """One row of `BLOBS`: a serialized channel value keyed by
+    ``(thread_id, checkpoint_ns, channel, version)``."""
 
     thread_id: str
     checkpoint_ns: str
@@ -93,7 +108,8 @@ class BlobRow(NamedTuple):
 
 
 class WriteRow(NamedTuple):
-    """One pending write, keyed by ``(thread_id, checkpoint_ns, checkpoint_id, task_id, idx)``."""
+    """One row of `WRITES`: a pending write keyed by
+    ``(thread_id, checkpoint_ns, checkpoint_id, task_id, idx)``."""
 
     thread_id: str
     checkpoint_ns: str
@@ -103,7 +119,7 @@ class WriteRow(NamedTuple):
     task_path: str
     channel: str
     type: str
-    value: bytes
+    blob: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,24 +170,6 @@ class HistoryRow(NamedTuple):
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class FilterTerm:
-    """One ``alist(filter=...)`` condition on a top-level metadata key, dialect-neutral.
-
-    ``kind`` says how to compare the stored JSON value with ``value``:
-    ``null`` (key missing or JSON null), ``bool`` (JSON true/false), ``number``
-    (JSON integer or real, numerically equal), ``text`` (JSON string equal),
-    ``json`` (object/array whose canonical JSON text, see `dump_json`, equals
-    ``value``). ``json_type`` is the JSON type name the value must have
-    (``object``/``array`` for ``json``), or None.
-    """
-
-    key: str
-    kind: Literal["null", "bool", "number", "text", "json"]
-    value: Any
-    json_type: str | None = None
-
-
 def version_text(version: str | int | float) -> str:
     """The stored (text) form of a channel version."""
     return version if isinstance(version, str) else str(version)
@@ -193,15 +191,10 @@ def next_version(current: str | int | float | None) -> str:
     return f"{counter + 1:032}.{random.random():016}"
 
 
-def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    """The config that names one stored checkpoint."""
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
+#: Integers JSON metadata keeps as numbers; others are stored as their text.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_JSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def _json_default(obj: Any) -> Any:
@@ -211,26 +204,72 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+def _bounded_ints(value: Any) -> Any:
+    """``value`` with every int outside the signed 64-bit range replaced by its text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if INT64_MIN <= value <= INT64_MAX else str(value)
+    if isinstance(value, Mapping):
+        return {k: _bounded_ints(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded_ints(v) for v in value]
+    return value
+
+
 def dump_json(value: Any) -> str:
-    """Canonical JSON text (sorted keys, compact): stored metadata and ``json`` filter values."""
-    return orjson.dumps(
-        value,
-        default=_json_default,
-        option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-    ).decode()
+    """Canonical JSON text (sorted keys, compact) of stored metadata and filter documents.
+
+    Values JSON cannot hold become their ``str``; integers outside the signed 64-bit
+    range become their text (every SQL dialect can compare those numbers exactly).
+    """
+    try:
+        # 53-bit strict: the common case needs one pass; bigger ints take the slow path.
+        return orjson.dumps(
+            value, default=_json_default, option=_JSON_OPTIONS | orjson.OPT_STRICT_INTEGER
+        ).decode()
+    except orjson.JSONEncodeError:
+        return orjson.dumps(
+            _bounded_ints(value), default=_json_default, option=_JSON_OPTIONS
+        ).decode()
 
 
-def _merged_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+def stored_json(value: Any) -> Any:
+    """``value`` as it comes back from the stored JSON (see `dump_json`)."""
+    return orjson.loads(dump_json(value))
+
+
+#: A JSON-escaped NUL (``\u0000`` not itself behind an escaped backslash).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def metadata_text(merged: Mapping[str, Any]) -> str:
+    """The stored JSON text of merged metadata.
+
+    Raises `InvalidSaverInputError` for metadata no saver can store alike: strings
+    with a lone surrogate (no JSON encoder takes them) or a NUL character (PostgreSQL
+    JSON refuses it; LangGraph already strips NUL from top-level string values).
+    """
+    try:
+        text = dump_json(merged)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidSaverInputError(
+            f"metadata cannot be stored as JSON ({exc}); accepted: values whose strings are "
+            "valid Unicode (no lone surrogates)"
+        ) from exc
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
+        raise InvalidSaverInputError(
+            "metadata contains a NUL character (\\x00) in a key or string, which no saver "
+            "can store alike (PostgreSQL JSON rejects it); remove or escape it"
+        )
+    return text
+
+
+def merged_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """The metadata a put stores: LangGraph's config-merged metadata without ``writes``."""
     merged = dict(get_checkpoint_metadata(config, metadata))
     # LangGraph's legacy "writes" metadata is not part of the contract; the stock
     # savers drop it too.
     merged.pop("writes", None)
     return merged
-
-
-def encode_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> str:
-    """Metadata as stored: LangGraph's config-merged metadata, as canonical JSON text."""
-    return dump_json(_merged_metadata(config, metadata))
 
 
 def decode_metadata(text: str | bytes | None) -> CheckpointMetadata:
@@ -261,10 +300,7 @@ def encode_checkpoint(
     new_versions: ChannelVersions,
 ) -> EncodedCheckpoint:
     """Turn one ``put`` into a checkpoint record and the blobs of its new channel versions."""
-    configurable = config["configurable"]
-    thread_id = str(configurable["thread_id"])
-    checkpoint_ns = str(configurable.get("checkpoint_ns") or "")
-    parent_id = configurable.get("checkpoint_id")
+    thread_id, checkpoint_ns, parent_id, checkpoint_id = check_put(config, checkpoint, new_versions)
     values: Mapping[str, Any] = checkpoint.get("channel_values") or {}
     versions: Mapping[str, Any] = checkpoint.get("channel_versions") or {}
 
@@ -287,33 +323,34 @@ def encode_checkpoint(
             if version is None:
                 # A value without a version cannot be keyed; LangGraph never does this,
                 # but hand-written checkpoints may. Key it by the checkpoint id.
-                version = f"@{checkpoint['id']}"
+                version = f"@{checkpoint_id}"
                 blobs.append(encode_blob(serde, thread_id, checkpoint_ns, channel, version, value))
             else:
                 carried[channel] = version_text(version)
                 carried_values[channel] = value
         value_versions[channel] = version_text(version)
 
-    merged = _merged_metadata(config, metadata)
-    meta_text = dump_json(merged)
+    merged = merged_metadata(config, metadata)
+    meta_text = metadata_text(merged)
     run_id = merged.get("run_id")
     row = CheckpointRow(
         thread_id,
         checkpoint_ns,
-        str(checkpoint["id"]),
-        str(parent_id) if parent_id else None,
+        checkpoint_id,
+        parent_id,
         str(run_id) if run_id is not None else None,
         type_,
         data,
         meta_text,
         dump_json(value_versions),
+        dump_json({channel: version_text(v) for channel, v in versions.items()}),
     )
     return EncodedCheckpoint(
         row=row,
         blobs=blobs,
         carried=carried,
         carried_values=carried_values,
-        config=checkpoint_config(thread_id, checkpoint_ns, str(checkpoint["id"])),
+        config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
     )
 
 
@@ -367,10 +404,9 @@ def encode_writes(
     their fixed negative index and replace an earlier row; every other write keeps
     its position as index and never replaces an earlier row for the same task.
     """
-    configurable = config["configurable"]
-    thread_id = str(configurable["thread_id"])
-    checkpoint_ns = str(configurable.get("checkpoint_ns") or "")
-    checkpoint_id = str(configurable["checkpoint_id"])
+    thread_id, checkpoint_ns, checkpoint_id, task_id, task_path = check_put_writes(
+        config, writes, task_id, task_path
+    )
     first: list[WriteRow] = []
     last: list[WriteRow] = []
     for position, (channel, value) in enumerate(writes):
@@ -439,31 +475,3 @@ def assemble_delta_history(
         result[channel] = entry
     return result
 
-
-def metadata_filter_terms(filter: Mapping[str, Any] | None) -> list[FilterTerm]:
-    """Translate ``alist(filter=...)`` into dialect-neutral terms, one per key.
-
-    A filter matches a checkpoint whose metadata has every key equal to the given
-    value (top-level keys, like LangGraph's ``InMemorySaver``); ``None`` matches a
-    missing key or JSON null; booleans match JSON booleans only; dicts and lists
-    compare as whole JSON documents.
-    """
-    terms: list[FilterTerm] = []
-    for key, value in (filter or {}).items():
-        if not isinstance(key, str):
-            raise TypeError(f"metadata filter keys must be strings, not {type(key).__name__}")
-        if value is None:
-            terms.append(FilterTerm(key, "null", None))
-        elif isinstance(value, bool):
-            terms.append(FilterTerm(key, "bool", value, "true" if value else "false"))
-        elif isinstance(value, int | float):
-            terms.append(FilterTerm(key, "number", value))
-        elif isinstance(value, str):
-            terms.append(FilterTerm(key, "text", value, "text"))
-        elif isinstance(value, Mapping):
-            terms.append(FilterTerm(key, "json", dump_json(dict(value)), "object"))
-        elif isinstance(value, list | tuple):
-            terms.append(FilterTerm(key, "json", dump_json(list(value)), "array"))
-        else:
-            terms.append(FilterTerm(key, "text", str(value), "text"))
-    return terms

@@ -26,6 +26,7 @@ from langgraph.graph.message import add_messages
 
 from ..errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError, ConfigError
 from .reducer import merge_message_writes
+from .saverbase import DELTA_COUNTERS_KEY
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -41,8 +42,6 @@ DEFAULT_SNAPSHOT_FREQUENCY = 10
 MODE_METADATA_KEY = "runstore_checkpoint_channel_mode"
 #: Marker written by existing deployments of the runtime this layer serves.
 LEGACY_MODE_METADATA_KEY = "deerflow_checkpoint_channel_mode"
-#: LangGraph's own per-channel delta counters (present on delta threads between snapshots).
-DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 #: The channel the modes are about.
 MESSAGES_CHANNEL = "messages"
 

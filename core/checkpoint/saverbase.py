@@ -1,9 +1,10 @@
 """Small, backend-neutral helpers that checkpoint savers share.
 
 Nothing here touches storage: these are the rules every saver has to apply the
-same way (write slots, metadata filters, the sync-twin guard, which ancestors a
-delta reconstruction needs), kept in one place so the memory, sqlite and
-PostgreSQL savers (and third-party ones) agree.
+same way (which ids are accepted, write slots, the sync-twin guard, which ancestors
+a delta reconstruction needs), kept in one place so the memory, sqlite and
+PostgreSQL savers (and third-party ones) agree. The metadata filter rule lives in
+`runstore.checkpoint.filters`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from ..errors import SyncCallOnEventLoopError
+from ..errors import InvalidSaverInputError, SyncCallOnEventLoopError
+from ..records import check_text
 
 R = TypeVar("R")
 
@@ -30,11 +32,20 @@ PREFETCH_MAX_SUPERSTEPS = 256
 __all__ = [
     "DELTA_COUNTERS_KEY",
     "PREFETCH_MAX_SUPERSTEPS",
+    "PRUNE_STRATEGIES",
+    "check_channels",
+    "check_prune_strategy",
+    "check_put",
+    "check_put_writes",
+    "checked_ids",
+    "checked_text",
     "checkpoint_config",
+    "config_address",
     "delta_channels",
     "ensure_off_loop",
+    "history_channels",
     "is_last_write_wins",
-    "metadata_matches",
+    "missing_delta_channels",
     "reconstruction_ancestors",
     "run_sync",
     "worth_prefetching",
@@ -65,12 +76,106 @@ def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) ->
     }
 
 
-def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
-    """Whether ``metadata`` has every ``filter`` key with an equal value (the `alist` filter rule)."""
-    if not filter:
-        return True
-    missing = object()
-    return all(metadata.get(key, missing) == value for key, value in filter.items())
+def checked_text(value: Any, field: str, *, empty_ok: bool = False) -> str:
+    """``value`` as the text a saver stores for ``field`` (an id, a namespace, a channel).
+
+    Non-str values (an int thread id, a UUID) are stored as their ``str``. Raises
+    `InvalidSaverInputError` naming ``field`` for ``None``, an empty string (unless
+    ``empty_ok``), a NUL character or a lone surrogate: no saver can store those the
+    same way (PostgreSQL text rejects NUL, sqlite and JSON reject lone surrogates).
+    """
+    if value is None:
+        raise InvalidSaverInputError(f"{field} is required; accepted: a non-empty string")
+    text = value if isinstance(value, str) else str(value)
+    if not text and not empty_ok:
+        raise InvalidSaverInputError(f"{field} must be a non-empty string")
+    check_text(text, field, InvalidSaverInputError)
+    return text
+
+
+def check_channels(versions: Mapping[str, Any], where: str) -> None:
+    """Check the channel names and text versions of ``versions``: no NUL, no lone
+    surrogate (`checked_text`; empty names and versions are allowed)."""
+    for channel, version in versions.items():
+        checked_text(channel, f"a channel name in {where}", empty_ok=True)
+        if isinstance(version, str):
+            checked_text(version, f"the version of channel {channel!r} in {where}", empty_ok=True)
+
+
+def check_put(
+    config: RunnableConfig, checkpoint: Mapping[str, Any], new_versions: Mapping[str, Any]
+) -> tuple[str, str, str | None, str]:
+    """Check a ``put``'s ids and channels; ``(thread_id, checkpoint_ns, parent_id, checkpoint_id)``."""
+    thread_id, checkpoint_ns, parent_id = config_address(config)
+    checkpoint_id = checked_text(checkpoint.get("id"), "checkpoint id")
+    check_channels(checkpoint.get("channel_versions") or {}, "channel_versions")
+    check_channels(new_versions, "new_versions")
+    check_channels(dict.fromkeys(checkpoint.get("channel_values") or {}, 0), "channel_values")
+    return thread_id, checkpoint_ns, parent_id, checkpoint_id
+
+
+def check_put_writes(
+    config: RunnableConfig, writes: Iterable[tuple[str, Any]], task_id: Any, task_path: Any
+) -> tuple[str, str, str, str, str]:
+    """Check a ``put_writes``'s ids and channels;
+    ``(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path)``."""
+    thread_id, checkpoint_ns, checkpoint_id = config_address(config)
+    if checkpoint_id is None:
+        raise InvalidSaverInputError(
+            "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
+            "writes belong to)"
+        )
+    for channel, _ in writes:
+        checked_text(channel, "a write's channel", empty_ok=True)
+    return (
+        thread_id,
+        checkpoint_ns,
+        checkpoint_id,
+        checked_text(task_id, "task_id"),
+        checked_text(task_path, "task_path", empty_ok=True),
+    )
+
+
+def checked_ids(ids: Iterable[Any], field: str) -> list[str]:
+    """Each of ``ids`` (thread or run ids) as checked text (`checked_text`)."""
+    if isinstance(ids, str):
+        raise InvalidSaverInputError(f"{field} must be a sequence of ids, not one string")
+    return [checked_text(i, f"an id in {field}") for i in ids]
+
+
+def history_channels(channels: Iterable[str]) -> list[str]:
+    """The distinct channels of a delta-history request, in order, checked."""
+    return [checked_text(ch, "channel") for ch in dict.fromkeys(channels)]
+
+
+#: ``prune`` strategies every saver accepts.
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def check_prune_strategy(strategy: str) -> str:
+    """``strategy`` if it is one of `PRUNE_STRATEGIES`; `ValueError` naming them otherwise."""
+    if strategy not in PRUNE_STRATEGIES:
+        raise ValueError(
+            f"unknown prune strategy {strategy!r}; accepted: {', '.join(PRUNE_STRATEGIES)}"
+        )
+    return strategy
+
+
+def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """``(thread_id, checkpoint_ns, checkpoint_id or None)`` named by a config, checked.
+
+    ``thread_id`` is required; ``checkpoint_ns`` defaults to ``""`` (the root graph).
+    """
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = checked_text(configurable.get("thread_id"), "config['configurable']['thread_id']")
+    ns = configurable.get("checkpoint_ns")
+    checkpoint_ns = "" if ns is None else checked_text(ns, "checkpoint_ns", empty_ok=True)
+    checkpoint_id = configurable.get("checkpoint_id")
+    return (
+        thread_id,
+        checkpoint_ns,
+        checked_text(checkpoint_id, "checkpoint_id") if checkpoint_id else None,
+    )
 
 
 def worth_prefetching(metadata: Mapping[str, Any] | None) -> bool:
@@ -103,6 +208,26 @@ def delta_channels(metadata: Mapping[str, Any] | None) -> tuple[str, ...]:
     return tuple(sorted(str(k) for k in counters))
 
 
+def missing_delta_channels(
+    metadata: Mapping[str, Any] | None,
+    channel_versions: Collection[str] | None,
+    valued: Collection[str],
+) -> list[str]:
+    """The delta channels a reconstruction at one checkpoint rebuilds from its ancestors.
+
+    Those its metadata names (`delta_channels`) that have a version there
+    (``channel_versions``) but hold no value (``valued``). A delta channel without a
+    version was never written: it is empty and needs no history. ``None`` for
+    ``channel_versions`` means unknown (rows stored before the versions were kept):
+    every named channel is then taken to have one, which keeps more, never less.
+    """
+    return [
+        ch
+        for ch in delta_channels(metadata)
+        if ch not in valued and (channel_versions is None or ch in channel_versions)
+    ]
+
+
 def reconstruction_ancestors(
     start_id: str,
     channels: Iterable[str],
@@ -114,7 +239,7 @@ def reconstruction_ancestors(
     Walks parent links from ``start_id``'s parent; each channel stops at the first
     ancestor holding a value for it (``valued_channels(id)``). Savers keep these when
     pruning or deleting so a surviving checkpoint still rebuilds the same state; pass
-    as ``channels`` the `delta_channels` of the start checkpoint that hold no value there.
+    as ``channels`` the start checkpoint's `missing_delta_channels`.
     ``parent_of`` returns ``None`` for a root or a checkpoint that no longer exists.
     """
     remaining = set(channels)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -31,11 +32,19 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
+from runstore.checkpoint import codec
+from runstore.checkpoint.filters import filter_terms, metadata_matches
 from runstore.checkpoint.saverbase import (
+    check_prune_strategy,
+    check_put,
+    check_put_writes,
+    checked_ids,
+    checked_text,
     checkpoint_config,
-    delta_channels,
+    config_address,
+    history_channels,
     is_last_write_wins,
-    metadata_matches,
+    missing_delta_channels,
     reconstruction_ancestors,
     write_slot,
 )
@@ -47,8 +56,6 @@ if TYPE_CHECKING:
 Typed = tuple[str, bytes]
 #: (task_id, channel, serialized value, task_path)
 StoredWrite = tuple[str, str, Typed, str]
-
-_PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,10 +80,9 @@ class _Entry:
     metadata: Typed
     parent: str | None
     run_id: Any
-    # Delta channels named in the metadata counters (see saverbase.delta_channels).
-    delta: tuple[str, ...] = ()
-    # Decoded metadata for `list(filter=...)`, decoded on the first filtered list.
-    metadata_plain: dict[str, Any] | None = None
+    # The metadata as the SQL savers store it (JSON form), for filters and the
+    # delta counters (`saverbase.delta_channels`).
+    stored_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,14 +141,10 @@ class _Namespace:
     def needed_ancestors(self, checkpoint_id: str) -> list[str]:
         """Ancestors a delta reconstruction at ``checkpoint_id`` reads (nearest first)."""
         entry = self.entries[checkpoint_id]
-        unvalued = [
-            ch
-            for ch in entry.delta
-            if ch in entry.versions and self.blobs.get((ch, entry.versions[ch])) is None
-        ]
-        return reconstruction_ancestors(
-            checkpoint_id, unvalued, self.parent_of, self.valued_channels
+        missing = missing_delta_channels(
+            entry.stored_metadata, entry.versions, self.valued_channels(checkpoint_id)
         )
+        return reconstruction_ancestors(checkpoint_id, missing, self.parent_of, self.valued_channels)
 
     def remove(self, doomed: set[str]) -> None:
         if not doomed:
@@ -165,10 +167,9 @@ class _Namespace:
                     skeleton=_copy_skeleton(e.skeleton),
                     versions=dict(e.versions),
                     metadata=e.metadata,
-                    metadata_plain=e.metadata_plain,
+                    stored_metadata=e.stored_metadata,
                     parent=e.parent,
                     run_id=e.run_id,
-                    delta=e.delta,
                 )
                 for cid, e in self.entries.items()
             },
@@ -251,13 +252,11 @@ class MemorySaver(BaseCheckpointSaver[str]):
     @_locked
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (or the thread's latest), with its pending writes."""
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        thread_id, checkpoint_ns, checkpoint_id = config_address(config)
         ns = self._ns(thread_id, checkpoint_ns)
         if ns is None:
             return None
-        checkpoint_id = get_checkpoint_id(config) or ns.latest()
+        checkpoint_id = checkpoint_id or ns.latest()
         if checkpoint_id is None or checkpoint_id not in ns.entries:
             return None
         return self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
@@ -270,21 +269,21 @@ class MemorySaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Matching checkpoints, newest first within each thread."""
+        """Matching checkpoints ordered by (checkpoint id, thread, namespace) descending
+        (docs/savers.md, "Listing")."""
+        terms = filter_terms(filter)
+        candidates = self._list_candidates(config, before)
         if limit is not None and limit <= 0:
             return
         remaining = limit
-        for thread_id, checkpoint_ns, checkpoint_id in self._list_candidates(config, before):
+        for thread_id, checkpoint_ns, checkpoint_id in candidates:
             with self._lock:
                 ns = self._ns(thread_id, checkpoint_ns)
                 entry = ns.entries.get(checkpoint_id) if ns is not None else None
                 if ns is None or entry is None:
                     continue
-                if filter:
-                    if entry.metadata_plain is None:
-                        entry.metadata_plain = self.serde.loads_typed(entry.metadata)
-                    if not metadata_matches(entry.metadata_plain or {}, filter):
-                        continue
+                if not metadata_matches(entry.stored_metadata, terms):
+                    continue
                 item = self._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
             yield item
             if remaining is not None:
@@ -297,36 +296,36 @@ class MemorySaver(BaseCheckpointSaver[str]):
         self, config: RunnableConfig | None, before: RunnableConfig | None
     ) -> list[tuple[str, str, str]]:
         configurable = (config or {}).get("configurable") or {}
-        if "thread_id" in configurable:
-            thread_ids: list[str] = [configurable["thread_id"]]
+        if configurable.get("thread_id") is not None:
+            thread = checked_text(configurable["thread_id"], "config['configurable']['thread_id']")
+            thread_ids = [thread]
         else:
             thread_ids = list(self._threads)
         only_ns = configurable.get("checkpoint_ns")
+        if only_ns is not None:
+            only_ns = checked_text(only_ns, "checkpoint_ns", empty_ok=True)
         only_id = configurable.get("checkpoint_id")
+        if only_id:
+            only_id = checked_text(only_id, "checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
-        out: list[tuple[str, str, str]] = []
+        if before_id:
+            before_id = checked_text(before_id, "before checkpoint_id")
+        # (checkpoint_id, thread_id, checkpoint_ns): the order every saver lists in.
+        found: list[tuple[str, str, str]] = []
         for thread_id in thread_ids:
-            namespaces = self._threads.get(thread_id)
-            if not namespaces:
-                continue
-            candidates: list[tuple[str, str]] = []
-            for checkpoint_ns, ns in namespaces.items():
+            for checkpoint_ns, ns in self._threads.get(thread_id, {}).items():
                 if only_ns is not None and checkpoint_ns != only_ns:
                     continue
                 if only_id:
-                    if only_id in ns.entries and (before_id is None or only_id < before_id):
-                        candidates.append((only_id, checkpoint_ns))
+                    if only_id in ns.entries and (not before_id or only_id < before_id):
+                        found.append((only_id, thread_id, checkpoint_ns))
                     continue
                 ids = ns.order
-                if before_id is not None:
+                if before_id:
                     ids = ids[: bisect.bisect_left(ids, before_id)]
-                candidates.extend((cid, checkpoint_ns) for cid in ids)
-            if len(namespaces) > 1:
-                candidates.sort(reverse=True)
-            else:
-                candidates.reverse()
-            out.extend((thread_id, ns_name, cid) for cid, ns_name in candidates)
-        return out
+                found.extend((cid, thread_id, checkpoint_ns) for cid in ids)
+        found.sort(reverse=True)
+        return [(thread_id, ns_name, cid) for cid, thread_id, ns_name in found]
 
     @_locked
     def put(
@@ -337,10 +336,14 @@ class MemorySaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store ``checkpoint`` as a child of the checkpoint ``config`` names (if any)."""
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        checkpoint_ns = configurable.get("checkpoint_ns", "")
-        parent = configurable.get("checkpoint_id")
+        thread_id, checkpoint_ns, parent, checkpoint_id = check_put(
+            config, checkpoint, new_versions
+        )
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        # Raises for metadata JSON cannot hold, before anything is stored.
+        stored_metadata = orjson.loads(
+            codec.metadata_text(codec.merged_metadata(config, metadata))
+        )
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         values = checkpoint.get("channel_values") or {}
         dumps = self.serde.dumps_typed
@@ -358,16 +361,15 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 and (channel, version) not in ns.blobs
             ):
                 ns.blobs[(channel, version)] = dumps(value)
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        checkpoint_id = checkpoint["id"]
+        run_id = stored_metadata.get("run_id")
         ns.add_id(checkpoint_id)
         ns.entries[checkpoint_id] = _Entry(
             skeleton=skeleton,
             versions=skeleton["channel_versions"],
             metadata=dumps(full_metadata),
             parent=parent,
-            run_id=full_metadata.get("run_id"),
-            delta=delta_channels(full_metadata),
+            run_id=None if run_id is None else str(run_id),
+            stored_metadata=stored_metadata,
         )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
@@ -380,10 +382,9 @@ class MemorySaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's writes: first write wins per (task_id, idx), special slots replace."""
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        checkpoint_ns = configurable.get("checkpoint_ns", "")
-        checkpoint_id = configurable["checkpoint_id"]
+        thread_id, checkpoint_ns, checkpoint_id, task_id, task_path = check_put_writes(
+            config, writes, task_id, task_path
+        )
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         stored = ns.writes.get(checkpoint_id)
         if stored is None:
@@ -403,16 +404,17 @@ class MemorySaver(BaseCheckpointSaver[str]):
     @_locked
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of ``thread_id``."""
-        self._threads.pop(thread_id, None)
+        self._threads.pop(checked_text(thread_id, "thread_id"), None)
 
     @_locked
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole of ``source_thread_id`` (every checkpoint, blob and write) into
         ``target_thread_id``; on an id present in both, the source's copy wins."""
-        source = self._threads.get(source_thread_id)
+        source = self._threads.get(checked_text(source_thread_id, "source_thread_id"))
+        target_id = checked_text(target_thread_id, "target_thread_id")
         if not source:
             return
-        target = self._threads.setdefault(target_thread_id, {})
+        target = self._threads.setdefault(target_id, {})
         for checkpoint_ns, ns in source.items():
             clone = ns.copy()
             existing = target.get(checkpoint_ns)
@@ -430,11 +432,8 @@ class MemorySaver(BaseCheckpointSaver[str]):
         """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
         ancestor its delta reconstruction reads (for each delta channel the metadata counters
         name that holds no value there); ``delete``: drop the threads."""
-        if strategy not in _PRUNE_STRATEGIES:
-            raise ValueError(
-                f"unknown prune strategy {strategy!r}; accepted: {', '.join(_PRUNE_STRATEGIES)}"
-            )
-        for thread_id in thread_ids:
+        check_prune_strategy(strategy)
+        for thread_id in checked_ids(thread_ids, "thread_ids"):
             if strategy == "delete":
                 self._threads.pop(thread_id, None)
                 continue
@@ -449,7 +448,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
         ``run_ids``, except ancestors a surviving checkpoint's delta reconstruction reads."""
-        wanted = set(run_ids)
+        wanted = set(checked_ids(run_ids, "run_ids"))
         if not wanted:
             return
         for thread_id in list(self._threads):
@@ -476,12 +475,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
         a value (that ancestor's own writes included), oldest first, plus that value as seed."""
         if not channels:
             return {}
-        configurable = config["configurable"]
-        ns = self._ns(configurable["thread_id"], configurable.get("checkpoint_ns", ""))
+        history_channels(channels)
+        thread_id, checkpoint_ns, checkpoint_id = config_address(config)
+        ns = self._ns(thread_id, checkpoint_ns)
         collected: dict[str, list[tuple[str, Typed]]] = {ch: [] for ch in channels}
         seeds: dict[str, Typed] = {}
         if ns is not None:
-            target_id = get_checkpoint_id(config) or ns.latest()
+            target_id = checkpoint_id or ns.latest()
             target = ns.entries.get(target_id) if target_id else None
             remaining = set(channels)
             current = target.parent if target is not None else None

@@ -16,7 +16,6 @@ from runstore.checkpoint import modes
 from runstore.checkpoint.saverbase import (
     ensure_off_loop,
     is_last_write_wins,
-    metadata_matches,
     reconstruction_ancestors,
     run_sync,
     worth_prefetching,
@@ -168,13 +167,6 @@ def test_worth_prefetching_reads_supersteps_since_the_snapshot(
     metadata: dict[str, Any] | None, expected: bool
 ) -> None:
     assert worth_prefetching(metadata) is expected
-
-
-def test_metadata_matches() -> None:
-    assert metadata_matches({"a": 1, "b": "x"}, {"a": 1})
-    assert metadata_matches({"a": 1}, None)
-    assert not metadata_matches({"a": 1}, {"a": 2})
-    assert not metadata_matches({}, {"a": None})
 
 
 def test_reconstruction_ancestors_stop_per_channel() -> None:

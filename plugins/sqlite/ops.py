@@ -1,0 +1,368 @@
+"""The sqlite saver's operations: plain functions on a ``sqlite3.Connection``.
+
+Each runs whole on one thread: the aiosqlite worker thread for the async API (one
+hop per operation) or the caller's thread for the sync twins. Read operations open
+their own read transaction (`read_tx`); write operations run inside the transaction
+of `write_batch`, which commits a group of them at once (group commit).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import orjson
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from runstore.checkpoint import codec
+from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
+from runstore.checkpoint.filters import json_equal
+from runstore.checkpoint.groupcommit import Outcome
+from runstore.checkpoint.saverbase import (
+    DELTA_COUNTERS_KEY,
+    missing_delta_channels,
+    reconstruction_ancestors,
+    worth_prefetching,
+)
+
+from . import sql
+
+R = TypeVar("R")
+
+#: A write op: a function run on the connection inside the batch's transaction.
+WriteOp = tuple[Callable[..., Any], tuple[Any, ...]]
+#: A record as `sql.SELECT_RECORD` reads it.
+RecordRow = tuple[str, str, str, str | None, str, bytes, str, str, str | None]
+#: A fetched checkpoint: its record row, its blob rows and its write rows.
+Fetched = tuple[RecordRow, list[tuple[str, str, bytes]], list[tuple[Any, ...]]]
+#: What `get` returns: the checkpoint, and the delta history read with it
+#: ``(channels, rows)`` when asked to and there is one worth reading.
+Got = tuple[Fetched, tuple[list[str], list[tuple[Any, ...]]] | None]
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Register the SQL functions the saver's statements call (on the connection's thread)."""
+
+    def json_equal_text(stored: str | None, wanted: str | None) -> bool:
+        if stored is None or wanted is None:
+            return False
+        return json_equal(orjson.loads(stored), orjson.loads(wanted))
+
+    conn.create_function(sql.JSON_EQUAL_FUNCTION, 2, json_equal_text, deterministic=True)
+
+
+# --- transactions -----------------------------------------------------------------
+
+
+def write_batch(conn: sqlite3.Connection, ops: Sequence[WriteOp]) -> list[Outcome]:
+    """Run write ops in one ``BEGIN IMMEDIATE`` transaction: one `Outcome` per op.
+
+    Each op of a group runs in its own savepoint, so a failing op undoes only its
+    own changes and only its caller sees the error. If the commit itself fails,
+    the transaction is rolled back and the error raised (every op failed).
+    """
+    outcomes: list[Outcome] = []
+    conn.execute("BEGIN IMMEDIATE")  # the file's write lock up front, never a BUSY upgrade
+    try:
+        if len(ops) == 1:
+            fn, args = ops[0]
+            try:
+                outcomes.append((True, fn(conn, *args)))
+            except Exception as exc:
+                conn.execute("ROLLBACK")
+                return [(False, exc)]
+        else:
+            for fn, args in ops:
+                conn.execute("SAVEPOINT runstore_op")
+                try:
+                    value = fn(conn, *args)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO runstore_op")
+                    conn.execute("RELEASE runstore_op")
+                    outcomes.append((False, exc))
+                else:
+                    conn.execute("RELEASE runstore_op")
+                    outcomes.append((True, value))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def read_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
+    """Run ``body`` in a deferred transaction, so its statements see one snapshot."""
+    conn.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
+# --- reads ------------------------------------------------------------------------
+
+
+def _fetch_parts(conn: sqlite3.Connection, record: RecordRow) -> Fetched:
+    thread_id, ns, cid = record[0], record[1], record[2]
+    blobs = conn.execute(sql.SELECT_BLOBS, (record[7], thread_id, ns)).fetchall()
+    writes = conn.execute(sql.SELECT_WRITES, (thread_id, ns, cid)).fetchall()
+    return record, blobs, writes
+
+
+def _prefetch_channels(record: RecordRow) -> list[str]:
+    """The head's missing delta channels, if their history is worth reading with it."""
+    metadata, versions = record[6], record[8]
+    if not metadata or DELTA_COUNTERS_KEY not in metadata:
+        return []  # not a delta checkpoint: skip decoding anything
+    decoded = orjson.loads(metadata)
+    if not worth_prefetching(decoded):
+        return []
+    return missing_delta_channels(
+        decoded, None if versions is None else orjson.loads(versions), orjson.loads(record[7])
+    )
+
+
+def get(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    prefetch: bool = False,
+) -> Got | None:
+    """The checkpoint by id (or the latest), with its delta history when ``prefetch``."""
+
+    def body() -> Got | None:
+        if checkpoint_id:
+            record = conn.execute(
+                f"{sql.SELECT_RECORD} WHERE thread_id = ? AND checkpoint_ns = ? "
+                "AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            ).fetchone()
+        else:
+            record = conn.execute(
+                f"{sql.SELECT_RECORD} WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id, ns),
+            ).fetchone()
+        if record is None:
+            return None
+        fetched = _fetch_parts(conn, record)
+        history = None
+        if prefetch and (missing := _prefetch_channels(record)):
+            # LangGraph asks for exactly these channels' history right after loading
+            # the checkpoint; answering it in this hop saves a second one.
+            history = (missing, delta_rows(conn, thread_id, ns, record[2], missing))
+        return fetched, history
+
+    return read_tx(conn, body)
+
+
+def list_page(
+    conn: sqlite3.Connection,
+    where: Sequence[str],
+    params: Sequence[Any],
+    after: tuple[str, str, str] | None,
+    page: int,
+) -> list[Fetched]:
+    """Up to ``page`` checkpoints matching ``where``, ordered by (id, thread, ns)
+    descending, after the keyset position ``after``."""
+    clauses = list(where)
+    args = list(params)
+    if after is not None:
+        clauses.append("(c.checkpoint_id, c.thread_id, c.checkpoint_ns) < (?, ?, ?)")
+        args.extend(after)
+    statement = sql.SELECT_RECORD
+    if clauses:
+        statement += " WHERE " + " AND ".join(clauses)
+    statement += " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT ?"
+    args.append(page)
+
+    def body() -> list[Fetched]:
+        return [_fetch_parts(conn, r) for r in conn.execute(statement, args).fetchall()]
+
+    return read_tx(conn, body)
+
+
+def delta_rows(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    channels: list[str],
+) -> list[tuple[Any, ...]]:
+    """`codec.HistoryRow`s of the delta history of ``channels`` at the checkpoint."""
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(channels), sql.MAX_MASK_CHANNELS):
+        chunk = channels[start : start + sql.MAX_MASK_CHANNELS]
+        params = {
+            "channels": orjson.dumps(chunk).decode(),
+            "thread_id": thread_id,
+            "ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "full": (1 << len(chunk)) - 1,
+            "max_depth": sql.MAX_DEPTH,
+        }
+        rows.extend(conn.execute(sql.DELTA_SQL, params).fetchall())
+    return rows
+
+
+def delta(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    channels: list[str],
+) -> list[tuple[Any, ...]]:
+    """`delta_rows`, in one read transaction when it takes more than one statement."""
+    if len(channels) <= sql.MAX_MASK_CHANNELS:
+        return delta_rows(conn, thread_id, ns, checkpoint_id, channels)
+    return read_tx(conn, lambda: delta_rows(conn, thread_id, ns, checkpoint_id, channels))
+
+
+# --- writes (run inside `write_batch`) --------------------------------------------
+
+
+def put(
+    conn: sqlite3.Connection, encoded: codec.EncodedCheckpoint, serde: SerializerProtocol
+) -> None:
+    """Store one encoded checkpoint: its record, its new blobs, and carried values
+    whose blob is missing."""
+    row = encoded.row
+    conn.execute(sql.INSERT_CHECKPOINT, row)
+    if encoded.blobs:
+        conn.executemany(sql.INSERT_BLOB, encoded.blobs)
+    if not encoded.carried:
+        return
+    # Normally stored by the put that created the version; only a hand-made
+    # checkpoint gets here without it, and then its value must not be lost.
+    missing = conn.execute(
+        sql.MISSING_BLOBS, (codec.dump_json(encoded.carried), row.thread_id, row.checkpoint_ns)
+    ).fetchall()
+    for (channel,) in missing:
+        conn.execute(
+            sql.INSERT_BLOB,
+            codec.encode_blob(
+                serde,
+                row.thread_id,
+                row.checkpoint_ns,
+                channel,
+                encoded.carried[channel],
+                encoded.carried_values[channel],
+            ),
+        )
+
+
+def put_writes(conn: sqlite3.Connection, encoded: codec.EncodedWrites) -> None:
+    """Store pending writes: first write wins, special slots last write wins."""
+    if encoded.first_wins:
+        conn.executemany(sql.INSERT_WRITE_FIRST, encoded.first_wins)
+    if encoded.last_wins:
+        conn.executemany(sql.INSERT_WRITE_LAST, encoded.last_wins)
+
+
+def delete_threads(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> None:
+    """Delete every checkpoint, blob and write of the threads."""
+    for thread_id in thread_ids:
+        for table in (CHECKPOINTS, BLOBS, WRITES):
+            conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+
+def copy_thread(conn: sqlite3.Connection, source: str, target: str) -> None:
+    """Copy every row of ``source`` to ``target`` (the source wins on a shared key)."""
+    for statement in sql.copy_thread_statements():
+        conn.execute(statement, (target, source))
+
+
+class Graph:
+    """The checkpoints of one (thread, namespace), for pruning decisions."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.parent: dict[str, str | None] = {}
+        self.run_id: dict[str, str | None] = {}
+        self.valued: dict[str, set[str]] = {}
+        self.missing: dict[str, list[str]] = {}
+        for cid, parent, run_id, metadata, value_versions, channel_versions in rows:
+            self.parent[cid] = parent
+            self.run_id[cid] = run_id
+            self.valued[cid] = valued = set(orjson.loads(value_versions))
+            versions = None if channel_versions is None else orjson.loads(channel_versions)
+            self.missing[cid] = missing_delta_channels(
+                orjson.loads(metadata) if metadata else None, versions, valued
+            )
+
+    def needed(self, checkpoint_id: str) -> list[str]:
+        """Ancestors (nearest first) a delta reconstruction at ``checkpoint_id`` reads."""
+        return reconstruction_ancestors(
+            checkpoint_id,
+            self.missing.get(checkpoint_id, ()),
+            self.parent.get,
+            lambda cid: self.valued.get(cid, ()),
+        )
+
+
+def _graph(conn: sqlite3.Connection, thread_id: str, ns: str) -> Graph:
+    return Graph(conn.execute(sql.SELECT_GRAPH, (thread_id, ns)).fetchall())
+
+
+def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[str]) -> None:
+    """Delete checkpoints ``doomed`` with their writes, then blobs no survivor holds."""
+    if not doomed:
+        return
+    ids = orjson.dumps(list(doomed)).decode()
+    for table in (CHECKPOINTS, WRITES):
+        conn.execute(
+            f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? "
+            "AND checkpoint_id IN (SELECT value FROM json_each(?))",
+            (thread_id, ns, ids),
+        )
+    conn.execute(
+        f"DELETE FROM {BLOBS} WHERE thread_id = ? AND checkpoint_ns = ? AND NOT EXISTS ("
+        f"SELECT 1 FROM {CHECKPOINTS} c, json_each(c.value_versions) j "
+        f"WHERE c.thread_id = {BLOBS}.thread_id AND c.checkpoint_ns = {BLOBS}.checkpoint_ns "
+        f"AND j.key = {BLOBS}.channel AND j.value = {BLOBS}.version)",
+        (thread_id, ns),
+    )
+
+
+def prune_keep_latest(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> None:
+    """Per namespace keep the latest checkpoint and the ancestors its reconstruction reads."""
+    for thread_id in thread_ids:
+        namespaces = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT DISTINCT checkpoint_ns FROM {CHECKPOINTS} WHERE thread_id = ?",
+                (thread_id,),
+            )
+        ]
+        for ns in namespaces:
+            graph = _graph(conn, thread_id, ns)
+            latest = max(graph.parent)
+            keep = {latest, *graph.needed(latest)}
+            _remove(conn, thread_id, ns, [cid for cid in graph.parent if cid not in keep])
+            # Writes whose checkpoint was never stored cannot be reached from the kept one.
+            conn.execute(
+                f"DELETE FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = ? "
+                f"AND checkpoint_id NOT IN (SELECT checkpoint_id FROM {CHECKPOINTS} "
+                "WHERE thread_id = ? AND checkpoint_ns = ?)",
+                (thread_id, ns, thread_id, ns),
+            )
+
+
+def delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
+    """Delete the runs' checkpoints except ancestors a survivor's reconstruction reads."""
+    pairs = conn.execute(
+        f"SELECT DISTINCT thread_id, checkpoint_ns FROM {CHECKPOINTS} "
+        "WHERE run_id IN (SELECT value FROM json_each(?))",
+        (orjson.dumps(list(run_ids)).decode(),),
+    ).fetchall()
+    wanted = set(run_ids)
+    for thread_id, ns in pairs:
+        graph = _graph(conn, thread_id, ns)
+        doomed = {cid for cid, run in graph.run_id.items() if run in wanted}
+        for cid in graph.parent:
+            if cid not in doomed:
+                doomed.difference_update(graph.needed(cid))
+        _remove(conn, thread_id, ns, sorted(doomed))
