@@ -1,7 +1,8 @@
 """Built-in plugin ``redis``: stream bridge on Redis Streams and a delta-history cache.
 
 ``redis://host:6379/0?prefix=app:`` (``rediss://`` for TLS); the optional ``prefix``
-namespaces every key. Needs ``runstore[redis]``.
+namespaces every key, and the timeout options (``socket_timeout``, ...; see
+`runstore.plugins.redis.client`) override the ``redis`` settings. Needs ``runstore[redis]``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
 
 @hookimpl
 def runstore_register_settings(registry: SettingsRegistry) -> None:
-    registry.add("redis", RedisSettings, description="client pool of the Redis backends")
+    registry.add("redis", RedisSettings, description="client pool and time bounds of the Redis backends")
 
 
 @hookimpl
@@ -80,8 +81,10 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
         import redis.asyncio as aioredis
         from redis.exceptions import ConnectionError as RedisConnectionError
 
+        from .client import TIMEOUT_OPTIONS
+
         prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
-        client = aioredis.Redis.from_url(url.without_query("prefix").render(hide_password=False))
+        client = aioredis.Redis.from_url(url.without_query("prefix", *TIMEOUT_OPTIONS).render(hide_password=False))
         try:
             try:
                 await client.ping()

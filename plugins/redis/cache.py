@@ -4,17 +4,19 @@ One hash per thread, ``{prefix}{key_prefix}{thread_id}``, with a field per entry
 a TTL of ``checkpoint_cache.ttl_seconds`` refreshed on every write; purging a thread
 deletes its hash. Values are the saver's own serializer output. Any Redis error
 (connection refused, timeout, a bad value) is a miss or a skipped write, never an
-exception and never a wrong answer.
+exception and never a wrong answer. Calls are bounded by the ``redis`` timeouts (and
+the URL options of the same names); after a connection failure the cache answers
+misses without touching Redis for `RETRY_AFTER` seconds, so an unresponsive server
+costs one bounded wait, not one per checkpoint read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from runstore.urls import BackendURL
-
-from .settings import RedisSettings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import DeltaChannelHistory, SerializerProtocol
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("runstore.plugins.redis.cache")
 
 DEFAULT_KEY_PREFIX = "runstore:history:"
+#: Seconds of misses without I/O after a connection failure, before Redis is tried again.
+RETRY_AFTER = 1.0
 _SEP = b"\x00"
 
 
@@ -44,23 +48,25 @@ class RedisHistoryCache:
         self.ttl_seconds = max(1, int(ttl_seconds))
         self._serde = serde
         self.errors = 0
+        self._skip_until = 0.0  # monotonic time before which calls are misses without I/O
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
         """Open from ``redis://host:port/db?prefix=P`` and the ``checkpoint_cache`` settings.
 
-        No connection is made here: an unreachable server shows up as misses.
+        No connection is made here: an unreachable server shows up as misses. The
+        timeouts come from the ``redis`` settings and the URL options of the same names.
         """
         import redis.asyncio as aioredis
 
-        url.check_options({"prefix"})
+        from .client import TIMEOUT_OPTIONS, RedisTimeouts, open_pool
+        from .settings import RedisSettings
+
+        url.check_options({"prefix", *TIMEOUT_OPTIONS})
         settings = options.settings
-        client = aioredis.Redis.from_url(
-            url.without_query("prefix").render(hide_password=False),
-            max_connections=settings.section(RedisSettings).max_connections,
-            socket_connect_timeout=2.0,
-            socket_timeout=5.0,
-        )
+        timeouts = RedisTimeouts.resolve(url, settings.section(RedisSettings))
+        pool = open_pool(url, settings.section(RedisSettings), timeouts, runstore_options=("prefix", *TIMEOUT_OPTIONS))
+        client = aioredis.Redis(connection_pool=pool)
         cache = cls(
             client,
             prefix=url.option("prefix", "") or "",
@@ -104,10 +110,20 @@ class RedisHistoryCache:
 
     def _failed(self, op: str, exc: BaseException) -> None:
         self.errors += 1
+        from .client import connection_errors
+
+        if isinstance(exc, connection_errors()):
+            self._skip_until = time.monotonic() + RETRY_AFTER
         # The exception text may carry connection details; log only its type.
         log.debug("redis history cache %s failed (%s); degrading to a miss", op, type(exc).__name__)
 
+    def _skipping(self) -> bool:
+        """Whether Redis failed moments ago: answer without I/O until `RETRY_AFTER` passed."""
+        return time.monotonic() < self._skip_until
+
     async def get(self, thread_id: str, key: str) -> DeltaChannelHistory | None:
+        if self._skipping():
+            return None
         try:
             raw = await self.client.hget(self._key(thread_id), key)
             if raw is None:
@@ -118,6 +134,8 @@ class RedisHistoryCache:
             return None
 
     async def set(self, thread_id: str, key: str, entry: DeltaChannelHistory) -> None:
+        if self._skipping():
+            return
         try:
             raw = self._encode(entry)
             async with self.client.pipeline(transaction=False) as pipe:
@@ -146,6 +164,6 @@ class RedisHistoryCache:
 
     async def close(self) -> None:
         try:
-            await self.client.aclose()
+            await self.client.aclose(close_connection_pool=True)
         except Exception as exc:
             self._failed("close", exc)

@@ -9,6 +9,16 @@ from runstore.settings import bounds
 
 @dataclass(frozen=True)
 class RedisSettings:
-    """``redis``: client pool of the Redis backends."""
+    """``redis``: client pool and time bounds of the Redis backends.
+
+    The URL options ``socket_connect_timeout``, ``socket_timeout``,
+    ``health_check_interval`` and ``operation_timeout`` override the matching settings.
+    """
 
     max_connections: int = field(default=64, metadata=bounds(1))
+    socket_connect_timeout_seconds: float = field(default=5.0, metadata=bounds(0.001))
+    socket_timeout_seconds: float = field(default=10.0, metadata=bounds(0.001))
+    #: PING a pooled connection idle longer than this before using it (0: never).
+    health_check_interval_seconds: float = field(default=30.0, metadata=bounds(0))
+    #: The most one call may take, retries on fresh connections included.
+    operation_timeout_seconds: float = field(default=30.0, metadata=bounds(0.001))

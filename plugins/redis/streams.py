@@ -10,6 +10,11 @@ Readers: one blocking ``XREAD`` per bridge instance (the "waker") covers every r
 this process follows and fans the entries out to its subscribers. A subscriber only
 takes entries that continue its own position without a hole; otherwise it reads a
 consistent bounds-plus-range snapshot in one Lua call, which yields the gap.
+
+Every Redis call goes through `RedisCalls` (bounded, retried only where that cannot
+write twice). ``XADD ... 0-*`` is not idempotent (a second send appends a second
+entry with the next id), so a publish is retried only when it provably never reached
+the server; publishing END, cleanup and every read are idempotent and retried.
 """
 
 from __future__ import annotations
@@ -20,13 +25,13 @@ import hashlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from runstore.errors import ConfigError
+from runstore.errors import BackendUnavailableError, ConfigError
 from runstore.streams import (
     END,
     Notifier,
@@ -40,20 +45,17 @@ from runstore.streams import (
     resolve_heartbeat,
 )
 
+from .client import TIMEOUT_OPTIONS, RedisCalls, RedisTimeouts, open_pool
 from .settings import RedisSettings
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
-
     from runstore.options import BackendOptions
     from runstore.urls import BackendURL
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DEFAULT_PREFIX = "runstore:"
-#: Reader retry: waits between attempts after a connection error, then the error is raised.
-RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8)
+BACKEND = "redis stream bridge"
 #: Upper bound of one blocking XREAD of the waker (it is woken earlier for new runs).
 WAKER_BLOCK_MS = 5000
 _ENDED = "RUNSTORE_ENDED"
@@ -87,25 +89,29 @@ return {first[1][1], last[1], entries}
 
 
 class _Script:
-    """A Lua script called by SHA, loaded again when the server lost it (restart, flush)."""
+    """A Lua script sent by SHA; its full text goes along only when the server lacks it."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()
 
-    async def __call__(self, client: Redis, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        from redis.exceptions import NoScriptError
+    def by_sha(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
-        try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            await client.script_load(self.text)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+    def by_text(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        # EVAL also caches the script, so later EVALSHA calls find it again.
+        return ("EVAL", self.text, len(keys), *keys, *args)
 
 
 PUBLISH = _Script(_PUBLISH)
 PUBLISH_END = _Script(_PUBLISH_END)
 SNAPSHOT = _Script(_SNAPSHOT)
+
+
+def _no_script(reply: Any) -> bool:
+    from redis.exceptions import NoScriptError
+
+    return isinstance(reply, NoScriptError)
 
 
 def _seq(entry_id: bytes | str) -> int:
@@ -123,13 +129,6 @@ def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _connection_errors() -> tuple[type[BaseException], ...]:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
-
-
 class _Watch:
     """What this process knows of one followed stream, shared by its local subscribers."""
 
@@ -141,11 +140,21 @@ class _Watch:
         self.cache: deque[tuple[int, StreamItem]] = deque(maxlen=maxsize + 1)
         self.refs = 0
         self.error: BaseException | None = None
-        self.recheck = 0  # bumped when the stream may have been removed
+        self.recheck = 0  # bumped when the stream may have been removed or lost
         self.news = Notifier()
 
     def notify(self) -> None:
         self.news.notify()
+
+    def observe(self, last_seq: int) -> None:
+        """Record the newest sequence a snapshot saw; a stream that went back was recreated."""
+        if last_seq < self.latest:
+            # Lost (server restart without persistence) or deleted and published again:
+            # what the cache holds belongs to the old stream.
+            self.cache.clear()
+            self.latest = last_seq
+        else:
+            self.latest = max(self.latest, last_seq)
 
     def add(self, entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
         """Take entries the waker read; the cache stays a hole-free run of sequences."""
@@ -166,12 +175,16 @@ class _Watch:
 
 
 class _Cursor:
-    __slots__ = ("pos", "requested", "seen")
+    __slots__ = ("outages", "pos", "requested", "seen")
 
     def __init__(self) -> None:
         self.pos = 0
         self.requested: str | None = None
         self.seen = False  # the stream existed while we followed it
+        self.outages = 0  # connection failures counted when the cursor last saw the stream
+
+
+_Pending = tuple[bytes, str, bytes, "asyncio.Future[str]", str]
 
 
 class RedisStreamBridge(StreamBridge):
@@ -181,103 +194,110 @@ class RedisStreamBridge(StreamBridge):
 
     def __init__(
         self,
-        client: Redis,
+        calls: RedisCalls,
         *,
         prefix: str = DEFAULT_PREFIX,
         queue_maxsize: int = 256,
         heartbeat_interval: float = 15.0,
         stream_ttl_seconds: float = 86400,
         late_subscriber_window: float = 60.0,
-        retry_backoff: Sequence[float] = RETRY_BACKOFF,
     ) -> None:
-        self._client = client
+        self.calls = calls
         self.prefix = prefix
         self.queue_maxsize = queue_maxsize
         self.heartbeat_interval = resolve_heartbeat(None, heartbeat_interval)
         self.stream_ttl_ms = max(1, int(stream_ttl_seconds * 1000))
         self.late_subscriber_window_ms = max(1, int(late_subscriber_window * 1000))
-        self.retry_backoff = tuple(retry_backoff)
+        timeouts = calls.timeouts
+        # The blocking read must end well inside the socket timeout, or it would count as dead.
+        self.waker_block_ms = max(1, min(WAKER_BLOCK_MS, int(timeouts.socket_timeout * 500)))
         self._watches: dict[bytes, _Watch] = {}
         self._control = f"{prefix}ctl:{uuid.uuid4().hex}".encode()
         self._waker: asyncio.Task[None] | None = None
         self._waker_idle = asyncio.Event()
-        self._pending: list[tuple[bytes, str, bytes, asyncio.Future[str], str]] = []
+        self._pending: list[_Pending] = []
         self._inflight = False
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()  # strong refs: the loop keeps only weak ones
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
-        """Open a pooled client (at most ``redis.max_connections``) and check the server answers."""
-        url.check_options({"prefix"})
-        try:
-            import redis.asyncio as aioredis
-        except ImportError:  # pragma: no cover - the registry checks the driver first
-            from runstore.errors import MissingDriverError
+        """Open a pooled client (at most ``redis.max_connections``) and check the server answers.
 
-            raise MissingDriverError("redis", "redis", "redis") from None
+        URL options: ``prefix`` and the timeouts (``socket_timeout``,
+        ``socket_connect_timeout``, ``health_check_interval``, ``operation_timeout``, in
+        seconds), which override the ``redis`` settings.
+        """
+        url.check_options({"prefix", *TIMEOUT_OPTIONS})
         settings = options.settings
         if settings.section(RedisSettings).max_connections < 2:
             raise ConfigError(
                 "redis.max_connections must be >= 2 for the redis stream bridge "
                 "(one connection is its blocking reader)"
             )
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url.without_query("prefix").render(hide_password=False),
-            max_connections=settings.section(RedisSettings).max_connections,
-            timeout=None,
-        )
-        client = aioredis.Redis(connection_pool=pool)
+        timeouts = RedisTimeouts.resolve(url, settings.section(RedisSettings))
         try:
-            await client.ping()
+            pool = open_pool(url, settings.section(RedisSettings), timeouts, runstore_options=("prefix", *TIMEOUT_OPTIONS))
+        except ImportError:  # pragma: no cover - the registry checks the driver first
+            from runstore.errors import MissingDriverError
+
+            raise MissingDriverError("redis", "redis", "redis") from None
+        calls = RedisCalls(pool, timeouts, backend=BACKEND)
+        try:
+            await calls.run("open", [("PING",)])
         except BaseException:
-            await client.aclose()
-            await pool.disconnect()
+            await calls.close()
             raise
-        bridge = cls(
-            client,
+        return cls(
+            calls,
             prefix=url.option("prefix", DEFAULT_PREFIX) or "",
             queue_maxsize=settings.stream_bridge.queue_maxsize,
             heartbeat_interval=settings.stream_bridge.heartbeat_interval_seconds,
             stream_ttl_seconds=settings.stream_bridge.stream_ttl_seconds,
             late_subscriber_window=settings.stream_bridge.late_subscriber_window_seconds,
         )
-        bridge._pool = pool
-        return bridge
-
-    _pool: Any = None
 
     def key(self, run_id: str) -> bytes:
         """The Redis key of a run's stream."""
         return f"{self.prefix}stream:{run_id}".encode()
 
+    async def _script(
+        self, operation: str, script: _Script, keys: Sequence[Any], args: Sequence[Any], *, write: bool
+    ) -> Any:
+        """Run one idempotent script call (a read, or END); error replies are raised."""
+        (reply,) = await self.calls.run(operation, [script.by_sha(keys, args)], write=write)
+        if _no_script(reply):
+            (reply,) = await self.calls.run(operation, [script.by_text(keys, args)], write=write)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
     # -- publishing ---------------------------------------------------------------
 
     async def publish(self, run_id: str, event: str, data: Any) -> str:
-        """XADD one event (exact MAXLEN, TTL refreshed); errors are raised, never retried.
+        """XADD one event (exact MAXLEN, TTL refreshed); retried only if it was never sent.
 
         Publishes issued while another is in flight are sent together in one pipeline,
-        in call order, so concurrent producers get pipelined throughput.
+        in call order, so concurrent producers get pipelined throughput. A publish
+        whose reply was lost raises `BackendUnavailableError` with
+        ``write_may_have_happened=True``; it is never sent twice.
         """
         payload = orjson.dumps(data)
         key = self.key(run_id)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        item: _Pending = (key, event, payload, future, run_id)
         if self._inflight:
-            future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            self._pending.append((key, event, payload, future, run_id))
+            self._pending.append(item)
             return await future
         self._inflight = True
         try:
-            result = await PUBLISH(
-                self._client, [key], [self.queue_maxsize, self.stream_ttl_ms, event, payload]
-            )
-        except Exception as exc:
-            raise self._publish_error(run_id, exc) from None
+            await self._send_batch([item])
         finally:
             if self._pending:
                 self._spawn(self._drain())
             else:
                 self._inflight = False
-        return result.decode() if isinstance(result, bytes) else str(result)
+        return future.result()
 
     def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
         if _ENDED in str(exc):
@@ -304,47 +324,46 @@ class RedisStreamBridge(StreamBridge):
                     item[3].set_exception(RuntimeError("stream bridge publisher stopped"))
             self._pending = []
 
-    async def _send_batch(self, batch: list[tuple[bytes, str, bytes, asyncio.Future[str], str]]) -> None:
-        from redis.exceptions import NoScriptError
-
-        todo = batch
-        for attempt in range(2):
-            pipe = self._client.pipeline(transaction=False)
-            for key, event, payload, _future, _run_id in todo:
-                pipe.evalsha(PUBLISH.sha, 1, key, self.queue_maxsize, self.stream_ttl_ms, event, payload)
-            results = await pipe.execute(raise_on_error=False)
+    async def _send_batch(self, batch: list[_Pending]) -> None:
+        """Publish ``batch`` in one round trip and settle each caller's future."""
+        # A caller cancelled while queued is dropped: its publish has no effect at all.
+        todo = [item for item in batch if not item[3].done()]
+        by_text = False
+        while todo:
+            script = PUBLISH.by_text if by_text else PUBLISH.by_sha
+            commands = [
+                script([key], [self.queue_maxsize, self.stream_ttl_ms, event, payload])
+                for key, event, payload, _future, _run_id in todo
+            ]
+            operation = "publish" if len(todo) == 1 else f"publish (pipeline of {len(todo)})"
+            replies = await self.calls.run(operation, commands, write=True, idempotent=False)
             retry = []
-            for item, result in zip(todo, results, strict=True):
+            for item, reply in zip(todo, replies, strict=True):
                 future = item[3]
-                if isinstance(result, NoScriptError) and attempt == 0:
-                    retry.append(item)
+                if _no_script(reply) and not by_text:
+                    retry.append(item)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
                 elif future.done():
                     continue
-                elif isinstance(result, Exception):
-                    future.set_exception(self._publish_error(item[4], result))
+                elif isinstance(reply, Exception):
+                    future.set_exception(self._publish_error(item[4], reply))
                 else:
-                    future.set_result(result.decode() if isinstance(result, bytes) else str(result))
-            if not retry:
-                return
-            # The server lost the script (restart, SCRIPT FLUSH): nothing ran; load and resend.
-            await self._client.script_load(PUBLISH.text)
-            todo = retry
+                    future.set_result(reply.decode() if isinstance(reply, bytes) else str(reply))
+            todo, by_text = retry, True
 
     async def publish_end(self, run_id: str) -> None:
         """Append END (never evicting data) and shorten the stream's life to the window."""
-        await PUBLISH_END(
-            self._client,
-            [self.key(run_id)],
-            [self.queue_maxsize + 1, self.late_subscriber_window_ms],
+        await self._script(
+            "publish_end", PUBLISH_END, [self.key(run_id)],
+            [self.queue_maxsize + 1, self.late_subscriber_window_ms], write=True,
         )
 
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
         """Delete the run's stream now, or let it expire after ``delay`` seconds."""
         key = self.key(run_id)
         if delay > 0:
-            await self._client.pexpire(key, max(1, int(delay * 1000)))
+            await self.calls.run("cleanup", [("PEXPIRE", key, max(1, int(delay * 1000)))], write=True)
         else:
-            await self._client.delete(key)
+            await self.calls.run("cleanup", [("DEL", key)], write=True)
             watch = self._watches.get(key)
             if watch is not None:
                 watch.recheck += 1
@@ -352,7 +371,8 @@ class RedisStreamBridge(StreamBridge):
 
     async def stream_exists(self, run_id: str) -> bool:
         """Whether the run's stream key exists (live, or finished inside its window)."""
-        return bool(await self._retrying(lambda: self._client.exists(self.key(run_id))))
+        (count,) = await self.calls.run("stream_exists", [("EXISTS", self.key(run_id))])
+        return bool(count)
 
     async def close(self) -> None:
         """Stop the reader, drop the control key and close the pool (idempotent)."""
@@ -360,8 +380,8 @@ class RedisStreamBridge(StreamBridge):
             return
         self._closed = True
         if self._waker is not None:
-            # Wake the blocked XREAD instead of only cancelling it: redis-py may finish a
-            # command it already sent before honouring the cancellation (up to the block).
+            # Wake the blocked XREAD instead of only cancelling it: it would otherwise hold
+            # its connection until the block ends.
             self._waker_idle.set()
             with contextlib.suppress(Exception):
                 await self._poke()
@@ -377,31 +397,21 @@ class RedisStreamBridge(StreamBridge):
             watch.error = RuntimeError("stream bridge closed")
             watch.notify()
         with contextlib.suppress(Exception):
-            await self._client.delete(self._control)
-        await self._client.aclose()
-        if self._pool is not None:
-            await self._pool.disconnect()
+            await self._quick("close", [("DEL", self._control)])
+        await self.calls.close()
+
+    async def _quick(self, operation: str, commands: Sequence[Sequence[Any]]) -> None:
+        """A best-effort write bounded by one connect and one reply, never retried for long."""
+        timeouts = self.calls.timeouts
+        await self.calls.run(
+            operation, commands, write=True, timeout=timeouts.socket_connect_timeout + timeouts.socket_timeout
+        )
 
     # -- reading ------------------------------------------------------------------
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run a read; on connection errors retry with bounded backoff, then raise."""
-        errors = _connection_errors()
-        for delay in (*self.retry_backoff, None):
-            try:
-                return await call()
-            except errors as exc:
-                if delay is None:
-                    raise
-                log.warning("redis stream read failed (%s); retrying in %.2fs", type(exc).__name__, delay)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
     async def _snapshot(self, key: bytes, after: int) -> tuple[int, Any, list[Any]] | None:
         """(first sequence, last entry, entries after ``after``) in one atomic call; None if absent."""
-        reply = await self._retrying(
-            lambda: SNAPSHOT(self._client, [key], [after, self.queue_maxsize + 1])
-        )
+        reply = await self._script("subscribe", SNAPSHOT, [key], [after, self.queue_maxsize + 1], write=False)
         if not reply:
             return None
         first_id, last_entry, entries = reply
@@ -414,7 +424,11 @@ class RedisStreamBridge(StreamBridge):
         last_event_id: str | None = None,
         heartbeat_interval: float | None = None,
     ) -> AsyncIterator[StreamItem]:
-        """Replay after ``last_event_id`` (everything retained without one), then follow live."""
+        """Replay after ``last_event_id`` (everything retained without one), then follow live.
+
+        Heartbeats keep coming while a read is stuck (an unresponsive server); a read
+        that fails for ``redis.operation_timeout_seconds`` raises `BackendUnavailableError`.
+        """
         interval = resolve_heartbeat(heartbeat_interval, self.heartbeat_interval)
         return self._follow(self.key(run_id), last_event_id, interval)
 
@@ -423,31 +437,49 @@ class RedisStreamBridge(StreamBridge):
     ) -> AsyncIterator[StreamItem]:
         cursor = _Cursor()
         watch = self._watch(key)
+        reading: asyncio.Task[list[StreamItem]] | None = None
         try:
+            # The first item comes after the subscription has taken its position.
             first = await self._start(key, cursor, last_event_id, watch)
             recheck = watch.recheck
 
             async def poll(timeout: float) -> Sequence[StreamItem]:
-                nonlocal first, recheck
+                nonlocal first, recheck, reading
                 if first:
                     items, first = first, []
                     return items
-                since = watch.news.version
-                items = await self._next(key, cursor, watch)
-                if items:
-                    return items
-                notified = await watch.news.wait(timeout, since)
-                if watch.error is not None:
-                    raise watch.error
-                if not notified or watch.recheck != recheck:
-                    # Idle, or told the stream may be gone: a snapshot also sees removal.
-                    recheck = watch.recheck
-                    return await self._read(key, cursor, watch)
-                return await self._next(key, cursor, watch)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout
+                if reading is None:
+                    since = watch.news.version
+                    items = self._cached(cursor, watch)
+                    if items:
+                        return items
+                    if items is not None:
+                        notified = await watch.news.wait(timeout, since)
+                        if watch.error is not None:
+                            raise watch.error
+                        if notified and watch.recheck == recheck:
+                            items = self._cached(cursor, watch)
+                            if items is not None:
+                                return items
+                        # Idle, or told the stream may be gone: a snapshot also sees removal.
+                        recheck = watch.recheck
+                    # A read runs as a task: while it is stuck, heartbeats go on.
+                    reading = loop.create_task(self._read(key, cursor, watch))
+                done, _ = await asyncio.wait({reading}, timeout=max(0.0, deadline - loop.time()))
+                if not done:
+                    return []
+                task, reading = reading, None
+                return task.result()
 
             async for item in heartbeat_loop(poll, interval):
                 yield item
         finally:
+            if reading is not None:
+                reading.cancel()
+                with contextlib.suppress(BaseException):
+                    await reading
             self._unwatch(watch)
 
     async def _start(
@@ -456,12 +488,14 @@ class RedisStreamBridge(StreamBridge):
         parsed = parse_event_id(last_event_id) if last_event_id is not None else None
         valid = parsed is not None and parsed[0] == 0
         after = parsed[1] if valid and parsed is not None else (0 if last_event_id is None else 2**62)
+        outages = self.calls.outages
         snapshot = await self._snapshot(key, after)
+        cursor.outages = outages
         if snapshot is None:
             return []  # nothing published yet: follow from the start of the stream
         first_seq, last_entry, entries = snapshot
         last_seq = _seq(last_entry[0])
-        watch.latest = max(watch.latest, last_seq)
+        watch.observe(last_seq)
         cursor.seen = True
         if last_event_id is None:
             cursor.pos = first_seq - 1
@@ -481,8 +515,10 @@ class RedisStreamBridge(StreamBridge):
     def _consume(
         self, cursor: _Cursor, first_seq: int, last_entry: Any, entries: list[Any]
     ) -> list[StreamItem]:
-        """Turn a snapshot into items: a gap if the cursor's successor was evicted."""
-        if cursor.pos + 1 < first_seq:
+        """Turn a snapshot into items: a gap if the cursor's successor was evicted or lost."""
+        last_seq = _seq(last_entry[0])
+        if cursor.pos + 1 < first_seq or last_seq < cursor.pos:
+            # Evicted before we read it, or the stream went back (lost and published again).
             return [StreamGap(cursor.requested, self._id(first_seq), self._last_data_id(last_entry))]
         items: list[StreamItem] = []
         for entry_id, flat in entries:
@@ -506,13 +542,13 @@ class RedisStreamBridge(StreamBridge):
             seq -= 1
         return self._id(seq) if seq > 0 else None
 
-    async def _next(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
-        """New items for the cursor: from the shared cache when it provably continues it."""
+    def _cached(self, cursor: _Cursor, watch: _Watch) -> list[StreamItem] | None:
+        """New items for the cursor from the shared cache; ``None`` when a snapshot is needed."""
         if watch.latest <= cursor.pos:
             return []
         cached = watch.after(cursor.pos)
         if cached is None:
-            return await self._read(key, cursor, watch)
+            return None
         items: list[StreamItem] = []
         for seq, item in cached:
             items.append(item)
@@ -523,13 +559,19 @@ class RedisStreamBridge(StreamBridge):
         return items
 
     async def _read(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
+        outages = self.calls.outages
         snapshot = await self._snapshot(key, cursor.pos)
         if snapshot is None:
+            if cursor.seen and self.calls.outages != cursor.outages:
+                # Gone across a connection failure: the server may have restarted and lost
+                # it. Unlike a removal (END), nothing says the run finished.
+                return [StreamGap(cursor.requested, None, None)]
             # The stream was removed under a follower: nothing more will come.
             return [END] if cursor.seen else []
+        cursor.outages = outages
         first_seq, last_entry, entries = snapshot
         cursor.seen = True
-        watch.latest = max(watch.latest, _seq(last_entry[0]))
+        watch.observe(_seq(last_entry[0]))
         return self._consume(cursor, first_seq, last_entry, entries)
 
     # -- the waker: one blocking XREAD for every followed stream ---------------------
@@ -559,17 +601,18 @@ class RedisStreamBridge(StreamBridge):
     async def _poke(self) -> None:
         self._waker_idle.set()
         with contextlib.suppress(Exception):
-            await self._client.xadd(self._control, {b"w": b"1"}, maxlen=1, approximate=False)
-            await self._client.pexpire(self._control, 3_600_000)
+            await self._quick("poke", [
+                ("XADD", self._control, "MAXLEN", "1", "*", "w", "1"),
+                ("PEXPIRE", self._control, 3_600_000),
+            ])
 
     def _ensure_waker(self) -> None:
         if self._waker is None or self._waker.done():
             self._waker = asyncio.get_running_loop().create_task(self._wake_loop())
 
     async def _wake_loop(self) -> None:
-        errors = _connection_errors()
         control_last: bytes = b"0-0"
-        failures = 0
+        block_ms = self.waker_block_ms
         while not self._closed:
             if not self._watches:
                 self._waker_idle.clear()
@@ -578,28 +621,40 @@ class RedisStreamBridge(StreamBridge):
             streams: dict[bytes, Any] = {self._control: control_last}
             for key, watch in self._watches.items():
                 streams[key] = f"0-{watch.latest}"
+            command = ("XREAD", "COUNT", self.queue_maxsize + 1, "BLOCK", block_ms, "STREAMS",
+                       *streams, *streams.values())
+            outages = self.calls.outages
             try:
-                reply = await self._client.xread(streams, count=self.queue_maxsize + 1, block=WAKER_BLOCK_MS)
-                failures = 0
+                timeouts = self.calls.timeouts
+                (reply,) = await self.calls.run(
+                    "subscribe (reader)", [command],
+                    read_timeout=block_ms / 1000 + timeouts.socket_timeout,
+                    timeout=block_ms / 1000 + timeouts.operation_timeout,
+                )
+                if isinstance(reply, Exception):
+                    raise reply
+                news = [
+                    (key, [(entry_id, _pairs(flat)) for entry_id, flat in entries])
+                    for key, entries in reply or ()
+                ]
             except Exception as exc:
-                if isinstance(exc, errors) and failures < len(self.retry_backoff):
-                    log.warning(
-                        "redis stream reader failed (%s); retrying in %.2fs",
-                        type(exc).__name__,
-                        self.retry_backoff[failures],
-                    )
-                    await asyncio.sleep(self.retry_backoff[failures])
-                    failures += 1
-                    continue
-                # Retries exhausted (or not a connection error): the current followers
-                # raise it; later subscribers start over.
-                failures = 0
+                # Retried until the operation deadline already: the current followers raise
+                # it; later subscribers start over.
+                error = exc if isinstance(exc, BackendUnavailableError) else BackendUnavailableError(
+                    BACKEND, "subscribe (reader)", write_may_have_happened=False, cause=exc
+                )
                 for watch in list(self._watches.values()):
-                    watch.error = exc
+                    watch.error = error
                     watch.notify()
                 self._watches.clear()
                 continue
-            for key, entries in reply or ():
+            if self.calls.outages != outages:
+                # Reconnected after a failure: the server may have restarted and lost
+                # streams, so every follower takes a fresh snapshot.
+                for watch in self._watches.values():
+                    watch.recheck += 1
+                    watch.notify()
+            for key, entries in news:
                 if key == self._control:
                     if entries:
                         control_last = entries[-1][0]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from runstore import END, StreamEvent, StreamGap
-from runstore.errors import ConfigError, InvalidURLError
+from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
 from runstore.options import BackendOptions
 from runstore.settings import Settings
 from runstore.streams import (
@@ -158,9 +158,15 @@ async def test_redis_url_options_and_pool_bound(redis_url: str) -> None:
 
     async with BackendOptions.scope(Settings().merged({"redis": {"max_connections": 5}})) as options:
         bridge = await _open(redis_url, options)
-        assert bridge._client.connection_pool.max_connections == 5
+        assert bridge.calls.pool.max_connections == 5
         with pytest.raises(InvalidURLError, match="prefix"):
             await RedisStreamBridge.open(BackendURL.parse(redis_url).with_query(bogus="1"), options)
+        for bad in ({"socket_timeout": "0"}, {"operation_timeout": "soon"}, {"health_check_interval": "-1"},
+                    {"socket_connect_timeout": "inf"}):
+            with pytest.raises(InvalidURLError, match=f"{next(iter(bad))}=.*seconds"):
+                await RedisStreamBridge.open(BackendURL.parse(redis_url).with_query(**bad), options)
+        with pytest.raises(InvalidURLError, match=r"must be a number \(redis://host:6379/0, /1, ...\); got 'notadb'"):
+            await RedisStreamBridge.open(BackendURL.parse(redis_url.replace("/0?", "/notadb?")), options)
     async with BackendOptions.scope(Settings().merged({"redis": {"max_connections": 1}})) as options:
         with pytest.raises(ConfigError, match="max_connections"):
             await RedisStreamBridge.open(BackendURL.parse(redis_url), options)
@@ -213,51 +219,63 @@ async def test_redis_publish_after_end_raises_also_when_pipelined(
 
 def _break_connections(bridge: Any) -> None:
     """Point the pool at a port nobody listens on, dropping live connections."""
-    pool = bridge._client.connection_pool
+    pool = bridge.calls.pool
     pool.connection_kwargs["port"] = 1
     for conn in [*pool._available_connections, *pool._in_use_connections]:
         conn.port = 1
 
 
-@pytest.mark.redis
-async def test_redis_publisher_errors_are_raised(redis_url: str, options: BackendOptions) -> None:
-    from redis.exceptions import ConnectionError as RedisConnectionError
+def _short_deadline(bridge: Any, seconds: float = 0.3) -> None:
+    """Give every call of ``bridge`` a short operation deadline (tests of giving up)."""
+    import dataclasses
 
+    bridge.calls.timeouts = dataclasses.replace(bridge.calls.timeouts, operation_timeout=seconds)
+    bridge.calls.retry_backoff = (0.01, 0.02, 0.04)
+
+
+@pytest.mark.redis
+async def test_redis_unsent_publish_is_retried_then_reported_unwritten(
+    redis_url: str, options: BackendOptions
+) -> None:
     bridge = await _open(redis_url, options)
     await bridge.publish("x", "values", 1)
-    await bridge._client.connection_pool.disconnect()
+    await bridge.calls.pool.disconnect()
     _break_connections(bridge)
-    with pytest.raises(RedisConnectionError):
+    _short_deadline(bridge)
+    with pytest.raises(BackendUnavailableError) as info:
         await bridge.publish("x", "values", 2)
+    assert info.value.write_may_have_happened is False, "a refused connection sent nothing"
+    assert "nothing was written" in str(info.value) and info.value.__cause__ is not None
     results = await asyncio.gather(*(bridge.publish("x", "v", i) for i in range(3)), return_exceptions=True)
-    assert all(isinstance(r, RedisConnectionError) for r in results), results
+    assert all(isinstance(r, BackendUnavailableError) and not r.write_may_have_happened for r in results), results
 
 
 @pytest.mark.redis
-async def test_redis_reader_retries_with_backoff_then_raises(
+async def test_redis_reader_retries_until_the_deadline_then_raises(
     redis_url: str, options: BackendOptions, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
     bridge = await _open(redis_url, options)
-    bridge.retry_backoff = (0.01, 0.02, 0.04)
     await bridge.publish("y", "values", 1)
-    await bridge._client.connection_pool.disconnect()
+    await bridge.calls.pool.disconnect()
     _break_connections(bridge)
-    caplog.set_level(logging.WARNING, logger="runstore.plugins.redis.streams")
-    with pytest.raises(RedisConnectionError):
+    _short_deadline(bridge)
+    caplog.set_level(logging.DEBUG, logger="runstore.plugins.redis.client")
+    with pytest.raises(BackendUnavailableError) as info:
         await bridge.stream_exists("y")
-    assert len([r for r in caplog.records if "retrying" in r.message]) == 3
-    with pytest.raises(RedisConnectionError):
+    assert info.value.write_may_have_happened is False
+    retries = [r for r in caplog.records if "retrying" in r.message]
+    assert len(retries) >= 2 and [r.levelno for r in retries[:2]] == [logging.WARNING, logging.DEBUG], (
+        "one warning per failing call, the further retries at debug level"
+    )
+    with pytest.raises(BackendUnavailableError):
         await anext(bridge.subscribe("y"))
 
 
 @pytest.mark.redis
 async def test_redis_reader_survives_a_short_outage(redis_url: str, options: BackendOptions) -> None:
     bridge = await _open(redis_url, options)
-    bridge.retry_backoff = (0.05, 0.1, 0.2, 0.4)
     await bridge.publish("z", "values", 1)
-    pool = bridge._client.connection_pool
+    pool = bridge.calls.pool
     await pool.disconnect()
     real_port = pool.connection_kwargs["port"]
     _break_connections(bridge)
@@ -270,6 +288,7 @@ async def test_redis_reader_survives_a_short_outage(redis_url: str, options: Bac
 
     healer = asyncio.ensure_future(heal())
     assert await bridge.stream_exists("z"), "a read retried after the outage succeeds"
+    assert await bridge.publish("z", "values", 2) == "0-2", "so does an unsent publish"
     await healer
 
 
@@ -334,16 +353,14 @@ async def test_notifier_never_loses_a_wakeup() -> None:
 async def test_redis_follower_raises_when_the_reader_gives_up(
     redis_url: str, options: BackendOptions
 ) -> None:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
     bridge = await _open(redis_url, options)
-    bridge.retry_backoff = (0.01, 0.02)
+    _short_deadline(bridge)
     await bridge.publish("lost", "values", 0)
     sub = bridge.subscribe("lost")
     assert (await anext(sub)).data == 0
     pending = asyncio.ensure_future(anext(sub))
     await asyncio.sleep(0.1)  # the waker is blocked in XREAD now
     _break_connections(bridge)
-    await bridge._client.connection_pool.disconnect()
-    with pytest.raises(RedisConnectionError):
+    await bridge.calls.pool.disconnect()
+    with pytest.raises(BackendUnavailableError):
         await asyncio.wait_for(pending, 10)

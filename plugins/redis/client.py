@@ -1,0 +1,285 @@
+"""Redis connections of the ``redis`` plugin: URL rules, bounded calls, safe retries.
+
+Every call goes through `RedisCalls.run`, which holds the rules the bridge and the
+history cache share:
+
+- Bounded. Connecting waits at most ``socket_connect_timeout``, each reply at most
+  ``socket_timeout``, and a whole call, retries included, at most
+  ``operation_timeout`` (settings ``redis.*_seconds``; URL options of the same names
+  without ``_seconds``). A pooled connection idle longer than
+  ``health_check_interval`` is PINGed before it carries a command.
+- Retried only where that cannot write twice. A failure before the command was
+  sent (no connection, a refused or timed-out connect, a pooled connection found
+  closed or failing its health check) is retried on a fresh connection until the
+  operation deadline. A failure after sending is retried only for reads and
+  idempotent writes; for any other write its outcome is unknown.
+- Reported as `BackendUnavailableError` (driver error as ``__cause__``), whose
+  ``write_may_have_happened`` is true exactly when a write was sent and its reply
+  never came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runstore.errors import BackendUnavailableError, InvalidURLError
+
+if TYPE_CHECKING:
+    from runstore.urls import BackendURL
+
+    from .settings import RedisSettings
+
+log = logging.getLogger(__name__)
+
+#: Waits between attempts after a connection failure; the last one repeats until the
+#: operation deadline, so a call rides out a server restart shorter than the deadline.
+RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+
+#: URL options (seconds) that override the ``redis`` settings of the same name + ``_seconds``.
+TIMEOUT_OPTIONS = ("socket_connect_timeout", "socket_timeout", "health_check_interval", "operation_timeout")
+
+
+@dataclass(frozen=True)
+class RedisTimeouts:
+    """The time bounds of Redis calls, in seconds (``health_check_interval`` 0: no checks)."""
+
+    socket_connect_timeout: float = 5.0
+    socket_timeout: float = 10.0
+    health_check_interval: float = 30.0
+    operation_timeout: float = 30.0
+
+    @classmethod
+    def resolve(cls, url: BackendURL, settings: RedisSettings) -> RedisTimeouts:
+        """The ``redis`` settings with the URL's timeout options applied (bad values: `InvalidURLError`)."""
+        values = {name: float(getattr(settings, f"{name}_seconds")) for name in TIMEOUT_OPTIONS}
+        for name in TIMEOUT_OPTIONS:
+            raw = url.option(name)
+            if raw is None:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            least = 0.0 if name == "health_check_interval" else 0.001
+            if not (math.isfinite(value) and value >= least):
+                raise InvalidURLError(
+                    f"URL option {name}={raw!r} in {url}: must be a number of seconds "
+                    f"{'>= 0 (0 turns health checks off)' if least == 0 else '> 0'}"
+                )
+            values[name] = value
+        return cls(**values)
+
+
+def database_number(url: BackendURL) -> int:
+    """The database of ``redis://host:port/N`` (0 without a path); anything else is `InvalidURLError`."""
+    path = url.path.strip("/")
+    if not path:
+        return 0
+    if not (path.isascii() and path.isdigit()):
+        raise InvalidURLError(
+            f"{url}: the path names the Redis database and must be a number "
+            f"(redis://host:6379/0, /1, ...); got {path!r}"
+        )
+    return int(path)
+
+
+def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts, *, runstore_options: Sequence[str]) -> Any:
+    """A redis-py `BlockingConnectionPool` for ``url`` with runstore's bounds and no driver retries.
+
+    ``runstore_options`` are the URL options runstore reads itself (never passed to
+    redis-py). Retries are `RedisCalls`' decision, so redis-py makes none.
+    """
+    import redis.asyncio as aioredis
+
+    database_number(url)
+    extra: dict[str, Any] = {}
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py before 7: nothing to turn off
+        pass
+    else:
+        # With maintenance notifications on ("auto"), redis-py stops checking a pooled
+        # connection for a close by the server before handing it out.
+        extra["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    driver_url = url.without_query(*runstore_options).render(hide_password=False)
+    return aioredis.BlockingConnectionPool.from_url(
+        driver_url,
+        max_connections=settings.max_connections,
+        timeout=None,  # waiting for a free connection is bounded by the operation deadline
+        socket_connect_timeout=timeouts.socket_connect_timeout,
+        socket_timeout=timeouts.socket_timeout,
+        health_check_interval=timeouts.health_check_interval,
+        protocol=2,  # raw replies have one shape on every server and redis-py version
+        **extra,
+    )
+
+
+class _Progress:
+    """Whether any attempt of one call has started sending (its outcome is then unknown)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+
+class _Failed(Exception):
+    """One attempt failed; ``sent`` says whether the command may have reached the server."""
+
+    def __init__(self, cause: BaseException, sent: bool, replies: list[Any]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.sent = sent
+        self.replies = replies
+
+
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean the connection (not the command) failed."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+
+
+def _closed_by_peer(conn: Any) -> bool:
+    """Whether a pooled connection already saw the server close or reset it."""
+    reader = getattr(conn, "_reader", None)
+    writer = getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not connected: redis-py connects before sending
+    return bool(reader.at_eof() or reader.exception() is not None or writer.transport.is_closing())
+
+
+class RedisCalls:
+    """Runs commands on a pool under the rules in the module docstring.
+
+    ``backend`` names the caller in errors (``"redis stream bridge"``). ``outages``
+    counts connection failures seen so far, so a reader can tell that the server may
+    have restarted since it last looked.
+    """
+
+    def __init__(
+        self,
+        pool: Any,
+        timeouts: RedisTimeouts,
+        *,
+        backend: str,
+        retry_backoff: Sequence[float] = RETRY_BACKOFF,
+    ) -> None:
+        self.pool = pool
+        self.timeouts = timeouts
+        self.backend = backend
+        self.retry_backoff = tuple(retry_backoff)
+        self.outages = 0
+
+    async def run(
+        self,
+        operation: str,
+        commands: Sequence[Sequence[Any]],
+        *,
+        write: bool = False,
+        idempotent: bool = True,
+        read_timeout: float | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Send ``commands`` in one round trip and return their replies, error replies as objects.
+
+        A non-idempotent write (``write=True, idempotent=False``) whose replies were lost
+        gets, in place of each missing reply, a `BackendUnavailableError` saying the write
+        may have happened; every other failure raises it. ``read_timeout`` replaces
+        ``socket_timeout`` for the replies (a blocking XREAD waits longer); ``timeout``
+        replaces ``operation_timeout`` as the bound of the whole call.
+        """
+        loop = asyncio.get_running_loop()
+        bound = self.timeouts.operation_timeout if timeout is None else timeout
+        deadline = loop.time() + bound
+        progress = _Progress()
+        failures = 0
+        last: BaseException | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    try:
+                        return await self._attempt(commands, read_timeout, progress)
+                    except _Failed as failed:
+                        self.outages += 1
+                        last = failed.cause
+                        if failed.sent and write and not idempotent:
+                            missing = len(commands) - len(failed.replies)
+                            lost = [self._unavailable(operation, True, failed.cause) for _ in range(missing)]
+                            return [*failed.replies, *lost]
+                    delay = self.retry_backoff[min(failures, len(self.retry_backoff) - 1)]
+                    (log.warning if failures == 0 else log.debug)(
+                        "%s: %s failed (%s); retrying on a fresh connection for up to %gs",
+                        self.backend, operation, type(last).__name__, bound,
+                    )
+                    failures += 1
+                    await asyncio.sleep(delay)
+        except TimeoutError as exc:
+            cause = last or exc
+            if last is None or isinstance(last, asyncio.CancelledError):
+                cause = TimeoutError(f"no answer within {bound:g}s")
+            # Timed out mid-attempt: the command may be sitting in a send buffer or a black hole.
+            raise self._unavailable(operation, write and progress.sent, cause) from cause
+
+    def _unavailable(self, operation: str, may_have_written: bool, cause: BaseException) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            self.backend, operation, write_may_have_happened=may_have_written, cause=cause
+        )
+
+    async def _attempt(
+        self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
+    ) -> list[Any]:
+        from redis.exceptions import ResponseError
+
+        errors = connection_errors()
+        try:
+            conn = await self.pool.get_connection()
+        except errors as exc:
+            raise _Failed(exc, sent=False, replies=[]) from exc
+        replies: list[Any] = []
+        try:
+            try:
+                if _closed_by_peer(conn):
+                    # Closed while idle in the pool: nothing was sent on it yet.
+                    await conn.disconnect(nowait=True)
+                    await conn.connect()
+                await conn.check_health()
+            except errors as exc:
+                raise _Failed(exc, sent=False, replies=[]) from exc
+            packed = conn.pack_commands(commands) if len(commands) > 1 else conn.pack_command(*commands[0])
+            progress.sent = True
+            try:
+                await conn.send_packed_command(packed, check_health=False)
+                for _ in commands:
+                    try:
+                        replies.append(await self._read(conn, read_timeout))
+                    except ResponseError as exc:
+                        replies.append(exc)
+            except errors as exc:
+                raise _Failed(exc, sent=True, replies=replies) from exc
+            return replies
+        finally:
+            await self.pool.release(conn)
+
+    async def _read(self, conn: Any, timeout: float | None) -> Any:
+        if timeout is None:
+            return await conn.read_response()
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        try:
+            async with asyncio.timeout(timeout):
+                return await conn.read_response(timeout=math.inf)
+        except TimeoutError:
+            # The read was cancelled mid-reply: the connection is unusable (redis-py drops it).
+            await conn.disconnect(nowait=True)
+            raise RedisTimeoutError(f"no reply within {timeout:g}s") from None
+
+    async def close(self) -> None:
+        """Close every connection of the pool."""
+        await self.pool.disconnect()
