@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 )
 
 from runstore.errors import IncompleteMessageRunLookupError, OwnerContextMissingError
-from runstore.events import AI_LOOKUP_PAGE_SIZE, RunEventStore
+from runstore.events import AI_LOOKUP_PAGE_SIZE, RunEventStore, walk_ai_message_runs
 from runstore.owner import owner_scope
 
 from .events_model import (
@@ -633,9 +633,7 @@ def test_find_latest_ai_message_run_ids_keeps_first_page_watermark(events_target
             expected = await _big_thread(store, thread)
             targets = sorted(expected)
             view = _AppendingView(store, thread, targets)
-            got = await RunEventStore.find_latest_ai_message_run_ids(
-                view, thread, [*targets, "never"], user_id=None  # type: ignore[arg-type]
-            )
+            got = await walk_ai_message_runs(view.list_messages, thread, {*targets, "never"}, None)
             assert view.pages >= 3, "the walk should need several pages"
             assert got == expected, (
                 "contract: find_latest_ai_message_run_ids keeps its first-page high-watermark: "
@@ -678,8 +676,8 @@ def test_find_latest_raises_when_seqs_do_not_progress(events_target: Any) -> Non
         try:
             await _big_thread(store, thread)
             with pytest.raises(IncompleteMessageRunLookupError):
-                await RunEventStore.find_latest_ai_message_run_ids(
-                    _StuckView(store), thread, ["old-0", "missing"], user_id=None  # type: ignore[arg-type]
+                await walk_ai_message_runs(
+                    _StuckView(store).list_messages, thread, {"old-0", "missing"}, None
                 )
         finally:
             await store.delete_by_thread(thread, user_id=None)
@@ -778,6 +776,8 @@ BAD_EVENTS = {
     "created_at not ISO-8601": {"created_at": "yesterday"},
     "run_id not a str": {"run_id": 7},
     "empty run_id": {"run_id": ""},
+    "created_at before year 1 in UTC": {"created_at": "0001-01-01T00:00:00+05:00"},
+    "created_at after year 9999 in UTC": {"created_at": "9999-12-31T23:59:59-05:00"},
 }
 
 
@@ -934,6 +934,176 @@ def test_read_arguments_are_validated(events_target: Any) -> None:
         with pytest.raises(BAD_INPUT):
             await store.list_events(thread, "r", event_types="abc", user_id=None)  # type: ignore[arg-type]
         assert await store.list_messages(thread, limit=0, user_id=None) == [], "contract: limit=0 is an empty page"
+
+    events_target.run(body)
+
+
+SEQ_MAX = 2**63 - 1
+SEQ_MIN = -(2**63)
+
+
+def test_cursors_and_limits_beyond_64_bits_are_rejected_everywhere(events_target: Any) -> None:
+    """Seqs are signed 64-bit integers: cursors and limits outside that range are bad input."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("range")
+        await store.put_batch(
+            [_message(thread, "r", f"m{i}", event_type="human_message") for i in range(3)],
+            user_id=None,
+        )
+        pages = {
+            "list_messages": lambda **kw: store.list_messages(thread, user_id=None, **kw),
+            "list_messages_by_run": lambda **kw: store.list_messages_by_run(thread, "r", user_id=None, **kw),
+            "list_events": lambda **kw: store.list_events(thread, "r", user_id=None, **kw),
+        }
+        try:
+            for name, page in pages.items():
+                cursors = ("after_seq",) if name == "list_events" else ("after_seq", "before_seq")
+                for cursor in cursors:
+                    for value in (SEQ_MAX + 1, SEQ_MIN - 1, 2**100, -(2**100)):
+                        with pytest.raises(BAD_INPUT):
+                            await page(**{cursor: value})
+                with pytest.raises(BAD_INPUT):
+                    await page(limit=SEQ_MAX + 1)
+                edge = {
+                    "after_seq=SEQ_MAX": (await page(after_seq=SEQ_MAX), []),
+                    "after_seq=SEQ_MIN": (len(await page(after_seq=SEQ_MIN)), 3),
+                    "limit=SEQ_MAX": (len(await page(limit=SEQ_MAX)), 3),
+                }
+                if name != "list_events":
+                    edge["before_seq=SEQ_MAX"] = (len(await page(before_seq=SEQ_MAX)), 3)
+                    edge["before_seq=SEQ_MIN"] = (await page(before_seq=SEQ_MIN), [])
+                for case, (got, expected) in edge.items():
+                    assert got == expected, (
+                        f"contract: cursors and limits at the ends of the 64-bit seq range are "
+                        f"accepted and page normally ({name}({case}) gave {got!r}, expected {expected!r})"
+                    )
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
+def test_created_at_at_the_ends_of_the_calendar_round_trips(events_target: Any) -> None:
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("calendar")
+        ends = {
+            "0001-01-01T00:00:00+00:00": "0001-01-01T00:00:00+00:00",
+            "0001-01-01T05:00:00+05:00": "0001-01-01T00:00:00+00:00",
+            "9999-12-31T23:59:59.999999Z": "9999-12-31T23:59:59.999999+00:00",
+        }
+        try:
+            for given, normalized in ends.items():
+                record = await store.put(
+                    thread_id=thread, run_id="r", event_type="e", category="lifecycle",
+                    created_at=given, user_id=None,
+                )
+                assert record["created_at"] == normalized, (
+                    f"contract: created_at {given} is accepted and normalized to UTC "
+                    f"(got {record['created_at']})"
+                )
+            stored = [r["created_at"] for r in await store.list_events(thread, "r", user_id=None)]
+            assert stored == list(ends.values()), f"contract: created_at round-trips (got {stored})"
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
+async def _expect(call: Callable[[], Awaitable[Any]], errors: Any, contract: str) -> None:
+    try:
+        got = await call()
+    except errors:
+        return
+    except Exception as exc:
+        raise AssertionError(f"{contract} (raised {type(exc).__name__}: {exc})") from exc
+    raise AssertionError(f"{contract} (returned {got!r})")
+
+
+def test_calls_are_checked_in_one_order(events_target: Any) -> None:
+    """Every backend checks a call in one order: its arguments (in signature order), then the
+    owner, then answers that need no I/O return, then the store must be open."""
+
+    async def body(store: RunEventStore) -> None:
+        bad = ""  # not a thread id
+        thread = fresh_id("order")
+        no_io: dict[str, Callable[[], Awaitable[Any]]] = {
+            "get_message_seqs(bad thread, [])": lambda: store.get_message_seqs(bad, [], user_id=None),
+            "find_latest_ai_message_run_ids(bad thread, [])": lambda: store.find_latest_ai_message_run_ids(
+                bad, [], user_id=None
+            ),
+            "get_last_visible_ai_seq_by_run(bad thread, run_ids=[])": lambda: (
+                store.get_last_visible_ai_seq_by_run(bad, run_ids=[], user_id=None)
+            ),
+            "list_events(bad thread, event_types=[])": lambda: store.list_events(
+                bad, "r", event_types=[], user_id=None
+            ),
+            "list_messages(bad thread, limit=0)": lambda: store.list_messages(bad, limit=0, user_id=None),
+            "list_messages_by_run(bad run, limit=0)": lambda: store.list_messages_by_run(
+                thread, bad, limit=0, user_id=None
+            ),
+            "list_messages(limit=0, after_seq='1')": lambda: store.list_messages(
+                thread, limit=0, after_seq="1", user_id=None  # type: ignore[arg-type]
+            ),
+        }
+        for name, call in no_io.items():
+            await _expect(call, BAD_INPUT, f"contract: arguments are checked before an answer that needs no I/O: {name} is bad input")
+        # No owner_scope is set: user_id=AUTO (the default) cannot be resolved.
+        before_owner: dict[str, Callable[[], Awaitable[Any]]] = {
+            "get_message_seqs(bad thread)": lambda: store.get_message_seqs(bad, ["message:a"]),
+            "count_messages(bad thread)": lambda: store.count_messages(bad),
+            "delete_by_run(bad run)": lambda: store.delete_by_run(thread, bad),
+            "put(empty event_type)": lambda: store.put(
+                thread_id=thread, run_id="r", event_type="", category="message"
+            ),
+            "put_batch(bad thread)": lambda: store.put_batch(
+                [{"thread_id": bad, "run_id": "r", "event_type": "e", "category": "message"}]
+            ),
+        }
+        for name, call in before_owner.items():
+            await _expect(call, BAD_INPUT, f"contract: arguments are checked before the owner: {name} without an owner context is bad input")
+        empty_without_owner: dict[str, Callable[[], Awaitable[Any]]] = {
+            "get_message_seqs(thread, [])": lambda: store.get_message_seqs(thread, []),
+            "find_latest_ai_message_run_ids(thread, [])": lambda: store.find_latest_ai_message_run_ids(thread, []),
+            "list_messages(thread, limit=0)": lambda: store.list_messages(thread, limit=0),
+            "put_batch([])": lambda: store.put_batch([]),
+        }
+        for name, call in empty_without_owner.items():
+            await _expect(call, OwnerContextMissingError, f"contract: the owner is resolved before an answer that needs no I/O: {name} without an owner context fails")
+        await store.close()
+        empty_answers = {
+            "get_message_seqs(thread, [])": (await store.get_message_seqs(thread, [], user_id=None), {}),
+            "find_latest_ai_message_run_ids(thread, [])": (
+                await store.find_latest_ai_message_run_ids(thread, [], user_id=None), {}
+            ),
+            "get_last_visible_ai_seq_by_run(run_ids=[])": (
+                await store.get_last_visible_ai_seq_by_run(thread, run_ids=[], user_id=None), {}
+            ),
+            "list_messages(limit=0)": (await store.list_messages(thread, limit=0, user_id=None), []),
+            "list_events(event_types=[])": (
+                await store.list_events(thread, "r", event_types=[], user_id=None), []
+            ),
+            "put_batch([])": (await store.put_batch([], user_id=None), []),
+        }
+        for name, (got, expected) in empty_answers.items():
+            assert got == expected, (
+                f"contract: an answer that needs no I/O is given even by a closed store ({name} gave {got!r})"
+            )
+        await _expect(
+            lambda: store.list_messages(bad, user_id=None), BAD_INPUT,
+            "contract: arguments are checked before the store: bad input to a closed store is bad input",
+        )
+        await _expect(
+            lambda: store.get_message_seqs(thread, []), OwnerContextMissingError,
+            "contract: the owner is resolved before the store: a closed store still needs an owner context",
+        )
+        for name, call in {
+            "count_messages": lambda: store.count_messages(thread, user_id=None),
+            "list_messages": lambda: store.list_messages(thread, user_id=None),
+            "put": lambda: store.put(thread_id=thread, run_id="r", event_type="e", category="message", user_id=None),
+            "delete_by_thread": lambda: store.delete_by_thread(thread, user_id=None),
+        }.items():
+            await _expect(call, RuntimeError, f"contract: a call that needs I/O on a closed store raises RuntimeError ({name})")
 
     events_target.run(body)
 

@@ -1,6 +1,6 @@
 """The run event store protocol: an append-only, seq-ordered feed of events per thread.
 
-Contract (every backend, same answers; DESIGN §4 and docs/events.md):
+Contract (every backend, same answers; docs/events.md):
 
 * A record is an `EventRecord` dict. ``seq`` is per thread, starts at 1 and strictly
   increases; threads are independent. ``put_batch`` gives each thread's events of the
@@ -21,47 +21,100 @@ Contract (every backend, same answers; DESIGN §4 and docs/events.md):
   store the owner on writes, filter every read and delete by it, and return it as
   the record's ``user_id``; other backends resolve the argument the same way (so a
   missing context still fails) and then ignore it.
+* Every call is checked in one order (the preamble, `RunEventStore` helpers such as
+  `RunEventStore._page_call`): (1) its arguments, in signature order; (2) the owner;
+  (3) a call whose answer needs no I/O (empty lookup input, ``limit=0``, an empty
+  batch, ``event_types=[]``, ``run_ids=[]``) returns it; (4) anything else on a closed
+  store raises `RuntimeError`. So bad input is an input error even without an owner
+  context or on a closed store, and empty answers stay available after ``close``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, NotRequired, TypedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 from .errors import IncompleteMessageRunLookupError
-from .owner import AUTO, UserId
+from .owner import AUTO, UserId, resolve_owner
+from .records import (
+    AI_MESSAGE_EVENT_TYPES,
+    HIDDEN_CALLER_PREFIX,
+    MAX_CATEGORY_LENGTH,
+    MAX_EVENT_TYPE_LENGTH,
+    MESSAGE_CATEGORY,
+    TRACE_CATEGORY,
+    EventContent,
+    EventRecord,
+    PreparedEvent,
+    ai_message_match,
+    check_page,
+    check_run_filter,
+    normalize_message_ids,
+    prepare_batch,
+    prepare_event,
+    validate_id,
+)
 
-MAX_EVENT_TYPE_LENGTH = 32
-MAX_CATEGORY_LENGTH = 16
-MESSAGE_CATEGORY = "message"
-TRACE_CATEGORY = "trace"
-#: Event types whose ``message`` events are AI messages (``ai_message`` is the legacy name).
-AI_MESSAGE_EVENT_TYPES: tuple[str, ...] = ("llm.ai.response", "ai_message")
-#: An AI message whose ``metadata.caller`` starts with this is hidden from users.
-HIDDEN_CALLER_PREFIX = "middleware:"
+__all__ = [
+    "AI_LOOKUP_PAGE_SIZE",
+    "AI_MESSAGE_EVENT_TYPES",
+    "HIDDEN_CALLER_PREFIX",
+    "MAX_CATEGORY_LENGTH",
+    "MAX_EVENT_TYPE_LENGTH",
+    "MESSAGE_CATEGORY",
+    "TRACE_CATEGORY",
+    "EventContent",
+    "EventRecord",
+    "Lookup",
+    "Page",
+    "RunEventStore",
+    "RunFilter",
+    "Target",
+    "walk_ai_message_runs",
+]
+
 #: Page size of the default `RunEventStore.find_latest_ai_message_run_ids` walk.
 AI_LOOKUP_PAGE_SIZE = 1000
 
-EventContent = str | dict[str, Any] | list[Any]
+
+class Target(NamedTuple):
+    """A thread (or one run of it) and the owner: `count_messages`, the deletes."""
+
+    thread_id: str
+    run_id: str | None
+    owner: str | None
 
 
-class EventRecord(TypedDict):
-    """One stored event, as every backend returns it.
+class Page(NamedTuple):
+    """A checked page request: `list_messages`, `list_messages_by_run` (``limit`` > 0)."""
 
-    ``user_id`` is present on backends declaring ``owner_filter`` (the owner the event
-    was written with, ``None`` for none) and may be absent elsewhere.
-    """
+    thread_id: str
+    run_id: str | None
+    owner: str | None
+    limit: int
+    before_seq: int | None
+    after_seq: int | None
+
+
+class RunFilter(NamedTuple):
+    """A checked `list_events` request that can match something."""
 
     thread_id: str
     run_id: str
-    event_type: str
-    category: str
-    content: EventContent
-    metadata: dict[str, Any]
-    seq: int
-    created_at: str
-    user_id: NotRequired[str | None]
+    owner: str | None
+    event_types: frozenset[str] | None
+    task_id: str | None
+    limit: int
+    after_seq: int | None
+
+
+class Lookup(NamedTuple):
+    """A checked lookup by keys (identities, message ids, run ids); ``keys=None``: all runs."""
+
+    thread_id: str
+    owner: str | None
+    keys: set[str] | None
 
 
 class RunEventStore(ABC):
@@ -69,6 +122,116 @@ class RunEventStore(ABC):
 
     #: Capabilities are declared at registration; this mirrors them for introspection.
     capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    # -- the call preamble ------------------------------------------------------------
+    #
+    # Every store checks a call with these helpers, so every store checks it in the one
+    # order the module docstring states. A ``*_call`` helper returns ``None`` when the
+    # answer needs no I/O (the caller returns the empty answer) and otherwise the
+    # checked arguments, having made sure the store is open.
+
+    def _check_id(self, value: Any, what: str) -> str:
+        """Check a thread or run id (a store whose ids have more rules overrides this)."""
+        return validate_id(value, what)
+
+    def _check_open(self) -> None:
+        """Raise `RuntimeError` if the store is closed (stores that can close override this)."""
+        return None
+
+    def _resolve(self, user_id: UserId, *, io: bool) -> str | None:
+        """Steps 2 and 4 of the preamble: the owner, then (for a call doing I/O) an open store."""
+        owner = resolve_owner(user_id)
+        if io:
+            self._check_open()
+        return owner
+
+    def _write_call(
+        self,
+        max_trace_content: int,
+        thread_id: Any,
+        run_id: Any,
+        event_type: Any,
+        category: Any,
+        content: Any,
+        metadata: Any,
+        created_at: Any,
+        user_id: UserId,
+    ) -> tuple[PreparedEvent, str | None]:
+        """The preamble of `put` / `put_if_absent` (arguments in their order): event and owner."""
+        prepared = prepare_event(
+            thread_id=thread_id,
+            run_id=run_id,
+            event_type=event_type,
+            category=category,
+            content=content,
+            metadata=metadata,
+            created_at=created_at,
+            max_trace_content=max_trace_content,
+            check_id=self._check_id,
+        )
+        return prepared, self._resolve(user_id, io=True)
+
+    def _batch_call(
+        self, events: Any, user_id: UserId, *, max_trace_content: int
+    ) -> tuple[list[PreparedEvent], str | None] | None:
+        """The preamble of `put_batch`: the validated events and their owner (``None``: empty)."""
+        prepared = prepare_batch(events, max_trace_content=max_trace_content, check_id=self._check_id)
+        owner = self._resolve(user_id, io=bool(prepared))
+        return (prepared, owner) if prepared else None
+
+    def _target_call(self, thread_id: Any, run_id: Any, user_id: UserId) -> Target:
+        """The preamble of `count_messages` and the deletes (``run_id=None``: the whole thread)."""
+        thread = self._check_id(thread_id, "thread_id")
+        run = None if run_id is None else self._check_id(run_id, "run_id")
+        return Target(thread, run, self._resolve(user_id, io=True))
+
+    def _page_call(
+        self,
+        thread_id: Any,
+        run_id: Any,
+        limit: Any,
+        before_seq: Any,
+        after_seq: Any,
+        user_id: UserId,
+    ) -> Page | None:
+        """The preamble of a message page (``run_id=None``: the whole thread; ``None``: limit 0)."""
+        thread = self._check_id(thread_id, "thread_id")
+        run = None if run_id is None else self._check_id(run_id, "run_id")
+        limit, before, after = check_page(limit, before_seq, after_seq)
+        owner = self._resolve(user_id, io=limit > 0)
+        return Page(thread, run, owner, limit, before, after) if limit > 0 else None
+
+    def _run_filter_call(
+        self,
+        thread_id: Any,
+        run_id: Any,
+        event_types: Any,
+        task_id: Any,
+        limit: Any,
+        after_seq: Any,
+        user_id: UserId,
+    ) -> RunFilter | None:
+        """The preamble of `list_events` (``None``: ``limit=0`` or ``event_types=[]``)."""
+        thread = self._check_id(thread_id, "thread_id")
+        run = self._check_id(run_id, "run_id")
+        types, task, limit, after = check_run_filter(event_types, task_id, limit, after_seq)
+        empty = limit == 0 or types == frozenset()
+        owner = self._resolve(user_id, io=not empty)
+        return None if empty else RunFilter(thread, run, owner, types, task, limit, after)
+
+    def _lookup_call(
+        self,
+        thread_id: Any,
+        keys: Any,
+        normalize: Callable[[Any], set[str] | None],
+        user_id: UserId,
+    ) -> Lookup | None:
+        """The preamble of a lookup by keys, normalized by ``normalize`` (``None``: no keys)."""
+        thread = self._check_id(thread_id, "thread_id")
+        wanted = normalize(keys)
+        empty = wanted is not None and not wanted
+        owner = self._resolve(user_id, io=not empty)
+        return None if empty else Lookup(thread, owner, wanted)
 
     # -- writes ---------------------------------------------------------------------
 
@@ -217,59 +380,10 @@ class RunEventStore(ABC):
         strictly decreasing cursor. A missing key means "no AI event" only after a
         normal return.
         """
-        from .records import ai_message_match, normalize_message_ids
-
-        pending = normalize_message_ids(message_ids)
-        if not pending:
+        call = self._lookup_call(thread_id, message_ids, normalize_message_ids, user_id)
+        if call is None or call.keys is None:
             return {}
-        result: dict[str, str] = {}
-        before_seq: int | None = None
-        high_watermark: int | None = None
-        while pending:
-            page = await self.list_messages(
-                thread_id, limit=AI_LOOKUP_PAGE_SIZE, before_seq=before_seq, user_id=user_id
-            )
-            if not page:
-                break
-            seqs: list[int] = []
-            for event in page:
-                seq = event.get("seq") if isinstance(event, Mapping) else None
-                if not isinstance(seq, int) or isinstance(seq, bool):
-                    if len(page) >= AI_LOOKUP_PAGE_SIZE:
-                        raise IncompleteMessageRunLookupError(
-                            f"thread {thread_id!r}: a full page of messages holds a row without "
-                            "an integer seq, so no safe backward cursor exists"
-                        )
-                    continue
-                seqs.append(seq)
-            if high_watermark is None and seqs:
-                high_watermark = max(seqs)
-            for event in reversed(page):
-                seq = event.get("seq")
-                # Rows above the first page's high-watermark (or at/above the cursor) were
-                # not part of the snapshot this walk started from.
-                if not isinstance(seq, int) or (high_watermark is not None and seq > high_watermark):
-                    continue
-                if before_seq is not None and seq >= before_seq:
-                    continue
-                match = ai_message_match(event, pending)
-                if match is None:
-                    continue
-                message_id, run_id = match
-                result[message_id] = run_id
-                pending.discard(message_id)
-                if not pending:
-                    break
-            if not pending or len(page) < AI_LOOKUP_PAGE_SIZE:
-                break
-            next_before = min(seqs)
-            if before_seq is not None and next_before >= before_seq:
-                raise IncompleteMessageRunLookupError(
-                    f"thread {thread_id!r}: the message walk could not form a strictly "
-                    f"decreasing cursor (page below {before_seq} starts at {next_before})"
-                )
-            before_seq = next_before
-        return result
+        return await walk_ai_message_runs(self.list_messages, call.thread_id, call.keys, call.owner)
 
     # -- deletes --------------------------------------------------------------------
 
@@ -284,3 +398,66 @@ class RunEventStore(ABC):
     async def close(self) -> None:
         """Release resources; idempotent. The store is unusable afterwards."""
         return None
+
+
+async def walk_ai_message_runs(
+    list_messages: Callable[..., Awaitable[list[EventRecord]]],
+    thread_id: str,
+    pending: set[str],
+    owner: str | None,
+) -> dict[str, str]:
+    """The default `RunEventStore.find_latest_ai_message_run_ids` walk over ``list_messages``.
+
+    Arguments are already checked (``pending``: the non-empty message ids, consumed).
+    Walks backward from the first page's high-watermark, so rows appended meanwhile
+    are ignored, and raises `IncompleteMessageRunLookupError` when a full page yields
+    no safe, strictly decreasing cursor.
+    """
+    result: dict[str, str] = {}
+    before_seq: int | None = None
+    high_watermark: int | None = None
+    while pending:
+        page = await list_messages(
+            thread_id, limit=AI_LOOKUP_PAGE_SIZE, before_seq=before_seq, user_id=owner
+        )
+        if not page:
+            break
+        seqs: list[int] = []
+        for event in page:
+            seq = event.get("seq") if isinstance(event, Mapping) else None
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                if len(page) >= AI_LOOKUP_PAGE_SIZE:
+                    raise IncompleteMessageRunLookupError(
+                        f"thread {thread_id!r}: a full page of messages holds a row without "
+                        "an integer seq, so no safe backward cursor exists"
+                    )
+                continue
+            seqs.append(seq)
+        if high_watermark is None and seqs:
+            high_watermark = max(seqs)
+        for event in reversed(page):
+            seq = event.get("seq")
+            # Rows above the first page's high-watermark (or at/above the cursor) were
+            # not part of the snapshot this walk started from.
+            if not isinstance(seq, int) or (high_watermark is not None and seq > high_watermark):
+                continue
+            if before_seq is not None and seq >= before_seq:
+                continue
+            match = ai_message_match(event, pending)
+            if match is None:
+                continue
+            message_id, run_id = match
+            result[message_id] = run_id
+            pending.discard(message_id)
+            if not pending:
+                break
+        if not pending or len(page) < AI_LOOKUP_PAGE_SIZE:
+            break
+        next_before = min(seqs)
+        if before_seq is not None and next_before >= before_seq:
+            raise IncompleteMessageRunLookupError(
+                f"thread {thread_id!r}: the message walk could not form a strictly "
+                f"decreasing cursor (page below {before_seq} starts at {next_before})"
+            )
+        before_seq = next_before
+    return result

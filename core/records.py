@@ -1,33 +1,57 @@
-"""Shared input validation and normalization for every run event store.
+"""What a run event record is, and the input validation every event store shares.
 
+`EventRecord` and the names and limits it is checked against live here;
+`runstore.events` (the store protocol) builds on this module, never the reverse.
 Every backend (memory, JSONL, the SQL stores, third-party ones) funnels its writes
 through `prepare_event` / `prepare_batch` and its read arguments through the
-``check_*`` helpers, so all of them accept and reject exactly the same inputs and
-return identical records. Validation happens before any I/O: a rejected call
-writes nothing.
+``check_*`` helpers (through `RunEventStore`'s call preamble), so all of them accept
+and reject exactly the same inputs and return identical records. Validation happens
+before any I/O: a rejected call writes nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
 from .errors import RunstoreError
-from .events import (
-    AI_MESSAGE_EVENT_TYPES,
-    HIDDEN_CALLER_PREFIX,
-    MAX_CATEGORY_LENGTH,
-    MAX_EVENT_TYPE_LENGTH,
-    MESSAGE_CATEGORY,
-    TRACE_CATEGORY,
-    EventContent,
-    EventRecord,
-)
+from .identity import ai_message_id
+
+MAX_EVENT_TYPE_LENGTH = 32
+MAX_CATEGORY_LENGTH = 16
+MESSAGE_CATEGORY = "message"
+TRACE_CATEGORY = "trace"
+#: Event types whose ``message`` events are AI messages (``ai_message`` is the legacy name).
+AI_MESSAGE_EVENT_TYPES: tuple[str, ...] = ("llm.ai.response", "ai_message")
+#: An AI message whose ``metadata.caller`` starts with this is hidden from users.
+HIDDEN_CALLER_PREFIX = "middleware:"
+
+EventContent = str | dict[str, Any] | list[Any]
+
+
+class EventRecord(TypedDict):
+    """One stored event, as every backend returns it.
+
+    ``user_id`` is present on backends declaring ``owner_filter`` (the owner the event
+    was written with, ``None`` for none) and may be absent elsewhere.
+    """
+
+    thread_id: str
+    run_id: str
+    event_type: str
+    category: str
+    content: EventContent
+    metadata: dict[str, Any]
+    seq: int
+    created_at: str
+    user_id: NotRequired[str | None]
+
 
 #: Longest thread/run id, in UTF-8 bytes (a JSONL run file name must stay under 255 bytes).
 MAX_ID_BYTES = 200
@@ -44,6 +68,12 @@ ORIGINAL_LENGTH_MARKER = "original_byte_length"
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1  # orjson's range
+#: The range of a seq, a cursor and a page limit: a signed 64-bit integer (SQL BIGINT).
+SEQ_MIN = -(2**63)
+SEQ_MAX = 2**63 - 1
+
+#: Checks a thread or run id: ``(value, "thread_id") -> value`` or `InvalidEventError`.
+IdCheck = Callable[[Any, str], str]
 
 
 class InvalidEventError(RunstoreError, ValueError, TypeError):
@@ -196,7 +226,14 @@ def normalize_created_at(value: Any) -> str:
         raise InvalidEventError(
             f"created_at {value!s:.64} has no timezone; give an offset such as +00:00 or Z"
         )
-    return parsed.astimezone(UTC).isoformat()
+    try:
+        return parsed.astimezone(UTC).isoformat()
+    except OverflowError:
+        raise InvalidEventError(
+            f"created_at {value!s:.64} falls outside the years 1 to 9999 once converted to "
+            "UTC; accepted: an aware ISO-8601 time between 0001-01-01T00:00:00+00:00 and "
+            "9999-12-31T23:59:59.999999+00:00"
+        ) from None
 
 
 # -- encoding -------------------------------------------------------------------------
@@ -299,15 +336,18 @@ def prepare_event(
     metadata: Any = None,
     created_at: Any = None,
     max_trace_content: int = 10240,
+    check_id: IdCheck = validate_id,
 ) -> PreparedEvent:
     """Validate and normalize one event; trace content over ``max_trace_content`` bytes is cut.
 
-    A cut ``trace`` event gets ``metadata[content_truncated] = True`` and
-    ``metadata[original_byte_length]`` (UTF-8 bytes of the str, or of the JSON encoding
-    of structured content, which then becomes the cut JSON text).
+    Fields are checked in signature order; ``check_id`` checks the two ids (a store
+    with stricter ids passes its own). A cut ``trace`` event gets
+    ``metadata[content_truncated] = True`` and ``metadata[original_byte_length]``
+    (UTF-8 bytes of the str, or of the JSON encoding of structured content, which then
+    becomes the cut JSON text).
     """
-    thread_id = validate_id(thread_id, "thread_id")
-    run_id = validate_id(run_id, "run_id")
+    thread_id = check_id(thread_id, "thread_id")
+    run_id = check_id(run_id, "run_id")
     event_type = validate_event_type(event_type)
     category = validate_category(category)
     content = validate_content(content)
@@ -324,7 +364,7 @@ def prepare_event(
 
 
 def prepare_batch(
-    events: Any, *, max_trace_content: int = 10240
+    events: Any, *, max_trace_content: int = 10240, check_id: IdCheck = validate_id
 ) -> list[PreparedEvent]:
     """Validate a whole `RunEventStore.put_batch` input before anything is written.
 
@@ -354,7 +394,9 @@ def prepare_batch(
                 f"put_batch event #{index} lacks required key(s) {', '.join(missing)}"
             )
         try:
-            prepared.append(prepare_event(**event, max_trace_content=max_trace_content))
+            prepared.append(
+                prepare_event(**event, max_trace_content=max_trace_content, check_id=check_id)
+            )
         except InvalidEventError as exc:
             raise InvalidEventError(f"put_batch event #{index}: {exc}") from None
     return prepared
@@ -364,20 +406,29 @@ def prepare_batch(
 
 
 def check_limit(limit: Any) -> int:
-    """Check a page ``limit``: an int >= 0."""
+    """Check a page ``limit``: an int from 0 to `SEQ_MAX`."""
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise InvalidEventError(f"limit must be an int, not {type(limit).__name__}")
     if limit < 0:
         raise InvalidEventError(f"limit must be >= 0, got {limit}")
+    if limit > SEQ_MAX:
+        raise InvalidEventError(
+            f"limit must be at most {SEQ_MAX} (a signed 64-bit integer), got {limit}"
+        )
     return limit
 
 
 def check_cursor(value: Any, name: str) -> int | None:
-    """Check a seq cursor (``before_seq`` / ``after_seq``): ``None`` or an int."""
+    """Check a seq cursor (``before_seq`` / ``after_seq``): ``None`` or an int in the seq range."""
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidEventError(f"{name} must be an int or None, not {type(value).__name__}")
+    if not SEQ_MIN <= value <= SEQ_MAX:
+        raise InvalidEventError(
+            f"{name} must be None or an int from {SEQ_MIN} to {SEQ_MAX} (seqs are signed "
+            f"64-bit integers), got {value}"
+        )
     return value
 
 
@@ -468,8 +519,6 @@ def ai_message_match(record: Any, message_ids: set[str]) -> tuple[str, str] | No
     run_id = record.get("run_id")
     if not isinstance(run_id, str) or not run_id:
         return None
-    from .identity import ai_message_id
-
     message_id = ai_message_id(record.get("content"))
     if message_id is None or message_id not in message_ids:
         return None
@@ -485,8 +534,6 @@ def select_page(
     newest_first_without_cursor: bool = True,
 ) -> list[EventRecord]:
     """Apply the paging contract to ``rows`` (ascending by seq); the reference for every backend."""
-    import bisect
-
     seqs = [r["seq"] for r in rows]
     lo = 0 if after_seq is None else bisect.bisect_right(seqs, after_seq)
     hi = len(rows) if before_seq is None else bisect.bisect_left(seqs, before_seq)

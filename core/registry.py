@@ -162,24 +162,28 @@ class BackendRegistry(Generic[T]):
         return len(self._by_name)
 
 
-class PluginRegistry(Generic[T]):
-    """What one plugin's ``runstore_register_*`` hook receives: adds backends of one kind.
+class _PluginView:
+    """A view handed to one plugin's hook: whatever it adds is recorded as the plugin's."""
 
-    Every backend added through it is recorded as coming from `plugin`.
-    """
-
-    kind: ClassVar[Kind]
-
-    def __init__(self, table: BackendRegistry[T], plugin: PluginInfo) -> None:
-        if table.kind is not self.kind:
-            raise TypeError(f"{type(self).__name__} adds {self.kind} backends, not {table.kind}")
-        self._table = table
+    def __init__(self, plugin: PluginInfo) -> None:
         self._plugin = plugin
 
     @property
     def plugin(self) -> PluginInfo:
         """The plugin whose registrations this view records."""
         return self._plugin
+
+
+class PluginRegistry(_PluginView, Generic[T]):
+    """What one plugin's ``runstore_register_*`` hook receives: adds backends of one kind."""
+
+    kind: ClassVar[Kind]
+
+    def __init__(self, table: BackendRegistry[T], plugin: PluginInfo) -> None:
+        if table.kind is not self.kind:
+            raise TypeError(f"{type(self).__name__} adds {self.kind} backends, not {table.kind}")
+        super().__init__(plugin)
+        self._table = table
 
     def add(
         self,
@@ -294,17 +298,12 @@ class SettingsSections:
         return len(self._by_name)
 
 
-class SettingsRegistry:
+class SettingsRegistry(_PluginView):
     """What one plugin's ``runstore_register_settings`` hook receives: declares its sections."""
 
     def __init__(self, table: SettingsSections, plugin: PluginInfo) -> None:
+        super().__init__(plugin)
         self._table = table
-        self._plugin = plugin
-
-    @property
-    def plugin(self) -> PluginInfo:
-        """The plugin whose sections this view records."""
-        return self._plugin
 
     def add(
         self, name: str, schema: type[DataclassInstance], *, description: str = ""

@@ -24,22 +24,19 @@ from ..events import (
     HIDDEN_CALLER_PREFIX,
     MESSAGE_CATEGORY,
     EventRecord,
+    Page,
     RunEventStore,
+    Target,
 )
 from ..identity import message_identity
 from ..options import BackendOptions
-from ..owner import AUTO, UserId, resolve_owner
+from ..owner import AUTO, UserId
 from ..records import (
     PreparedEvent,
-    check_page,
-    check_run_filter,
     dumps,
     loads,
     normalize_identities,
     normalize_run_ids,
-    prepare_batch,
-    prepare_event,
-    validate_id,
 )
 from .migrations import Migration, ensure_schema
 from .schema import COMPONENT, RECORD_COLUMNS, TABLE
@@ -246,18 +243,10 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> EventRecord:
         """Append one event and return its record with the assigned ``seq``."""
-        self._check_open()
-        event = prepare_event(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-            max_trace_content=self._max_trace,
-        )
-        owner = resolve_owner(user_id)
+        event, owner = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
         (seq,) = await self._driver.insert([insert_row(event, owner)])
         return event.to_record(seq, owner=owner, with_owner=True)
 
@@ -265,11 +254,10 @@ class SqlEventStore(RunEventStore):
         self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
     ) -> list[EventRecord]:
         """Append events all-or-nothing in one transaction; one contiguous seq block per thread."""
-        self._check_open()
-        prepared = prepare_batch(events, max_trace_content=self._max_trace)
-        owner = resolve_owner(user_id)
-        if not prepared:
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        if call is None:
             return []
+        prepared, owner = call
         seqs = await self._driver.insert([insert_row(event, owner) for event in prepared])
         return [
             event.to_record(seq, owner=owner, with_owner=True)
@@ -289,18 +277,10 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> tuple[EventRecord, bool]:
         """Write unless ``(thread_id, run_id, event_type)`` exists (any owner); return (record, created)."""
-        self._check_open()
-        event = prepare_event(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-            max_trace_content=self._max_trace,
-        )
-        owner = resolve_owner(user_id)
+        event, owner = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
         found, seq = await self._driver.insert_if_absent(
             (event.thread_id, event.run_id, event.event_type), insert_row(event, owner)
         )
@@ -310,29 +290,18 @@ class SqlEventStore(RunEventStore):
 
     # -- reads --------------------------------------------------------------------------
 
-    async def _page(
-        self,
-        clauses: list[str],
-        params: list[Any],
-        *,
-        owner: str | None,
-        limit: int,
-        before_seq: int | None,
-        after_seq: int | None,
-    ) -> list[EventRecord]:
+    async def _page(self, clauses: list[str], params: list[Any], page: Page) -> list[EventRecord]:
         """A keyset page: first ``limit`` above ``after_seq``, else last ``limit`` below ``before_seq``."""
-        where = _where(clauses, params, owner=owner, after_seq=after_seq, before_seq=before_seq)
+        where = _where(
+            clauses, params, owner=page.owner, after_seq=page.after_seq, before_seq=page.before_seq
+        )
         # Without after_seq the page is the newest rows: walk the index backward, then flip.
-        order = "ASC" if after_seq is not None else "DESC"
-        params.append(limit)
-        rows = await self._fetch(f"{_SELECT}{where} ORDER BY seq {order} LIMIT ?", params)
-        if after_seq is None:
+        order = "ASC" if page.after_seq is not None else "DESC"
+        params.append(page.limit)
+        rows = await self._driver.fetch(f"{_SELECT}{where} ORDER BY seq {order} LIMIT ?", params)
+        if page.after_seq is None:
             rows.reverse()
         return [record_from_row(r) for r in rows]
-
-    async def _fetch(self, sql: str, params: Params) -> list[Row]:
-        self._check_open()
-        return await self._driver.fetch(sql, params)
 
     async def list_messages(
         self,
@@ -344,19 +313,10 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
         """A page of ``message`` events, ascending, with exclusive keyset cursors."""
-        validate_id(thread_id, "thread_id")
-        limit, before_seq, after_seq = check_page(limit, before_seq, after_seq)
-        owner = resolve_owner(user_id)
-        if limit == 0:
+        page = self._page_call(thread_id, None, limit, before_seq, after_seq, user_id)
+        if page is None:
             return []
-        return await self._page(
-            ["thread_id = ?", "category = 'message'"],
-            [thread_id],
-            owner=owner,
-            limit=limit,
-            before_seq=before_seq,
-            after_seq=after_seq,
-        )
+        return await self._page(["thread_id = ?", "category = 'message'"], [page.thread_id], page)
 
     async def list_events(
         self,
@@ -370,22 +330,21 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
         """The first ``limit`` events of a run above ``after_seq``, filtered in SQL."""
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        types, task_id, limit, after_seq = check_run_filter(event_types, task_id, limit, after_seq)
-        owner = resolve_owner(user_id)
-        if limit == 0 or (types is not None and not types):
+        call = self._run_filter_call(
+            thread_id, run_id, event_types, task_id, limit, after_seq, user_id
+        )
+        if call is None:
             return []
         clauses = ["thread_id = ?", "run_id = ?"]
-        params: list[Any] = [thread_id, run_id]
-        if types is not None:
-            clauses.append(self._driver.in_list("event_type", sorted(types), params))
-        if task_id is not None:
+        params: list[Any] = [call.thread_id, call.run_id]
+        if call.event_types is not None:
+            clauses.append(self._driver.in_list("event_type", sorted(call.event_types), params))
+        if call.task_id is not None:
             clauses.append("task_id = ?")
-            params.append(task_id)
-        where = _where(clauses, params, owner=owner, after_seq=after_seq)
-        params.append(limit)
-        rows = await self._fetch(f"{_SELECT}{where} ORDER BY seq LIMIT ?", params)
+            params.append(call.task_id)
+        where = _where(clauses, params, owner=call.owner, after_seq=call.after_seq)
+        params.append(call.limit)
+        rows = await self._driver.fetch(f"{_SELECT}{where} ORDER BY seq LIMIT ?", params)
         return [record_from_row(r) for r in rows]
 
     async def list_messages_by_run(
@@ -399,28 +358,21 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
         """A page of one run's ``message`` events, paged like `list_messages`."""
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        limit, before_seq, after_seq = check_page(limit, before_seq, after_seq)
-        owner = resolve_owner(user_id)
-        if limit == 0:
+        page = self._page_call(thread_id, run_id, limit, before_seq, after_seq, user_id)
+        if page is None:
             return []
         return await self._page(
             ["thread_id = ?", "run_id = ?", "category = 'message'"],
-            [thread_id, run_id],
-            owner=owner,
-            limit=limit,
-            before_seq=before_seq,
-            after_seq=after_seq,
+            [page.thread_id, page.run_id],
+            page,
         )
 
     async def count_messages(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
         """How many ``message`` events the thread holds (the owner's, when filtering)."""
-        validate_id(thread_id, "thread_id")
-        owner = resolve_owner(user_id)
-        params: list[Any] = [thread_id]
-        where = _where(["thread_id = ?", "category = 'message'"], params, owner=owner)
-        rows = await self._fetch(f"SELECT count(*) FROM {TABLE} WHERE {where}", params)
+        target = self._target_call(thread_id, None, user_id)
+        params: list[Any] = [target.thread_id]
+        where = _where(["thread_id = ?", "category = 'message'"], params, owner=target.owner)
+        rows = await self._driver.fetch(f"SELECT count(*) FROM {TABLE} WHERE {where}", params)
         return int(rows[0][0])
 
     async def get_last_visible_ai_seq_by_run(
@@ -431,17 +383,15 @@ class SqlEventStore(RunEventStore):
         user_id: UserId = AUTO,
     ) -> dict[str, int]:
         """For each run, the seq of its last visible AI message (one grouped query)."""
-        validate_id(thread_id, "thread_id")
-        runs = normalize_run_ids(run_ids)
-        owner = resolve_owner(user_id)
-        if runs is not None and not runs:
+        call = self._lookup_call(thread_id, run_ids, normalize_run_ids, user_id)
+        if call is None:
             return {}
         clauses = ["thread_id = ?", "category = 'message'", "visible_ai = TRUE"]
-        params: list[Any] = [thread_id]
-        if runs is not None:
-            clauses.append(self._driver.in_list("run_id", sorted(runs), params))
-        where = _where(clauses, params, owner=owner)
-        rows = await self._fetch(
+        params: list[Any] = [call.thread_id]
+        if call.keys is not None:
+            clauses.append(self._driver.in_list("run_id", sorted(call.keys), params))
+        where = _where(clauses, params, owner=call.owner)
+        rows = await self._driver.fetch(
             f"SELECT run_id, max(seq) FROM {TABLE} WHERE {where} GROUP BY run_id", params
         )
         return {run: int(seq) for run, seq in rows}
@@ -450,23 +400,22 @@ class SqlEventStore(RunEventStore):
         self, thread_id: str, identities: Iterable[str], *, user_id: UserId = AUTO
     ) -> dict[str, int]:
         """Earliest seq per identity; SQL LIKE prefilters candidates, Python confirms them."""
-        validate_id(thread_id, "thread_id")
-        wanted = normalize_identities(identities)
-        owner = resolve_owner(user_id)
-        if not wanted:
+        call = self._lookup_call(thread_id, identities, normalize_identities, user_id)
+        if call is None or call.keys is None:
             return {}
+        wanted = call.keys
         patterns = sorted({p for identity in wanted for p in identity_patterns(identity)})
         result: dict[str, int] = {}
         for start in range(0, len(patterns), IDENTITY_CHUNK):
             chunk = patterns[start : start + IDENTITY_CHUNK]
             likes = " OR ".join(["content LIKE ? ESCAPE '\\'"] * len(chunk))
-            params: list[Any] = [thread_id, *chunk]
+            params: list[Any] = [call.thread_id, *chunk]
             where = _where(
                 ["thread_id = ?", "category = 'message'", "content_json = TRUE", f"({likes})"],
                 params,
-                owner=owner,
+                owner=call.owner,
             )
-            rows = await self._fetch(
+            rows = await self._driver.fetch(
                 f"SELECT seq, content FROM {TABLE} WHERE {where} ORDER BY seq", params
             )
             for seq, content in rows:
@@ -479,22 +428,20 @@ class SqlEventStore(RunEventStore):
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
         """Delete the thread's events (the owner's, when filtering); return how many."""
-        validate_id(thread_id, "thread_id")
-        owner = resolve_owner(user_id)
-        params: list[Any] = [thread_id]
-        where = _where(["thread_id = ?"], params, owner=owner)
-        self._check_open()
-        return await self._driver.delete(thread_id, where, params)
+        return await self._delete(self._target_call(thread_id, None, user_id))
 
     async def delete_by_run(self, thread_id: str, run_id: str, *, user_id: UserId = AUTO) -> int:
         """Delete one run's events (the owner's, when filtering); return how many."""
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        owner = resolve_owner(user_id)
-        params: list[Any] = [thread_id, run_id]
-        where = _where(["thread_id = ?", "run_id = ?"], params, owner=owner)
-        self._check_open()
-        return await self._driver.delete(thread_id, where, params)
+        return await self._delete(self._target_call(thread_id, run_id, user_id))
+
+    async def _delete(self, target: Target) -> int:
+        clauses = ["thread_id = ?"]
+        params: list[Any] = [target.thread_id]
+        if target.run_id is not None:
+            clauses.append("run_id = ?")
+            params.append(target.run_id)
+        where = _where(clauses, params, owner=target.owner)
+        return await self._driver.delete(target.thread_id, where, params)
 
 
 __all__ = [

@@ -31,23 +31,19 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from runstore.errors import InvalidURLError
-from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
+from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, Page, RunEventStore
 from runstore.identity import message_identity
-from runstore.owner import AUTO, UserId, resolve_owner
+from runstore.owner import AUTO, UserId
 from runstore.records import (
     InvalidEventError,
     PreparedEvent,
     ai_message_match,
-    check_page,
-    check_run_filter,
     dumps_bytes,
     is_visible_ai_message,
     loads,
     normalize_identities,
     normalize_message_ids,
     normalize_run_ids,
-    prepare_batch,
-    prepare_event,
     select_page,
     select_run_events,
     validate_id,
@@ -87,6 +83,13 @@ def _record_from(obj: Any) -> EventRecord | None:
     if not isinstance(obj["seq"], int) or not isinstance(obj["metadata"], dict):
         return None
     return {k: obj[k] for k in _FIELDS}  # type: ignore[return-value]
+
+
+def _message_page(records: list[EventRecord], page: Page) -> list[EventRecord]:
+    messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
+    return select_page(
+        messages, limit=page.limit, before_seq=page.before_seq, after_seq=page.after_seq
+    )
 
 
 def _parse(data: bytes) -> tuple[list[EventRecord], int]:
@@ -140,6 +143,14 @@ class JsonlEventStore(RunEventStore):
         store = cls(path, max_trace_content=options.settings.run_events.max_trace_content)
         await asyncio.to_thread(store._start)
         return store
+
+    def _check_id(self, value: Any, what: str) -> str:
+        """Ids become path components: no separators, ``..`` or NUL (`validate_path_id`)."""
+        return validate_path_id(value, what)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this JsonlEventStore is closed")
 
     # -- crash recovery of multi-line batches ---------------------------------------
 
@@ -224,8 +235,7 @@ class JsonlEventStore(RunEventStore):
         If the caller is cancelled, the locks are still held until the worker
         finishes, so no other writer can interleave with a half-done operation.
         """
-        if self._closed:
-            raise RuntimeError("this JsonlEventStore is closed")
+        self._check_open()
         locks = [self._lock(t) for t in sorted(set(thread_ids))]
         async with contextlib.AsyncExitStack() as stack:
             for lock in locks:
@@ -340,12 +350,6 @@ class JsonlEventStore(RunEventStore):
 
     # -- writes ---------------------------------------------------------------------
 
-    def _prepare(self, **kwargs: Any) -> PreparedEvent:
-        event = prepare_event(**kwargs, max_trace_content=self._max_trace)
-        validate_path_id(event.thread_id, "thread_id")
-        validate_path_id(event.run_id, "run_id")
-        return event
-
     async def put(
         self,
         *,
@@ -358,32 +362,21 @@ class JsonlEventStore(RunEventStore):
         created_at: str | None = None,
         user_id: UserId = AUTO,
     ) -> EventRecord:
-        resolve_owner(user_id)
-        event = self._prepare(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-        )
+        event, _ = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
         records = await self._locked([event.thread_id], lambda: self._write([event]))
         return records[0]
 
     async def put_batch(
         self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        prepared = prepare_batch(events, max_trace_content=self._max_trace)
-        for event in prepared:
-            validate_path_id(event.thread_id, "thread_id")
-            validate_path_id(event.run_id, "run_id")
-        if not prepared:
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        if call is None:
             return []
-        return await self._locked(
-            [e.thread_id for e in prepared], lambda: self._write(prepared)
-        )
+        prepared = call[0]
+        return await self._locked([e.thread_id for e in prepared], lambda: self._write(prepared))
 
     async def put_if_absent(
         self,
@@ -397,16 +390,10 @@ class JsonlEventStore(RunEventStore):
         created_at: str | None = None,
         user_id: UserId = AUTO,
     ) -> tuple[EventRecord, bool]:
-        resolve_owner(user_id)
-        event = self._prepare(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-        )
+        event, _ = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
 
         def check_and_write() -> tuple[EventRecord, bool]:
             for record in self._read_run(event.thread_id, event.run_id):
@@ -421,6 +408,9 @@ class JsonlEventStore(RunEventStore):
     async def _thread_records(self, thread_id: str) -> list[EventRecord]:
         return await self._locked([thread_id], lambda: self._read_thread(thread_id)[0])
 
+    async def _run_records(self, thread_id: str, run_id: str) -> list[EventRecord]:
+        return await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
+
     async def list_messages(
         self,
         thread_id: str,
@@ -430,12 +420,11 @@ class JsonlEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        limit, before, after = check_page(limit, before_seq, after_seq)
-        records = await self._thread_records(thread_id)
-        messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
-        return select_page(messages, limit=limit, before_seq=before, after_seq=after)
+        page = self._page_call(thread_id, None, limit, before_seq, after_seq, user_id)
+        if page is None:
+            return []
+        records = await self._thread_records(page.thread_id)
+        return _message_page(records, page)
 
     async def list_events(
         self,
@@ -448,15 +437,18 @@ class JsonlEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        validate_path_id(run_id, "run_id")
-        types, task, limit, after = check_run_filter(event_types, task_id, limit, after_seq)
-        if limit == 0 or types == frozenset():
+        call = self._run_filter_call(
+            thread_id, run_id, event_types, task_id, limit, after_seq, user_id
+        )
+        if call is None:
             return []
-        records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
+        records = await self._run_records(call.thread_id, call.run_id)
         return select_run_events(
-            records, limit=limit, after_seq=after, event_types=types, task_id=task
+            records,
+            limit=call.limit,
+            after_seq=call.after_seq,
+            event_types=call.event_types,
+            task_id=call.task_id,
         )
 
     async def list_messages_by_run(
@@ -469,18 +461,14 @@ class JsonlEventStore(RunEventStore):
         before_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        validate_path_id(run_id, "run_id")
-        limit, before, after = check_page(limit, before_seq, after_seq)
-        records = await self._locked([thread_id], lambda: self._read_run(thread_id, run_id))
-        messages = [r for r in records if r["category"] == MESSAGE_CATEGORY]
-        return select_page(messages, limit=limit, before_seq=before, after_seq=after)
+        page = self._page_call(thread_id, run_id, limit, before_seq, after_seq, user_id)
+        if page is None:
+            return []
+        records = await self._run_records(page.thread_id, run_id)
+        return _message_page(records, page)
 
     async def count_messages(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        records = await self._thread_records(thread_id)
+        records = await self._thread_records(self._target_call(thread_id, None, user_id).thread_id)
         return sum(1 for r in records if r["category"] == MESSAGE_CATEGORY)
 
     async def get_last_visible_ai_seq_by_run(
@@ -490,27 +478,26 @@ class JsonlEventStore(RunEventStore):
         run_ids: Iterable[str] | None = None,
         user_id: UserId = AUTO,
     ) -> dict[str, int]:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        wanted = normalize_run_ids(run_ids)
-        if wanted is not None and not wanted:
+        call = self._lookup_call(thread_id, run_ids, normalize_run_ids, user_id)
+        if call is None:
             return {}
-        records = await self._thread_records(thread_id)
+        records = await self._thread_records(call.thread_id)
         result: dict[str, int] = {}
         for record in records:
-            if (wanted is None or record["run_id"] in wanted) and is_visible_ai_message(record):
+            if (call.keys is None or record["run_id"] in call.keys) and is_visible_ai_message(
+                record
+            ):
                 result[record["run_id"]] = record["seq"]
         return result
 
     async def get_message_seqs(
         self, thread_id: str, identities: Iterable[str], *, user_id: UserId = AUTO
     ) -> dict[str, int]:
-        resolve_owner(user_id)
-        wanted = normalize_identities(identities)
-        if not wanted:
+        call = self._lookup_call(thread_id, identities, normalize_identities, user_id)
+        if call is None or call.keys is None:
             return {}
-        validate_path_id(thread_id, "thread_id")
-        records = await self._thread_records(thread_id)
+        wanted = call.keys
+        records = await self._thread_records(call.thread_id)
         result: dict[str, int] = {}
         for record in records:
             if record["category"] != MESSAGE_CATEGORY:
@@ -526,12 +513,11 @@ class JsonlEventStore(RunEventStore):
         self, thread_id: str, message_ids: Iterable[str], *, user_id: UserId = AUTO
     ) -> dict[str, str]:
         """One locked read of the whole thread (a consistent snapshot), newest first."""
-        resolve_owner(user_id)
-        pending = normalize_message_ids(message_ids)
-        if not pending:
+        call = self._lookup_call(thread_id, message_ids, normalize_message_ids, user_id)
+        if call is None or call.keys is None:
             return {}
-        validate_path_id(thread_id, "thread_id")
-        records = await self._thread_records(thread_id)
+        pending = call.keys
+        records = await self._thread_records(call.thread_id)
         result: dict[str, str] = {}
         for record in reversed(records):
             match = ai_message_match(record, pending)
@@ -545,31 +531,29 @@ class JsonlEventStore(RunEventStore):
     # -- deletes --------------------------------------------------------------------
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
+        thread = self._target_call(thread_id, None, user_id).thread_id
 
         def delete() -> int:
-            count = len(self._read_thread(thread_id)[0])
-            shutil.rmtree(self._thread_dir(thread_id), ignore_errors=True)
-            self._last_seq.pop(thread_id, None)
+            count = len(self._read_thread(thread)[0])
+            shutil.rmtree(self._thread_dir(thread), ignore_errors=True)
+            self._last_seq.pop(thread, None)
             return count
 
-        return await self._locked([thread_id], delete)
+        return await self._locked([thread], delete)
 
     async def delete_by_run(self, thread_id: str, run_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        validate_path_id(thread_id, "thread_id")
-        validate_path_id(run_id, "run_id")
+        target = self._target_call(thread_id, run_id, user_id)
+        thread = target.thread_id
 
         def delete() -> int:
-            count = len(self._read_run(thread_id, run_id))
+            count = len(self._read_run(thread, run_id))
             with contextlib.suppress(FileNotFoundError):
-                self._run_file(thread_id, run_id).unlink()
+                self._run_file(thread, run_id).unlink()
             # The next seq follows the highest seq left on disk (same rule as SQL).
-            self._last_seq.pop(thread_id, None)
+            self._last_seq.pop(thread, None)
             return count
 
-        return await self._locked([thread_id], delete)
+        return await self._locked([thread], delete)
 
     async def close(self) -> None:
         if self._closed:

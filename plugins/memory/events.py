@@ -9,19 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
 from runstore.identity import message_identity
-from runstore.owner import AUTO, UserId, resolve_owner
+from runstore.owner import AUTO, UserId
 from runstore.records import (
     PreparedEvent,
-    check_page,
-    check_run_filter,
     copy_record,
     is_visible_ai_message,
     normalize_identities,
     normalize_run_ids,
-    prepare_batch,
-    prepare_event,
     select_run_events,
-    validate_id,
 )
 
 if TYPE_CHECKING:
@@ -136,29 +131,21 @@ class MemoryEventStore(RunEventStore):
         created_at: str | None = None,
         user_id: UserId = AUTO,
     ) -> EventRecord:
-        resolve_owner(user_id)
-        self._check_open()
-        event = prepare_event(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-            max_trace_content=self._max_trace,
-        )
+        event, _ = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
         return copy_record(self._append(event))
 
     async def put_batch(
         self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        self._check_open()
-        prepared = prepare_batch(events, max_trace_content=self._max_trace)
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        if call is None:
+            return []
         # Everything is validated first and nothing below awaits, so the batch is
         # atomic and each thread's block is contiguous.
-        return [copy_record(self._append(event)) for event in prepared]
+        return [copy_record(self._append(event)) for event in call[0]]
 
     async def put_if_absent(
         self,
@@ -172,18 +159,10 @@ class MemoryEventStore(RunEventStore):
         created_at: str | None = None,
         user_id: UserId = AUTO,
     ) -> tuple[EventRecord, bool]:
-        resolve_owner(user_id)
-        self._check_open()
-        event = prepare_event(
-            thread_id=thread_id,
-            run_id=run_id,
-            event_type=event_type,
-            category=category,
-            content=content,
-            metadata=metadata,
-            created_at=created_at,
-            max_trace_content=self._max_trace,
-        )
+        event, _ = self._write_call(
+            self._max_trace, thread_id, run_id, event_type, category, content, metadata,
+            created_at, user_id,
+        )  # fmt: skip
         thread = self._threads.get(event.thread_id)
         existing = thread.keys.get((event.run_id, event.event_type)) if thread else None
         if existing is not None:
@@ -201,13 +180,13 @@ class MemoryEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_id(thread_id, "thread_id")
-        limit, before, after = check_page(limit, before_seq, after_seq)
-        thread = self._threads.get(thread_id)
-        if thread is None:
+        page = self._page_call(thread_id, None, limit, before_seq, after_seq, user_id)
+        thread = self._threads.get(page.thread_id) if page else None
+        if page is None or thread is None:
             return []
-        return [copy_record(r) for r in thread.messages.page(limit, before, after)]
+        return [
+            copy_record(r) for r in thread.messages.page(page.limit, page.before_seq, page.after_seq)
+        ]
 
     async def list_events(
         self,
@@ -220,17 +199,16 @@ class MemoryEventStore(RunEventStore):
         after_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        types, task, limit, after = check_run_filter(event_types, task_id, limit, after_seq)
-        thread = self._threads.get(thread_id)
-        rows = thread.runs.get(run_id) if thread else None
-        if rows is None or limit == 0 or types == frozenset():
+        call = self._run_filter_call(
+            thread_id, run_id, event_types, task_id, limit, after_seq, user_id
+        )
+        thread = self._threads.get(call.thread_id) if call else None
+        rows = thread.runs.get(call.run_id) if call and thread else None
+        if call is None or rows is None:
             return []
-        start = 0 if after is None else bisect.bisect_right(rows.seqs, after)
+        start = 0 if call.after_seq is None else bisect.bisect_right(rows.seqs, call.after_seq)
         selected = select_run_events(
-            rows.rows[start:], limit=limit, event_types=types, task_id=task
+            rows.rows[start:], limit=call.limit, event_types=call.event_types, task_id=call.task_id
         )
         return [copy_record(r) for r in selected]
 
@@ -244,20 +222,15 @@ class MemoryEventStore(RunEventStore):
         before_seq: int | None = None,
         user_id: UserId = AUTO,
     ) -> list[EventRecord]:
-        resolve_owner(user_id)
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        limit, before, after = check_page(limit, before_seq, after_seq)
-        thread = self._threads.get(thread_id)
+        page = self._page_call(thread_id, run_id, limit, before_seq, after_seq, user_id)
+        thread = self._threads.get(page.thread_id) if page else None
         rows = thread.run_messages.get(run_id) if thread else None
-        if rows is None:
+        if page is None or rows is None:
             return []
-        return [copy_record(r) for r in rows.page(limit, before, after)]
+        return [copy_record(r) for r in rows.page(page.limit, page.before_seq, page.after_seq)]
 
     async def count_messages(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        validate_id(thread_id, "thread_id")
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(self._target_call(thread_id, None, user_id).thread_id)
         return len(thread.messages) if thread else 0
 
     async def get_last_visible_ai_seq_by_run(
@@ -267,17 +240,13 @@ class MemoryEventStore(RunEventStore):
         run_ids: Iterable[str] | None = None,
         user_id: UserId = AUTO,
     ) -> dict[str, int]:
-        resolve_owner(user_id)
-        validate_id(thread_id, "thread_id")
-        wanted = normalize_run_ids(run_ids)
-        if wanted is not None and not wanted:
-            return {}
-        thread = self._threads.get(thread_id)
-        if thread is None:
+        call = self._lookup_call(thread_id, run_ids, normalize_run_ids, user_id)
+        thread = self._threads.get(call.thread_id) if call else None
+        if call is None or thread is None:
             return {}
         result: dict[str, int] = {}
-        runs = thread.run_messages if wanted is None else {
-            r: thread.run_messages[r] for r in wanted if r in thread.run_messages
+        runs = thread.run_messages if call.keys is None else {
+            r: thread.run_messages[r] for r in call.keys if r in thread.run_messages
         }
         for run_id, rows in runs.items():
             for record in reversed(rows.rows):
@@ -289,36 +258,26 @@ class MemoryEventStore(RunEventStore):
     async def get_message_seqs(
         self, thread_id: str, identities: Iterable[str], *, user_id: UserId = AUTO
     ) -> dict[str, int]:
-        resolve_owner(user_id)
-        wanted = normalize_identities(identities)
-        if not wanted:
+        call = self._lookup_call(thread_id, identities, normalize_identities, user_id)
+        thread = self._threads.get(call.thread_id) if call else None
+        if call is None or call.keys is None or thread is None:
             return {}
-        validate_id(thread_id, "thread_id")
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            return {}
-        return {i: thread.identities[i] for i in wanted if i in thread.identities}
+        return {i: thread.identities[i] for i in call.keys if i in thread.identities}
 
     # -- deletes --------------------------------------------------------------------
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        self._check_open()
-        validate_id(thread_id, "thread_id")
-        thread = self._threads.pop(thread_id, None)
+        thread = self._threads.pop(self._target_call(thread_id, None, user_id).thread_id, None)
         return sum(len(rows) for rows in thread.runs.values()) if thread else 0
 
     async def delete_by_run(self, thread_id: str, run_id: str, *, user_id: UserId = AUTO) -> int:
-        resolve_owner(user_id)
-        self._check_open()
-        validate_id(thread_id, "thread_id")
-        validate_id(run_id, "run_id")
-        thread = self._threads.get(thread_id)
+        target = self._target_call(thread_id, run_id, user_id)
+        thread = self._threads.get(target.thread_id)
         if thread is None:
             return 0
         removed = thread.rebuild_without_run(run_id)
         if not thread.runs:
-            del self._threads[thread_id]
+            del self._threads[target.thread_id]
         return removed
 
     async def close(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runstore import IncompleteMessageRunLookupError
-from runstore.events import AI_LOOKUP_PAGE_SIZE, RunEventStore
+from runstore.events import AI_LOOKUP_PAGE_SIZE, walk_ai_message_runs
 from runstore.options import BackendOptions
 from runstore.plugins.memory.events import MemoryEventStore
 from runstore.urls import BackendURL
@@ -66,7 +66,7 @@ def _ai(seq: int, mid: str, run: str = "r") -> dict[str, Any]:
 async def test_default_walk_pages_backward() -> None:
     rows = [_ai(i, f"m{i % 1500}", f"r{i}") for i in range(1, 2601)]
     fake = _FakeStore(rows)
-    got = await RunEventStore.find_latest_ai_message_run_ids(fake, "t", ["m1", "m1499", "zz"], user_id=None)  # type: ignore[arg-type]
+    got = await walk_ai_message_runs(fake.list_messages, "t", {"m1", "m1499", "zz"}, None)
     assert got == {"m1": "r1501", "m1499": "r1499"}
     assert fake.calls == 3
 
@@ -74,16 +74,16 @@ async def test_default_walk_pages_backward() -> None:
 async def test_default_walk_raises_without_progress() -> None:
     fake = _FakeStore([_ai(i, "x") for i in range(1, AI_LOOKUP_PAGE_SIZE + 5)], stuck=True)
     with pytest.raises(IncompleteMessageRunLookupError, match="strictly decreasing"):
-        await RunEventStore.find_latest_ai_message_run_ids(fake, "t", ["nope"], user_id=None)  # type: ignore[arg-type]
+        await walk_ai_message_runs(fake.list_messages, "t", {"nope"}, None)
 
 
 async def test_default_walk_raises_on_full_page_without_int_seqs() -> None:
     rows = [{**_ai(i, "x"), "seq": str(i)} for i in range(AI_LOOKUP_PAGE_SIZE)]
     with pytest.raises(IncompleteMessageRunLookupError, match="integer seq"):
-        await RunEventStore.find_latest_ai_message_run_ids(_FakeStore(rows), "t", ["nope"], user_id=None)  # type: ignore[arg-type]
+        await walk_ai_message_runs(_FakeStore(rows).list_messages, "t", {"nope"}, None)
 
 
 async def test_default_walk_empty_input_does_nothing() -> None:
     fake = _FakeStore([])
-    assert await RunEventStore.find_latest_ai_message_run_ids(fake, "t", [], user_id=None) == {}  # type: ignore[arg-type]
+    assert await walk_ai_message_runs(fake.list_messages, "t", set(), None) == {}
     assert fake.calls == 0

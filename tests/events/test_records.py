@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -214,3 +216,25 @@ def test_ai_message_id() -> None:
     assert ai_message_id({"type": "ai", "data": {"type": "ai", "id": "b"}}) == "b"
     assert ai_message_id({"type": "human", "id": "a"}) is None
     assert ai_message_id("ai") is None
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: check_cursor(2**63, "after_seq"), r"after_seq must be None or an int from -9223372036854775808 to 9223372036854775807.*got 9223372036854775808"),
+        (lambda: check_cursor(-(2**63) - 1, "before_seq"), r"before_seq must be None or an int from"),
+        (lambda: check_limit(2**63), r"limit must be at most 9223372036854775807"),
+        (lambda: normalize_created_at("0001-01-01T00:00:00+05:00"), r"created_at 0001-01-01T00:00:00\+05:00 falls outside the years 1 to 9999 once converted to UTC; accepted: .*0001-01-01T00:00:00\+00:00 and 9999-12-31T23:59:59.999999\+00:00"),
+        (lambda: normalize_created_at("9999-12-31T23:59:59-05:00"), r"created_at 9999-12-31T23:59:59-05:00 falls outside"),
+    ],
+)
+def test_values_beyond_what_storage_holds_name_the_field_and_range(call: Any, match: str) -> None:
+    with pytest.raises(InvalidEventError, match=match):
+        call()
+
+
+def test_the_ends_of_the_ranges_are_accepted() -> None:
+    assert check_cursor(2**63 - 1, "after_seq") == 2**63 - 1
+    assert check_cursor(-(2**63), "before_seq") == -(2**63)
+    assert check_limit(2**63 - 1) == 2**63 - 1
+    assert normalize_created_at("0001-01-01T05:00:00+05:00") == "0001-01-01T00:00:00+00:00"
