@@ -49,47 +49,49 @@ async def _use_lz4(conn: AsyncConnection) -> None:
         await conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
 
 
-#: Schema versions; append, never edit a released one.
+#: Schema versions; append, never edit a released one. (Version 1's tables are the
+#: sqlite saver's tables in PostgreSQL's types; each dialect keeps its released DDL
+#: as it shipped, which is why the two texts stay side by side.)
 SCHEMA_MIGRATIONS: list[Migration] = [
     Migration(
         1,
         [
-        f"""CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
-            thread_id TEXT NOT NULL,
-            checkpoint_ns TEXT NOT NULL DEFAULT '',
-            checkpoint_id TEXT NOT NULL,
-            parent_checkpoint_id TEXT,
-            run_id TEXT,
-            type TEXT NOT NULL,
-            checkpoint BYTEA NOT NULL,
-            metadata JSONB NOT NULL DEFAULT '{{}}',
-            value_versions JSONB NOT NULL DEFAULT '{{}}',
-            channel_versions JSONB NOT NULL DEFAULT '{{}}',
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-        )""",
-        f"""CREATE INDEX IF NOT EXISTS {CHECKPOINTS}_run_id_idx
-            ON {CHECKPOINTS} (run_id) WHERE run_id IS NOT NULL""",
-        f"""CREATE TABLE IF NOT EXISTS {BLOBS} (
-            thread_id TEXT NOT NULL,
-            checkpoint_ns TEXT NOT NULL DEFAULT '',
-            channel TEXT NOT NULL,
-            version TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS {WRITES} (
-            thread_id TEXT NOT NULL,
-            checkpoint_ns TEXT NOT NULL DEFAULT '',
-            checkpoint_id TEXT NOT NULL,
-            task_id TEXT NOT NULL,
-            idx INTEGER NOT NULL,
-            task_path TEXT NOT NULL DEFAULT '',
-            channel TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-        )""",
+            f"""CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                checkpoint_id TEXT NOT NULL,
+                parent_checkpoint_id TEXT,
+                run_id TEXT,
+                type TEXT NOT NULL,
+                checkpoint BYTEA NOT NULL,
+                metadata JSONB NOT NULL DEFAULT '{{}}',
+                value_versions JSONB NOT NULL DEFAULT '{{}}',
+                channel_versions JSONB NOT NULL DEFAULT '{{}}',
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+            )""",
+            f"""CREATE INDEX IF NOT EXISTS {CHECKPOINTS}_run_id_idx
+                ON {CHECKPOINTS} (run_id) WHERE run_id IS NOT NULL""",
+            f"""CREATE TABLE IF NOT EXISTS {BLOBS} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                channel TEXT NOT NULL,
+                version TEXT NOT NULL,
+                type TEXT NOT NULL,
+                blob BYTEA NOT NULL,
+                PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+            )""",
+            f"""CREATE TABLE IF NOT EXISTS {WRITES} (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL DEFAULT '',
+                checkpoint_id TEXT NOT NULL,
+                task_id TEXT NOT NULL,
+                idx INTEGER NOT NULL,
+                task_path TEXT NOT NULL DEFAULT '',
+                channel TEXT NOT NULL,
+                type TEXT NOT NULL,
+                blob BYTEA NOT NULL,
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+            )""",
         ],
         "checkpoints, channel blobs, pending writes, run_id index",
     ),

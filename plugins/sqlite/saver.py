@@ -100,7 +100,7 @@ class _State:
 
     async def hop(self, fn: Callable[..., R], *args: Any) -> R:
         """Run ``fn(sqlite3_connection, *args)`` on the worker thread (one hop)."""
-        if self.closed or self.worker is None:
+        if self.worker is None:
             raise RuntimeError("SqliteSaver is closed")
         return await self.worker.run(fn, *args)
 
@@ -180,10 +180,11 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         state = self._state
         if state.closed:
             return
-        state.closed = True
+        state.closed = True  # new calls fail; writes already queued still commit
         await state.commits.wait_idle()
         if state.worker is not None:
-            await state.worker.close()
+            worker, state.worker = state.worker, None
+            await worker.close()
         state.sync.close()
 
     async def __aenter__(self) -> SqliteSaver:
@@ -195,6 +196,8 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     # -- plumbing ----------------------------------------------------------------
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
+        if self._state.closed:
+            raise RuntimeError("SqliteSaver is closed")
         return await self._state.hop(fn, *args)
 
     async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:

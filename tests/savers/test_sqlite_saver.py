@@ -893,3 +893,29 @@ async def test_prune_keeps_no_ancestor_for_an_unwritten_delta_channel(
     await saver.aprune(["t-unwritten"])
     kept = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(cfg("t-unwritten"))]
     assert kept == [out["configurable"]["checkpoint_id"]]
+
+
+async def test_close_commits_writes_already_queued(sqlite_url: str) -> None:
+    """aclose waits for queued writes (they commit); calls after it raise."""
+    url = BackendURL.parse(sqlite_url)
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        release = threading.Event()
+        blocker = asyncio.ensure_future(saver._state.hop(lambda conn: release.wait(10)))
+        running = asyncio.ensure_future(saver.aput(cfg("t-close-1"), empty_checkpoint(), {}, {}))
+        await asyncio.sleep(0.05)  # taken into a batch, waiting behind the blocker
+        checkpoint = empty_checkpoint()
+        queued = asyncio.ensure_future(saver.aput(cfg("t-close"), checkpoint, {}, {}))
+        await asyncio.sleep(0.05)
+        assert saver._state.commits._queue, "the second write waits in the queue"
+        closing = asyncio.ensure_future(saver.aclose())
+        await asyncio.sleep(0.05)
+        release.set()
+        await blocker
+        await asyncio.gather(running, queued, closing)
+        with pytest.raises(RuntimeError, match="closed"):
+            await saver.aget_tuple(cfg("t-close"))
+    async with BackendOptions.scope() as options:
+        reopened = await SqliteSaver.open(url, options)
+        got = await reopened.aget_tuple(cfg("t-close"))
+        assert got is not None and got.checkpoint["id"] == checkpoint["id"]
