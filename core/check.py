@@ -7,6 +7,7 @@ tails that file for live progress, and folds the lines into a backend x suite ma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .urls import redact
+from .errors import ConfigError, RunstoreError
+from .urls import BackendURL, redact
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 SUITE_KINDS = ("saver", "events", "streams")
@@ -150,7 +151,15 @@ def run_suite(
     extra_args: Sequence[str] = (),
     on_progress: Callable[[int, int, dict[str, Any] | None], None] | None = None,
 ) -> CheckResult:
-    """Run the conformance suite against ``urls`` in a child pytest and collect the outcomes."""
+    """Run the conformance suite against ``urls`` in a child pytest and collect the outcomes.
+
+    Everything read back from the child (records, log, the JUnit report) has its
+    passwords masked: the child quotes URLs in messages and tracebacks.
+    """
+    for entry in urls:
+        # Parsing makes `redact` know each password, whatever the child writes it as.
+        with contextlib.suppress(RunstoreError):
+            BackendURL.parse(split_backend_entry(entry)[1])
     with tempfile.TemporaryDirectory(prefix="runstore-check-") as tmp:
         report = Path(tmp, "report.jsonl")
         report.touch()
@@ -180,7 +189,7 @@ def run_suite(
             while True:
                 finished = proc.poll() is not None
                 for line in feed.readlines():
-                    record = json.loads(line)
+                    record = json.loads(redact(line))
                     if record["type"] == "collected":
                         collected = record["count"]
                         if on_progress:
@@ -193,6 +202,9 @@ def run_suite(
                 if finished:
                     break
                 time.sleep(0.1)
+        if junit_xml and Path(junit_xml).is_file():
+            junit = Path(junit_xml)
+            junit.write_text(redact(junit.read_text(encoding="utf-8")), encoding="utf-8")
         return CheckResult(
             records=records,
             returncode=proc.returncode,

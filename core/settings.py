@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .errors import ConfigError, PluginError
-from .urls import BackendURL, redact
+from .urls import BackendURL, masked_repr, redact
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -83,6 +83,8 @@ class CheckpointCacheSettings:
     key_prefix: str | None = None
     url: str | None = None
 
+    __repr__ = masked_repr
+
 
 @dataclass(frozen=True)
 class RunEventSettings:
@@ -118,6 +120,8 @@ class Settings:
     stream_bridge: StreamBridgeSettings = field(default_factory=StreamBridgeSettings)
     #: The plugins' sections as ``(name, value)`` pairs sorted by name; read with `section`.
     _sections: tuple[tuple[str, Any], ...] = ()
+
+    __repr__ = masked_repr
 
     @classmethod
     def load(

@@ -1,18 +1,58 @@
-"""Backend URLs: parsing, option access and password redaction."""
+"""Backend URLs: parsing, option access and password masking.
+
+URLs are parsed by `urllib.parse.urlsplit` (RFC 3986), the rule the drivers (asyncpg,
+redis-py) apply to the text runstore hands them, so runstore and the driver agree on
+which part is the password. Characters that end the host part (``/ ? #``), whitespace
+and control characters must be percent-encoded in a user name or password; a URL that
+breaks this is an `InvalidURLError` that quotes none of it beyond the scheme.
+
+A parsed URL becomes text in one place, `BackendURL.render`, which masks the password
+unless a driver asks for the real URL. Free text that may quote URLs (driver messages,
+test logs, command lines, JSON rows) goes through `redact`, which masks every password
+runstore has seen in this process in the spellings text gives it (raw, percent-encoded,
+JSON, repr, XML), and the user-info of anything shaped like a URL.
+"""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit
 
 from .errors import InvalidURLError
 
 _REDACTED = "***"
+#: Passwords of every URL seen in this process; `redact` masks them wherever they appear.
+_SECRETS: set[str] = set()
+#: Shorter passwords are masked inside URLs only: masking every "abc" of a log would garble it.
+MIN_SECRET_LENGTH = 4
+_ENCODE_HINT = (
+    "percent-encode / ? # @ : % [ ] and spaces in the user name and password "
+    "(e.g. / as %2F, # as %23, @ as %40)"
+)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]*")
 
+
+def _remember(password: str | None) -> None:
+    if password and len(password) >= MIN_SECRET_LENGTH and password != _REDACTED:
+        _SECRETS.add(password)
+
+
+def _spellings(secret: str) -> set[str]:
+    """The ways ``secret`` may be written in text: raw, percent-encoded, JSON, repr, XML."""
+    xml_text = html.escape(secret, quote=False)
+    xml_attribute = xml_text.replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;")
+    base = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), repr(secret)[1:-1],
+            xml_text, html.escape(secret), xml_attribute, xml_attribute.replace("\t", "&#09;")}
+    return {form for spelled in base for form in (spelled, json.dumps(spelled)[1:-1],
+                                                  json.dumps(spelled, ensure_ascii=False)[1:-1])}
 
 @dataclass(frozen=True)
 class BackendURL:
@@ -30,6 +70,9 @@ class BackendURL:
     path: str = ""
     query: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __post_init__(self) -> None:
+        _remember(self.password)
+
     @classmethod
     def parse(cls, raw: str | BackendURL) -> BackendURL:
         """Parse ``raw``; raise `InvalidURLError` (never echoing a password) when it is malformed."""
@@ -40,11 +83,29 @@ class BackendURL:
                 f"not a backend URL: {redact(str(raw))!r}; expected scheme://..., "
                 "e.g. memory://, sqlite:///path/app.db, postgresql://user@host/db"
             )
+        # Only the scheme is quoted back until the password is known to be where it belongs;
+        # until then its likeliest place is remembered, so `redact` masks it in later text.
+        shown = f"{raw.partition('://')[0]}://..."
+        _remember(_likely_password(raw))
+        if any(ch.isspace() or not ch.isprintable() for ch in raw):
+            raise InvalidURLError(f"backend URL {shown!r} holds whitespace or control characters; {_ENCODE_HINT}")
         try:
             parts = urlsplit(raw)
             port = parts.port
-        except ValueError as exc:
-            raise InvalidURLError(f"malformed backend URL {redact(raw)!r}: {exc}") from None
+        except ValueError:
+            raise InvalidURLError(
+                f"malformed backend URL {shown!r}: the part after :// up to the first / ? or # "
+                f"must be [user[:password]@]host[:port]; {_ENCODE_HINT}"
+            ) from None
+        if "#" in raw:
+            raise InvalidURLError(f"backend URL {shown!r} holds a '#' (URLs here have no fragment); {_ENCODE_HINT}")
+        if parts.netloc and "@" not in parts.netloc and ("@" in parts.path or not parts.hostname):
+            # "user:pa/ss@host": the host part ended at the password's '/'.
+            raise InvalidURLError(
+                f"malformed backend URL {shown!r}: an '@' after the host part, or no host; {_ENCODE_HINT}"
+            )
+        password = unquote(parts.password) if parts.password is not None else None
+        _remember(password)
         scheme = parts.scheme.lower()
         if not scheme:
             raise InvalidURLError(f"backend URL {redact(raw)!r} has no scheme")
@@ -53,10 +114,11 @@ class BackendURL:
             if key in query:
                 raise InvalidURLError(f"URL option {key!r} is given twice in {redact(raw)!r}")
             query[key] = value
+        username = unquote(parts.username) if parts.username is not None else None
         return cls(
             scheme=scheme,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password is not None else None,
+            username=username if username or password is not None else None,
+            password=password,
             host=parts.hostname,
             port=port,
             path=unquote(parts.path),
@@ -64,10 +126,14 @@ class BackendURL:
         )
 
     def render(self, *, hide_password: bool = True, include_query: bool = True) -> str:
-        """Rebuild the URL text; the password is masked unless ``hide_password=False``."""
+        """Rebuild the URL text; the password is masked unless ``hide_password=False``.
+
+        This is where a URL becomes text: everything runstore prints, logs or raises
+        shows a URL through it (``str(url)``).
+        """
         netloc = ""
-        if self.username is not None:
-            netloc = quote(self.username, safe="")
+        if self.username is not None or self.password is not None:
+            netloc = quote(self.username or "", safe="")
             if self.password is not None:
                 netloc += ":" + (_REDACTED if hide_password else quote(self.password, safe=""))
             netloc += "@"
@@ -130,8 +196,44 @@ class BackendURL:
         return self.render()
 
 
-def redact(text: str) -> str:
-    """Mask the password of any URL found in ``text`` (best effort for free-form messages)."""
-    import re
+def _likely_password(raw: str) -> str | None:
+    """What a malformed URL most likely holds as its password: from the first ':' after the
+    scheme's '//' up to the last '@' (None when there is no such pair)."""
+    rest = raw.partition("://")[2]
+    at = rest.rfind("@")
+    user_info = rest[:at] if at >= 0 else ""
+    return user_info.partition(":")[2] or None
 
-    return re.sub(r"(\w[\w+.-]*://[^:/?#@\s]*:)([^@\s/]*)(@)", rf"\1{_REDACTED}\3", text)
+
+def redact(text: str) -> str:
+    """Mask passwords in free text: every password seen in this process, in any spelling,
+    and the user-info password of anything shaped like a URL."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        if len(secret) > len(text):
+            continue
+        for spelled in sorted(_spellings(secret), key=len, reverse=True):
+            if spelled in text:
+                text = text.replace(spelled, _REDACTED)
+    return _URL_IN_TEXT.sub(_mask_user_info, text)
+
+
+def _mask_user_info(match: re.Match[str]) -> str:
+    url = match.group(0)
+    scheme, _, rest = url.partition("://")
+    ends = [i for i in (rest.find(ch) for ch in "/?#") if i >= 0]
+    authority = rest[: min(ends, default=len(rest))]
+    at = authority.rfind("@")
+    if at >= 0:
+        user, colon, _ = authority[:at].partition(":")
+        return f"{scheme}://{user}:{_REDACTED}{rest[at:]}" if colon else url
+    at = rest.rfind("@")
+    if at < 0:
+        return url
+    # An '@' past the host part: most likely a password with an unencoded / ? or #.
+    return f"{scheme}://{_REDACTED}{rest[at:]}"
+
+
+def masked_repr(obj: Any) -> str:
+    """A dataclass's repr with every password masked: use as ``__repr__ = masked_repr``."""
+    shown = ", ".join(f"{f.name}={getattr(obj, f.name)!r}" for f in fields(obj) if f.repr)
+    return redact(f"{type(obj).__qualname__}({shown})")

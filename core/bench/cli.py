@@ -126,7 +126,11 @@ class RichReporter(Reporter):
             self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+        from rich.markup import escape
+
+        from ..urls import redact
+
+        self.console.print(f"[yellow]warning:[/yellow] {escape(redact(message))}", highlight=False)
 
     def stop(self) -> None:
         if self._progress is not None:

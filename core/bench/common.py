@@ -122,8 +122,10 @@ class JsonlWriter:
         self._fh: TextIO = self.path.open("a", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Write one record as one line."""
-        self._fh.write(dumps(record) + "\n")
+        """Write one record as one line, passwords masked (rows quote URLs, argv, errors)."""
+        from ..urls import redact
+
+        self._fh.write(redact(dumps(record)) + "\n")
         self._fh.flush()
 
     def close(self) -> None:

@@ -45,13 +45,13 @@ def display_backend(raw: str) -> str:
     """The label of a backend in rows and on screen: the URL with its password masked."""
     if raw.startswith(PEER_PREFIX) or raw.startswith("raw:"):
         return raw
-    from ..urls import BackendURL
+    from ..urls import BackendURL, redact
 
     url, sep, suffix = raw.partition("|")
     try:
         return str(BackendURL.parse(url)) + sep + suffix
     except Exception:
-        return raw
+        return redact(raw)
 
 
 def backend_name(raw: str) -> str:
@@ -128,6 +128,11 @@ class RunOptions:
     postgres_url: str | None = None
     redis_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from ..urls import masked_repr
+
+        return masked_repr(self)
 
 
 class Reporter:

@@ -146,6 +146,12 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
 
+def _refused_credentials(exc: BaseException) -> bool:
+    from redis.exceptions import AuthenticationError, AuthorizationError
+
+    return isinstance(exc, AuthenticationError | AuthorizationError)
+
+
 def _closed_by_peer(conn: Any) -> bool:
     """Whether a pooled connection already saw the server close or reset it."""
     reader = getattr(conn, "_reader", None)
@@ -209,6 +215,9 @@ class RedisCalls:
                     except _Failed as failed:
                         self.outages += 1
                         last = failed.cause
+                        if _refused_credentials(failed.cause):
+                            # A wrong password stays wrong: no retry, nothing was written.
+                            raise self._unavailable(operation, False, failed.cause) from failed.cause
                         if failed.sent and write and not idempotent:
                             missing = len(commands) - len(failed.replies)
                             lost = [self._unavailable(operation, True, failed.cause) for _ in range(missing)]

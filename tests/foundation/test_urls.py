@@ -61,3 +61,10 @@ def test_check_options_names_accepted() -> None:
 def test_redact_free_text() -> None:
     text = "could not connect to postgresql://u:pw@h/db and redis://:pw2@r:6379/0"
     assert "pw" not in redact(text).replace("***", "")
+
+
+def test_password_without_user_survives_rendering() -> None:
+    url = BackendURL.parse("redis://:s3cret@cache:6379/0")
+    assert (url.username, url.password) == ("", "s3cret")
+    assert url.render(hide_password=False) == "redis://:s3cret@cache:6379/0"
+    assert str(url) == "redis://:***@cache:6379/0"
