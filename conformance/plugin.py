@@ -1,7 +1,7 @@
 """The pytest plugin (entry point ``pytest11``): inert unless a runstore backend is named.
 
 ``--runstore-backend URL`` (repeatable) names backends; each suite test that takes
-``saver_target``, ``events_target`` or ``streams_target`` runs once per named backend
+``saver_target``, ``events_target``, ``streams_target`` or ``runs_target`` runs once per named backend
 of that kind. ``--runstore-plugin MODULE_OR_FILE`` loads a runstore plugin that is
 not installed (handy while writing one).
 """
@@ -34,7 +34,12 @@ def _rewrite_suite_helpers() -> None:
 _rewrite_suite_helpers()
 
 BACKEND_OPTION = "--runstore-backend"
-TARGET_FIXTURES = {"saver": "saver_target", "events": "events_target", "streams": "streams_target"}
+TARGET_FIXTURES = {
+    "saver": "saver_target",
+    "events": "events_target",
+    "streams": "streams_target",
+    "runs": "runs_target",
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -253,6 +258,12 @@ def events_target(request: pytest.FixtureRequest, runstore_provisions: _Provisio
 def streams_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
     """The stream bridge under test (a `BackendTarget`)."""
     return _target(request, "streams", runstore_provisions)
+
+
+@pytest.fixture(scope="session")
+def runs_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
+    """The run store under test (a `BackendTarget`)."""
+    return _target(request, "runs", runstore_provisions)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -11,6 +11,7 @@ class Kind(StrEnum):
     SAVER = "saver"
     EVENTS = "events"
     STREAMS = "streams"
+    RUNS = "runs"
     HISTORY_CACHE = "history_cache"
 
 

@@ -24,7 +24,7 @@ from .errors import ConfigError, RunstoreError
 from .urls import BackendURL, redact
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
-SUITE_KINDS = ("saver", "events", "streams")
+SUITE_KINDS = ("saver", "events", "streams", "runs")
 
 
 def split_backend_entry(entry: str) -> tuple[frozenset[str] | None, str]:

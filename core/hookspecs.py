@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .registry import (
         EventStoreRegistry,
         HistoryCacheRegistry,
+        RunStoreRegistry,
         SaverRegistry,
         SettingsRegistry,
         StreamBridgeRegistry,
@@ -41,6 +42,11 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
 @hookspec
 def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
     """Add stream bridge backends to ``registry``."""
+
+
+@hookspec
+def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
+    """Add run store backends (runs, leases, one active run per thread) to ``registry``."""
 
 
 @hookspec

@@ -21,6 +21,7 @@ from .registry import (
     EventStoreRegistry,
     HistoryCacheRegistry,
     PluginInfo,
+    RunStoreRegistry,
     SaverRegistry,
     SettingsRegistry,
     StreamBridgeRegistry,
@@ -90,6 +91,7 @@ def _collect(pm: pluggy.PluginManager) -> Backends:
         "runstore_register_stream_bridges": lambda info: StreamBridgeRegistry(
             backends.streams, info
         ),
+        "runstore_register_run_stores": lambda info: RunStoreRegistry(backends.runs, info),
         "runstore_register_history_caches": lambda info: HistoryCacheRegistry(
             backends.history_caches, info
         ),

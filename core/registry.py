@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from .events import RunEventStore
     from .options import BackendOptions
+    from .runs import RunStore
     from .streams import StreamBridge
 
 T = TypeVar("T")
@@ -232,6 +233,12 @@ class StreamBridgeRegistry(PluginRegistry["StreamBridge"]):
     kind = Kind.STREAMS
 
 
+class RunStoreRegistry(PluginRegistry["RunStore"]):
+    """Adds run stores (``runstore_register_run_stores``)."""
+
+    kind = Kind.RUNS
+
+
 class HistoryCacheRegistry(PluginRegistry[Any]):
     """Adds delta-history cache backends (``runstore_register_history_caches``)."""
 
@@ -332,6 +339,7 @@ class Backends:
     streams: BackendRegistry[StreamBridge] = field(
         default_factory=lambda: BackendRegistry(Kind.STREAMS)
     )
+    runs: BackendRegistry[RunStore] = field(default_factory=lambda: BackendRegistry(Kind.RUNS))
     history_caches: BackendRegistry[Any] = field(
         default_factory=lambda: BackendRegistry(Kind.HISTORY_CACHE)
     )
@@ -343,6 +351,7 @@ class Backends:
             Kind.SAVER: self.savers,
             Kind.EVENTS: self.events,
             Kind.STREAMS: self.streams,
+            Kind.RUNS: self.runs,
             Kind.HISTORY_CACHE: self.history_caches,
         }
         return registries[Kind(kind)]

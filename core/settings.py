@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 
 S = TypeVar("S", bound="DataclassInstance")
 
-#: The embedded default: one sqlite file for checkpoints and events, memory streams.
+#: The embedded default: one sqlite file for checkpoints, events and runs; memory streams.
 DEFAULT_DATABASE_URL = "sqlite:///.runstore/runstore.db"
 DEFAULT_STREAMS_URL = "memory://"
 CONFIG_FILE = "runstore.yaml"
 CONFIG_ENV = "RUNSTORE_CONFIG"
+#: The top-level keys that hold one backend URL each.
+URL_KEYS = ("checkpointer", "events", "streams", "runs")
 
 
 #: The largest value an int setting accepts unless its field says otherwise: every count,
@@ -110,6 +112,7 @@ class Settings:
     checkpointer: str = DEFAULT_DATABASE_URL
     events: str = DEFAULT_DATABASE_URL
     streams: str = DEFAULT_STREAMS_URL
+    runs: str = DEFAULT_DATABASE_URL
     checkpoint_channel_mode: Literal["full", "delta"] = "full"
     checkpoint_delta: CheckpointDeltaSettings = field(default_factory=CheckpointDeltaSettings)
     checkpoint_graph_cache: CheckpointGraphCacheSettings = field(
@@ -195,7 +198,7 @@ class Settings:
         data = self._data()
         for declared in _plugin_sections():
             data.setdefault(declared.name, dataclasses.asdict(declared.schema()))
-        for key in ("checkpointer", "events", "streams"):
+        for key in URL_KEYS:
             data[key] = redact(data[key])
         if data["checkpoint_cache"]["url"]:
             data["checkpoint_cache"]["url"] = redact(data["checkpoint_cache"]["url"])
@@ -216,7 +219,7 @@ class Settings:
             data[name] = dataclasses.asdict(value)
         return data
 
-    def url(self, kind: Literal["checkpointer", "events", "streams"]) -> BackendURL:
+    def url(self, kind: Literal["checkpointer", "events", "streams", "runs"]) -> BackendURL:
         """The parsed URL selected for ``kind``."""
         return BackendURL.parse(getattr(self, kind))
 
@@ -256,7 +259,7 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith("RUNSTORE_"):
             continue
         key = name[len("RUNSTORE_") :].lower()
-        if key in ("checkpointer_url", "events_url", "streams_url"):
+        if key in ("checkpointer_url", "events_url", "streams_url", "runs_url"):
             out[key[: -len("_url")]] = value
         elif key == "checkpoint_channel_mode":
             out[key] = value
@@ -353,7 +356,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], prefix: str) -> Any:
             kwargs[name] = _coerce(value, typ, key, fields[name].metadata)
     settings = cls(**kwargs)
     if cls is Settings:
-        for kind in ("checkpointer", "events", "streams"):
+        for kind in URL_KEYS:
             BackendURL.parse(getattr(settings, kind))
     return settings
 

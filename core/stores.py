@@ -1,4 +1,4 @@
-"""`runstore.open`: one entry point that opens a checkpointer, an event store and a bridge."""
+"""`runstore.open`: one entry point that opens a checkpointer, an event store, a bridge and a run store."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from .events import RunEventStore
+    from .runs import RunStore
     from .streams import StreamBridge
 
 log = logging.getLogger("runstore")
@@ -25,11 +26,12 @@ log = logging.getLogger("runstore")
 
 @dataclass(frozen=True)
 class Stores:
-    """The three stores of a runtime, opened together by `runstore.open`."""
+    """The stores of a runtime, opened together by `runstore.open`."""
 
     checkpointer: BaseCheckpointSaver[Any]
     events: RunEventStore
     streams: StreamBridge
+    runs: RunStore
     settings: Settings
 
 
@@ -40,6 +42,7 @@ async def open(
     checkpointer: str | None = None,
     events: str | None = None,
     streams: str | None = None,
+    runs: str | None = None,
     backends: Backends | None = None,
 ) -> AsyncIterator[Stores]:
     """Open the configured stores; everything opened is closed when the block exits.
@@ -47,14 +50,17 @@ async def open(
     ``config`` is a mapping shaped like ``runstore.yaml``, a path to such a file, or
     `Settings`; the keywords pick a backend URL per kind and win over ``config``.
     With nothing configured you get the embedded default: one sqlite file under
-    ``.runstore/`` for checkpoints and events, and an in-process memory bridge.
+    ``.runstore/`` for checkpoints, events and runs, and an in-process memory bridge.
     """
-    settings = Settings.load(config, checkpointer=checkpointer, events=events, streams=streams)
+    settings = Settings.load(
+        config, checkpointer=checkpointer, events=events, streams=streams, runs=runs
+    )
     registry = backends or get_backends()
     # Resolve every backend before opening any, so a bad URL opens nothing.
     saver_spec = registry.savers.for_url(settings.checkpointer)
     events_spec = registry.events.for_url(settings.events)
     streams_spec = registry.streams.for_url(settings.streams)
+    runs_spec = registry.runs.for_url(settings.runs)
     _apply_checkpoint_mode(settings)
     async with BackendOptions.scope(settings) as options:
         saver = await saver_spec.open(settings.url("checkpointer"), options)
@@ -63,13 +69,18 @@ async def open(
         options.on_close(event_store.close)
         bridge = await streams_spec.open(settings.url("streams"), options)
         options.on_close(bridge.close)
+        run_store = await runs_spec.open(settings.url("runs"), options)
+        options.on_close(run_store.close)
         log.debug(
-            "runstore opened checkpointer=%s events=%s streams=%s",
+            "runstore opened checkpointer=%s events=%s streams=%s runs=%s",
             settings.url("checkpointer"),
             settings.url("events"),
             settings.url("streams"),
+            settings.url("runs"),
         )
-        yield Stores(checkpointer=saver, events=event_store, streams=bridge, settings=settings)
+        yield Stores(
+            checkpointer=saver, events=event_store, streams=bridge, runs=run_store, settings=settings
+        )
 
 
 def _apply_checkpoint_mode(settings: Settings) -> None:

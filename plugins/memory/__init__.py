@@ -1,4 +1,4 @@
-"""Built-in plugin ``memory``: in-process saver, event store, stream bridge and history cache.
+"""Built-in plugin ``memory``: in-process saver, event store, stream bridge, run store and history cache.
 
 Nothing here outlives the process; use it for tests and single-process development.
 """
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from runstore.registry import (
         EventStoreRegistry,
         HistoryCacheRegistry,
+        RunStoreRegistry,
         SaverRegistry,
         StreamBridgeRegistry,
     )
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from .cache import MemoryHistoryCache
     from .events import MemoryEventStore
+    from .runs import MemoryRunStore
     from .saver import MemorySaver
     from .streams import MemoryStreamBridge
 
@@ -41,6 +43,12 @@ async def _open_streams(url: BackendURL, options: BackendOptions) -> MemoryStrea
     from .streams import MemoryStreamBridge
 
     return await MemoryStreamBridge.open(url, options)
+
+
+async def _open_runs(url: BackendURL, options: BackendOptions) -> MemoryRunStore:
+    from .runs import MemoryRunStore
+
+    return await MemoryRunStore.open(url, options)
 
 
 async def _open_history_cache(url: BackendURL, options: BackendOptions) -> MemoryHistoryCache:
@@ -79,6 +87,17 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         factory=_open_streams,
         capabilities=["replay"],
         description="in-process stream bridge",
+    )
+
+
+@hookimpl
+def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory=_open_runs,
+        capabilities=[],
+        description="in-process run store (the SQL run store's rules on a private in-memory db)",
     )
 
 

@@ -1,4 +1,4 @@
-"""Built-in plugin ``postgres``: checkpoint saver and event store on PostgreSQL via asyncpg.
+"""Built-in plugin ``postgres``: checkpoint saver, event store and run store on PostgreSQL via asyncpg.
 
 ``postgresql://user:password@host:5432/db?schema=app``; the optional ``schema``
 option keeps runstore's tables in their own schema. Needs ``runstore[postgres]``.
@@ -18,9 +18,15 @@ from .settings import PostgresSettings
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.registry import EventStoreRegistry, SaverRegistry, SettingsRegistry
+    from runstore.registry import (
+        EventStoreRegistry,
+        RunStoreRegistry,
+        SaverRegistry,
+        SettingsRegistry,
+    )
 
     from .events import PostgresEventStore
+    from .runs import PostgresRunStore
     from .saver import PostgresSaver
 
 SCHEMES = ["postgresql", "postgres"]
@@ -37,6 +43,12 @@ async def _open_events(url: BackendURL, options: BackendOptions) -> PostgresEven
     from .events import PostgresEventStore
 
     return await PostgresEventStore.open(url, options)
+
+
+async def _open_runs(url: BackendURL, options: BackendOptions) -> PostgresRunStore:
+    from .runs import PostgresRunStore
+
+    return await PostgresRunStore.open(url, options)
 
 
 @hookimpl
@@ -70,6 +82,19 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         drivers=DRIVERS,
         extra="postgres",
         description="SQLAlchemy/asyncpg event store: postgresql://user@host/db",
+    )
+
+
+@hookimpl
+def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
+    registry.add(
+        "postgres",
+        schemes=SCHEMES,
+        factory=_open_runs,
+        capabilities=["durable", "cross_process"],
+        drivers=DRIVERS,
+        extra="postgres",
+        description="asyncpg run store: postgresql://user@host/db",
     )
 
 

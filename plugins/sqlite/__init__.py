@@ -1,7 +1,7 @@
-"""Built-in plugin ``sqlite``: checkpoint saver and event store in one sqlite file.
+"""Built-in plugin ``sqlite``: checkpoint saver, event store and run store in one sqlite file.
 
 ``sqlite:///relative/app.db`` and ``sqlite:////absolute/app.db`` as in SQLAlchemy;
-a saver and an event store on the same file share one connection.
+the stores opened on the same file share one engine.
 """
 
 from __future__ import annotations
@@ -19,9 +19,15 @@ from .settings import SqliteSettings
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.registry import EventStoreRegistry, SaverRegistry, SettingsRegistry
+    from runstore.registry import (
+        EventStoreRegistry,
+        RunStoreRegistry,
+        SaverRegistry,
+        SettingsRegistry,
+    )
 
     from .events import SqliteEventStore
+    from .runs import SqliteRunStore
     from .saver import SqliteSaver
 
 
@@ -35,6 +41,12 @@ async def _open_events(url: BackendURL, options: BackendOptions) -> SqliteEventS
     from .events import SqliteEventStore
 
     return await SqliteEventStore.open(url, options)
+
+
+async def _open_runs(url: BackendURL, options: BackendOptions) -> SqliteRunStore:
+    from .runs import SqliteRunStore
+
+    return await SqliteRunStore.open(url, options)
 
 
 @hookimpl
@@ -64,6 +76,17 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         factory=_open_events,
         capabilities=["durable", "cross_process", "owner_filter"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
+    )
+
+
+@hookimpl
+def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
+    registry.add(
+        "sqlite",
+        schemes=["sqlite"],
+        factory=_open_runs,
+        capabilities=["durable", "cross_process"],
+        description="aiosqlite run store: sqlite:///path/app.db",
     )
 
 

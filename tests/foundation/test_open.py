@@ -20,7 +20,7 @@ from runstore.urls import BackendURL
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     for name in ("RUNSTORE_CHECKPOINTER_URL", "RUNSTORE_EVENTS_URL", "RUNSTORE_STREAMS_URL",
-                 "RUNSTORE_CONFIG", "RUNSTORE_DISABLE_PLUGINS"):
+                 "RUNSTORE_RUNS_URL", "RUNSTORE_CONFIG", "RUNSTORE_DISABLE_PLUGINS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     from runstore.checkpoint.modes import reset_checkpoint_mode_for_tests
@@ -38,6 +38,8 @@ async def test_embedded_default_is_one_sqlite_file_and_memory_bridge(tmp_path: P
         assert type(stores.checkpointer).__name__ in ("SqliteSaver", "CachedHistorySaver")
         assert type(stores.events).__name__ == "SqliteEventStore"
         assert type(stores.streams).__name__ == "MemoryStreamBridge"
+        assert type(stores.runs).__name__ == "SqliteRunStore"
+        await stores.runs.create("t", run_id="r")
         record = await stores.events.put(
             thread_id="t", run_id="r", event_type="note", category="message", content="hi", user_id=None
         )
@@ -45,13 +47,15 @@ async def test_embedded_default_is_one_sqlite_file_and_memory_bridge(tmp_path: P
     assert (tmp_path / ".runstore" / "runstore.db").is_file()
     async with runstore.open() as stores:
         assert await stores.events.count_messages("t", user_id=None) == 1
+        assert [r["run_id"] for r in await stores.runs.list_by_thread("t")] == ["r"]
 
 
 async def test_explicit_urls_and_config_mapping() -> None:
     async with runstore.open(
         {"stream_bridge": {"queue_maxsize": 4}},
-        checkpointer="memory://", events="memory://", streams="memory://",
+        checkpointer="memory://", events="memory://", streams="memory://", runs="memory://",
     ) as stores:
+        assert type(stores.runs).__name__ == "MemoryRunStore"
         assert type(stores.checkpointer).__name__ in ("MemorySaver", "CachedHistorySaver")
         assert type(stores.events).__name__ == "MemoryEventStore"
         assert stores.settings.stream_bridge.queue_maxsize == 4
@@ -60,14 +64,17 @@ async def test_explicit_urls_and_config_mapping() -> None:
 async def test_environment_selects_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNSTORE_EVENTS_URL", "memory://")
     monkeypatch.setenv("RUNSTORE_CHECKPOINTER_URL", "memory://")
+    monkeypatch.setenv("RUNSTORE_RUNS_URL", "memory://")
     async with runstore.open() as stores:
         assert type(stores.events).__name__ == "MemoryEventStore"
+        assert type(stores.runs).__name__ == "MemoryRunStore"
 
 
 async def test_yaml_file_selects_backends(tmp_path: Path) -> None:
-    (tmp_path / "runstore.yaml").write_text("checkpointer: memory://\nevents: memory://\n")
+    (tmp_path / "runstore.yaml").write_text("checkpointer: memory://\nevents: memory://\nruns: memory://\n")
     async with runstore.open() as stores:
         assert type(stores.events).__name__ == "MemoryEventStore"
+        assert type(stores.runs).__name__ == "MemoryRunStore"
     assert not (tmp_path / ".runstore").exists()
 
 

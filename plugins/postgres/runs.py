@@ -1,0 +1,157 @@
+"""The PostgreSQL run store: `runstore.sql.runs.SqlRunStore` on asyncpg.
+
+Each operation takes one asyncpg connection from the shared pool and runs its script
+in one transaction, a statement per round trip; the scripts take the row locks
+(``FOR UPDATE`` on the thread's row, ``FOR UPDATE SKIP LOCKED`` for claims) that make
+their checks and writes one atomic step across processes and hosts. asyncpg is
+imported only when a store is opened.
+
+Cancellation: an operation runs in its own task; a caller cancelled meanwhile waits
+for that task to commit or roll back (at most ``postgres.command_timeout_seconds``
+per statement) and then gets its `asyncio.CancelledError`. So a cancelled call has
+written all or nothing, and no connection goes back to the pool inside a transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
+from runstore.options import BackendOptions
+from runstore.runs import RunError
+from runstore.sql.migrations import ensure_schema
+from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDriver, Script, SqlRunStore, settle
+from runstore.urls import BackendURL
+
+from .engine import POSTGRES, SCHEMES, shared_engine
+
+T = TypeVar("T")
+
+BACKEND = "postgres run store"
+#: Attempts of a write that lost a unique-key race with another thread's create (or,
+#: which the lock order rules out, a deadlock): the rerun sees the winner's row.
+ATTEMPTS = 3
+
+
+@functools.lru_cache(maxsize=256)
+def _sql(text: str) -> str:
+    return POSTGRES.placeholders(text)
+
+
+async def _drive(raw: Any, script: Script[T]) -> T:
+    """Run ``script`` on asyncpg connection ``raw``, one round trip per statement."""
+    try:
+        stmt = next(script)
+        while True:
+            rows = await raw.fetch(_sql(stmt.sql), *stmt.params)
+            stmt = script.send([tuple(r) for r in rows])
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _retryable(exc: BaseException) -> bool:
+    import asyncpg
+
+    return isinstance(exc, asyncpg.UniqueViolationError | asyncpg.DeadlockDetectedError)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server could not be reached, went away or timed out."""
+    import asyncpg
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, sa_exc.DBAPIError):
+        return exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+    return isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.InterfaceError
+        | asyncpg.exceptions.OperatorInterventionError
+        | asyncpg.exceptions.QueryCanceledError
+        | asyncpg.exceptions.TooManyConnectionsError
+        | sa_exc.DisconnectionError
+        | sa_exc.TimeoutError,
+    )
+
+
+class PostgresRunDriver(RunDriver):
+    """asyncpg connections from the shared pool, one per operation."""
+
+    postgres: ClassVar[bool] = True
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
+        return await settle(self._run(script, operation, write=True))
+
+    async def read(self, script: Callable[[], Script[T]], operation: str) -> T:
+        return await settle(self._run(script, operation, write=False))
+
+    async def _run(self, script: Callable[[], Script[T]], operation: str, *, write: bool) -> T:
+        if self._closed:
+            raise RuntimeError("this run store is closed")
+        for attempt in range(1, ATTEMPTS + 1):
+            committing = False
+            try:
+                async with self._engine.connect() as conn:
+                    raw = (await conn.get_raw_connection()).driver_connection
+                    if not write:
+                        return await _drive(raw, script())
+                    transaction = raw.transaction()
+                    await transaction.start()
+                    try:
+                        result = await _drive(raw, script())
+                    except BaseException:
+                        try:
+                            await transaction.rollback()
+                        except Exception:
+                            pass  # the connection is broken: the server rolls back, the pool drops it
+                        raise
+                    committing = True
+                    await transaction.commit()
+                    return result
+            except RunstoreError:
+                raise
+            except Exception as exc:
+                if _retryable(exc) and attempt < ATTEMPTS:
+                    continue
+                if _unavailable(exc):
+                    raise BackendUnavailableError(
+                        BACKEND, operation, write_may_have_happened=committing, cause=exc
+                    ) from exc
+                raise RunError(
+                    f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); "
+                    + ("it may have been written" if committing else "nothing was written")
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class PostgresRunStore(SqlRunStore):
+    """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema."""
+
+    #: URL query options the store accepts (``schema``: the search_path, created if missing).
+    url_options: ClassVar[frozenset[str]] = frozenset({"schema"})
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresRunStore:
+        """Open ``postgresql://...``, creating the schema and tables or upgrading them as needed."""
+        url = BackendURL.parse(url)
+        if url.scheme not in SCHEMES:
+            raise InvalidURLError(f"{url} is not a postgresql:// URL")
+        url.check_options(cls.url_options)
+        engine = await shared_engine(url, options)
+        await ensure_schema(engine, COMPONENT, MIGRATIONS)
+        store = cls(PostgresRunDriver(engine))
+        options.on_close(store.close)
+        return store

@@ -1,0 +1,127 @@
+"""The sqlite run store: `runstore.sql.runs.SqlRunStore` on aiosqlite.
+
+The store holds two pooled connections of the file's shared engine for its lifetime,
+a writer and a reader (`runstore.plugins.sqlite.adapter.WorkerConnection`). A write
+runs its whole script as one call on the writer's worker thread inside ``BEGIN
+IMMEDIATE`` ... ``COMMIT`` (after queueing on the engine's in-process write lock, shared
+with the saver and the event store), so every writer of every process is serialized
+and each operation is all-or-nothing. A caller cancelled meanwhile does not stop the
+call: it commits or rolls back as a whole on the worker thread, and the cancelled
+caller returns (still holding the write lock) once it has (`runstore.sql.runs.settle`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.options import BackendOptions
+from runstore.runs import RunError
+from runstore.sql.migrations import ensure_schema
+from runstore.sql.runs import (
+    COMPONENT,
+    MIGRATIONS,
+    RunDriver,
+    Script,
+    SqlRunStore,
+    run_script,
+    run_script_in_transaction,
+    settle,
+)
+from runstore.urls import BackendURL
+
+from .adapter import WorkerConnection
+from .engine import shared_engine, sqlite_write_lock
+
+T = TypeVar("T")
+
+BACKEND = "sqlite run store"
+
+
+class SqliteRunDriver(RunDriver):
+    """A writer and a reader connection held for the store's life."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._lock = sqlite_write_lock(engine)
+        self._writer: WorkerConnection | None = None
+        self._reader: WorkerConnection | None = None
+
+    async def start(self) -> None:
+        self._writer = await WorkerConnection.checkout(self._engine)
+        self._reader = await WorkerConnection.checkout(self._engine)
+
+    async def close(self) -> None:
+        held = [c for c in (self._writer, self._reader) if c is not None]
+        self._writer = self._reader = None
+        for conn in held:
+            await conn.close()
+
+    @staticmethod
+    def _held(conn: WorkerConnection | None) -> WorkerConnection:
+        if conn is None:
+            raise RuntimeError("this run store is closed")
+        return conn
+
+    async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
+        writer = self._held(self._writer)
+        try:
+            if self._lock is None:
+                return await settle(writer.run(run_script_in_transaction, script()))
+            async with self._lock:
+                return await settle(writer.run(run_script_in_transaction, script()))
+        except sqlite3.Error as exc:
+            raise _translate(exc, operation) from exc
+
+    async def read(self, script: Callable[[], Script[T]], operation: str) -> T:
+        try:
+            return await self._held(self._reader).run(run_script, script())
+        except sqlite3.Error as exc:
+            raise _translate(exc, operation) from exc
+
+
+#: sqlite result codes meaning the file could not be used right now (busy past
+#: busy_timeout, I/O error, disk full, cannot open): `BackendUnavailableError`.
+UNAVAILABLE_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_NOMEM")
+
+
+def _translate(exc: sqlite3.Error, operation: str) -> Exception:
+    """A runstore error for a driver error (the caller chains ``exc`` as ``__cause__``).
+
+    sqlite commits atomically: a statement or COMMIT that failed left nothing behind
+    (the transaction is rolled back), so a busy or unreadable file means "retry".
+    """
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(UNAVAILABLE_CODES):
+        return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=exc)
+    return RunError(f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written")
+
+
+class SqliteRunStore(SqlRunStore):
+    """Run store in a sqlite file, sharing the file's engine with the saver and event store.
+
+    Every write takes the file's write lock (``BEGIN IMMEDIATE``), so processes sharing
+    the file stay consistent.
+    """
+
+    #: URL query options the store accepts (none).
+    url_options: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteRunStore:
+        """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed."""
+        url = BackendURL.parse(url)
+        if url.scheme != "sqlite":
+            raise InvalidURLError(f"{url} is not a sqlite:// URL")
+        url.check_options(cls.url_options)
+        engine = await shared_engine(url, options)
+        await ensure_schema(engine, COMPONENT, MIGRATIONS)
+        driver = SqliteRunDriver(engine)
+        await driver.start()
+        store = cls(driver)
+        options.on_close(store.close)
+        return store
