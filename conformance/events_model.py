@@ -64,9 +64,6 @@ class ThreadModel:
     """One thread as the contract says it must look."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    #: True until the first delete: seqs must then be exactly 1, 2, 3, ...
-    gap_free: bool = True
-    high: int = 0  # highest seq ever handed out while gap_free
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -83,11 +80,11 @@ class ThreadModel:
 
     def expect_next_seq(self, seq: int) -> None:
         top = max((r["seq"] for r in self.records), default=0)
-        assert seq > top, f"contract: seq strictly increases per thread (got {seq} after {top})"
-        if self.gap_free:
-            assert seq == top + 1, (
-                f"contract: seqs are gap-free 1, 2, 3... without deletes (got {seq} after {top})"
-            )
+        assert seq == top + 1, (
+            f"contract: the next seq is the highest seq the thread holds + 1: gap-free 1, 2, 3... "
+            f"without deletes, and after a delete the highest remaining + 1 (a thread deleted "
+            f"entirely starts again at 1); got {seq}, the thread holds {top} at most"
+        )
 
     def add(self, record: dict[str, Any]) -> None:
         self.expect_next_seq(record["seq"])

@@ -141,9 +141,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if named_backends(config) and not requested:
         from hypothesis import settings
 
-        from .harness import in_ci
+        from .profiles import DEFAULT_PROFILE
 
-        settings.load_profile("runstore-ci" if in_ci() else "runstore-dev")
+        settings.load_profile(DEFAULT_PROFILE)
 
 
 def _register_plugin(spec: str) -> None:

@@ -264,10 +264,19 @@ async def write_tree(
     tree = _plan(saver, spec, thread_id)
     tree.ns = ns
     for put_args, write_calls in _operations(tree):
-        await saver.aput(*put_args)
+        _check_put_result(await saver.aput(*put_args), tree, put_args[1]["id"])
         for args in write_calls:
             await saver.aput_writes(*args)
     return tree
+
+
+def _check_put_result(config: Any, tree: Tree, checkpoint_id: str) -> None:
+    configurable = (config or {}).get("configurable", {})
+    got = (configurable.get("thread_id"), configurable.get("checkpoint_ns", ""), configurable.get("checkpoint_id"))
+    assert got == (tree.thread_id, tree.ns, checkpoint_id), (
+        named(f"put returned {configurable} (contract: put returns the config of the stored checkpoint, "
+        "with its thread_id and checkpoint_ns: LangGraph writes the next step under it)")
+    )
 
 
 def write_tree_sync(
@@ -276,7 +285,7 @@ def write_tree_sync(
     """Put ``spec`` into ``saver`` with the sync twins and return its reference model."""
     tree = _plan(saver, spec, thread_id)
     for put_args, write_calls in _operations(tree):
-        saver.put(*put_args)
+        _check_put_result(saver.put(*put_args), tree, put_args[1]["id"])
         for args in write_calls:
             saver.put_writes(*args)
     return tree
@@ -399,3 +408,138 @@ def describe_history_mismatch(
                     "walks parent links to the seed ancestor, includes its writes)"
                 )
     return "; ".join(problems)
+
+
+# --------------------------------------------------------------------------- saver model
+
+
+@dataclass
+class Stored:
+    """One checkpoint as the model holds it: what a saver must return for it."""
+
+    id: str
+    parent: str | None
+    versions: dict[str, Any]
+    values: dict[str, Any]  # EMPTY where nothing is stored at that version
+    delta: set[str]  # delta channels with nothing stored here (named in the counters)
+    run: str
+    metadata: dict[str, Any]
+    writes: WritesModel = field(default_factory=WritesModel)
+
+    def channel_values(self) -> dict[str, Any]:
+        return {ch: v for ch, v in self.values.items() if v is not EMPTY}
+
+
+class SaverModel:
+    """A plain-dict model of a saver: thread -> namespace -> checkpoint id -> `Stored`.
+
+    Every rule of docs/savers.md that the state machine exercises is written here as
+    plainly as possible: latest is the highest id, list is newest first, deletes
+    empty every table, prune and delete_for_runs keep exactly what a surviving
+    checkpoint's delta reconstruction reads.
+    """
+
+    def __init__(self) -> None:
+        self.threads: dict[str, dict[str, dict[str, Stored]]] = {}
+
+    def ns(self, thread: str, ns: str) -> dict[str, Stored]:
+        return self.threads.get(thread, {}).get(ns, {})
+
+    def add(self, thread: str, ns: str, stored: Stored) -> None:
+        self.threads.setdefault(thread, {}).setdefault(ns, {})[stored.id] = stored
+
+    def latest(self, thread: str, ns: str) -> Stored | None:
+        entries = self.ns(thread, ns)
+        return entries[max(entries)] if entries else None
+
+    def ids(self, thread: str, ns: str) -> list[str]:
+        """Newest first: the order `list` returns."""
+        return sorted(self.ns(thread, ns), reverse=True)
+
+    def ancestors(self, thread: str, ns: str, checkpoint_id: str) -> list[Stored]:
+        """Stored parent-link ancestors, nearest first; the walk stops at a deleted one."""
+        entries = self.ns(thread, ns)
+        out: list[Stored] = []
+        current = entries[checkpoint_id].parent
+        while current is not None and current in entries:
+            out.append(entries[current])
+            current = entries[current].parent
+        return out
+
+    def needed(self, thread: str, ns: str, checkpoint_id: str) -> set[str]:
+        """Ancestors a delta reconstruction at ``checkpoint_id`` reads."""
+        remaining = set(self.ns(thread, ns)[checkpoint_id].delta)
+        needed: set[str] = set()
+        for anc in self.ancestors(thread, ns, checkpoint_id):
+            if not remaining:
+                break
+            needed.add(anc.id)
+            remaining -= {ch for ch, v in anc.values.items() if v is not EMPTY}
+        return needed
+
+    def history(self, thread: str, ns: str, checkpoint_id: str, channels: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The reference delta walk over what is still stored."""
+        result: dict[str, dict[str, Any]] = {}
+        for ch in channels:
+            blocks: list[list[tuple[str, str, Any]]] = []
+            entry: dict[str, Any] = {}
+            for anc in self.ancestors(thread, ns, checkpoint_id):
+                blocks.append([w for w in anc.writes.ordered() if w[1] == ch])
+                value = anc.values.get(ch, EMPTY)
+                if value is not EMPTY:
+                    entry["seed"] = value
+                    break
+            entry["writes"] = [w for block in reversed(blocks) for w in block]
+            result[ch] = entry
+        return result
+
+    def delete_thread(self, thread: str) -> None:
+        self.threads.pop(thread, None)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        for ns, entries in self.threads.get(source, {}).items():
+            for stored in entries.values():
+                clone = Stored(
+                    stored.id, stored.parent, dict(stored.versions), dict(stored.values),
+                    set(stored.delta), stored.run, dict(stored.metadata),
+                )
+                clone.writes.by_key = dict(stored.writes.by_key)
+                self.add(target, ns, clone)
+
+    def prune(self, thread: str, strategy: str) -> None:
+        if strategy == "delete":
+            self.delete_thread(thread)
+            return
+        for ns, entries in self.threads.get(thread, {}).items():
+            if not entries:
+                continue
+            head = max(entries)
+            keep = {head, *self.needed(thread, ns, head)}
+            for cid in set(entries) - keep:
+                del entries[cid]
+
+    def delete_for_runs(self, runs: set[str]) -> None:
+        for thread, namespaces in self.threads.items():
+            for ns, entries in namespaces.items():
+                doomed = {cid for cid, s in entries.items() if s.run in runs}
+                for cid in set(entries) - doomed:
+                    doomed -= self.needed(thread, ns, cid)
+                for cid in doomed:
+                    del entries[cid]
+
+
+def named(message: str) -> str:
+    """Lead an assertion message with the contract it names: ``"... (contract: X) ..."``
+    becomes ``"contract: X"`` then the details on the next line, so the headline a report
+    shows (often cut after a line) says which rule broke, not a long repr."""
+    start = message.find("(contract: ")
+    if start < 0:
+        return message
+    depth = 0
+    for end in range(start, len(message)):
+        depth += {"(": 1, ")": -1}.get(message[end], 0)
+        if depth == 0:
+            rule = message[start + len("(contract: "):end]
+            rest = (message[:start] + message[end + 1:]).strip()
+            return f"contract: {rule}\n{rest}"
+    return message

@@ -1,4 +1,4 @@
-"""Run event store conformance: the contract of DESIGN §4, checked on any backend.
+"""Run event store conformance: the contract of docs/events.md, checked on any backend.
 
 Every test takes ``events_target`` and is synchronous. Assertion messages start with
 ``contract:`` and name the rule a backend broke.
@@ -277,7 +277,6 @@ class EventStoreMachine(RuleBasedStateMachine):
         expected = len(model.run_events(run))
         assert got == expected, f"contract: delete_by_run returns how many events it deleted ({got} != {expected})"
         model.records = [r for r in model.records if r["run_id"] != run]
-        model.gap_free = False
 
     @precondition(lambda self: any(m.records for m in self.model.values()))
     @rule(t=st.integers(0, 1))
@@ -289,7 +288,6 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"contract: delete_by_thread returns how many events it deleted ({got} != {len(model.records)})"
         )
         model.records = []
-        model.gap_free = False
 
     # -- invariants -----------------------------------------------------------------
 
@@ -514,6 +512,15 @@ def test_paging_walks_reconstruct_the_thread(events_target: Any) -> None:
                 for _ in range(len(messages) + 2):
                     limit = data.draw(st.integers(1, 7), label="backward limit")
                     got = session.run(store.list_messages(thread, limit=limit, before_seq=before, user_id=None))
+                    assert len(got) <= limit, (
+                        f"contract: a page holds at most `limit` messages (limit={limit}, "
+                        f"before_seq={before}, got {len(got)})"
+                    )
+                    if before is None:
+                        assert [core(r) for r in got] == page(messages, limit, None, None), (
+                            "contract: without cursors list_messages gives the newest `limit` "
+                            f"messages, ascending (limit={limit}; got {[r['seq'] for r in got]})"
+                        )
                     if before is not None:
                         assert all(r["seq"] < before for r in got), (
                             f"contract: before_seq is exclusive (before_seq={before}, got seqs "
@@ -538,6 +545,13 @@ def test_paging_walks_reconstruct_the_thread(events_target: Any) -> None:
                 for _ in range(len(messages) + 2):
                     limit = data.draw(st.integers(1, 7), label="forward limit")
                     got = session.run(store.list_messages(thread, limit=limit, after_seq=after, user_id=None))
+                    assert len(got) <= limit, (
+                        f"contract: a page holds at most `limit` messages (limit={limit}, "
+                        f"after_seq={after}, got {len(got)})"
+                    )
+                    assert [r["seq"] for r in got] == sorted(r["seq"] for r in got), (
+                        "contract: a message page is ascending by seq"
+                    )
                     assert all(r["seq"] > after for r in got), (
                         f"contract: after_seq is exclusive (after_seq={after}, got {[r['seq'] for r in got]})"
                     )
@@ -567,6 +581,27 @@ def test_paging_walks_reconstruct_the_thread(events_target: Any) -> None:
                 assert [core(r) for r in newest] == page(messages, limit, None, None), (
                     "contract: without cursors list_messages gives the newest `limit` messages, ascending"
                 )
+                # The edges random draws can miss: a window wider than the limit.
+                if len(messages) >= 2:
+                    top_seq = messages[-1]["seq"] + 1
+                    got = session.run(store.list_messages(thread, limit=1, user_id=None))
+                    assert [core(r) for r in got] == messages[-1:], (
+                        "contract: without cursors list_messages gives the newest `limit` messages "
+                        f"(limit=1 gave seqs {[r['seq'] for r in got]}, newest is {messages[-1]['seq']})"
+                    )
+                    got = session.run(store.list_messages(thread, limit=1, before_seq=top_seq, user_id=None))
+                    assert [core(r) for r in got] == messages[-1:], (
+                        f"contract: a page holds at most `limit` messages: before_seq gives the last "
+                        f"`limit` below it (limit=1, before_seq={top_seq}; got {[r['seq'] for r in got]})"
+                    )
+                    got = session.run(
+                        store.list_messages(thread, limit=1, after_seq=0, before_seq=top_seq, user_id=None)
+                    )
+                    assert [core(r) for r in got] == messages[:1], (
+                        f"contract: both cursors give the first `limit` messages strictly between "
+                        f"after_seq=0 and before_seq={top_seq} (limit=1); got {[r['seq'] for r in got]}, "
+                        f"expected {messages[0]['seq']}"
+                    )
             finally:
                 session.run(store.delete_by_thread(thread, user_id=None))
 
@@ -1297,3 +1332,190 @@ def test_durable_data_survives_reopen(events_target: Any) -> None:
         await store.delete_by_thread(thread, user_id=None)
 
     events_target.run(reopen)
+
+
+# =====================================================================================
+# Known edges, written out: each broke a realistic store that random examples can miss
+# =====================================================================================
+
+
+def _ai(thread: str, run: str, mid: str, **extra: Any) -> dict[str, Any]:
+    return _message(thread, run, {"type": "ai", "id": mid, "content": mid}, **extra)
+
+
+def test_seq_after_deletes_is_highest_remaining_plus_one(events_target: Any) -> None:
+    """After a delete the next seq is the highest remaining seq + 1: deleting the newest
+    run frees its seqs, deleting a middle run does not (no seq is handed out twice), and
+    a thread deleted entirely starts again at 1."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("seq")
+        for run in ("a", "b", "c"):
+            await store.put_batch([_ai(thread, run, f"{run}{i}") for i in range(2)], user_id=None)
+        steps = [("delete run b (middle)", "b", 7), ("delete run c (newest)", "c", 3)]
+        for what, run, expected in steps:
+            await store.delete_by_run(thread, run, user_id=None)
+            got = await store.put(**_ai(thread, "d", f"after-{run}"), user_id=None)
+            assert got["seq"] == expected, (
+                f"contract: after a delete the next seq is the highest remaining seq + 1 ({what}: "
+                f"expected {expected}, got {got['seq']})"
+            )
+            await store.delete_by_run(thread, "d", user_id=None)
+        await store.delete_by_thread(thread, user_id=None)
+        fresh = await store.put(**_ai(thread, "e", "again"), user_id=None)
+        assert fresh["seq"] == 1, (
+            f"contract: after a delete the next seq is the highest remaining seq + 1, so a thread "
+            f"deleted entirely starts again at 1 (got {fresh['seq']})"
+        )
+        await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
+def test_run_paging_and_limits(events_target: Any) -> None:
+    """list_messages_by_run pages one run exactly like list_messages (exclusive cursors);
+    list_events honours limit and after_seq, with filters applied before the limit."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("runpage")
+        events = []
+        for i in range(12):
+            run = "r1" if i % 3 else "r2"
+            category = "message" if i % 2 else "trace"
+            events.append(_ai(thread, run, f"m{i}", category=category,
+                              event_type="ai_message" if i % 4 else "tool.result",
+                              metadata={"task_id": "t1" if i % 5 else "t2"}))
+        records = await store.put_batch(events, user_id=None)
+        try:
+            r1 = [core(r) for r in records if r["run_id"] == "r1"]
+            r1_messages = [r for r in r1 if r["category"] == "message"]
+            seqs = [r["seq"] for r in r1_messages]
+            for after in [None, 0, *seqs]:
+                for before in [None, *seqs, 99]:
+                    for limit in (1, 2, 100):
+                        got = await store.list_messages_by_run(
+                            thread, "r1", limit=limit, after_seq=after, before_seq=before, user_id=None
+                        )
+                        expected = page(r1_messages, limit, before, after)
+                        assert [core(r) for r in got] == expected, (
+                            f"contract: list_messages_by_run pages one run's messages like list_messages "
+                            f"(limit={limit}, after_seq={after}, before_seq={before}; cursors are "
+                            f"exclusive); got seqs {[r['seq'] for r in got]}, expected "
+                            f"{[r['seq'] for r in expected]}"
+                        )
+            for limit in (1, 2, 3):
+                for after in (None, r1[0]["seq"], r1[2]["seq"]):
+                    got = await store.list_events(thread, "r1", limit=limit, after_seq=after, user_id=None)
+                    expected = [r for r in r1 if after is None or r["seq"] > after][:limit]
+                    assert [core(r) for r in got] == expected, (
+                        f"contract: list_events gives the run's first `limit` events above after_seq "
+                        f"(exclusive), every category (limit={limit}, after_seq={after}); got seqs "
+                        f"{[r['seq'] for r in got]}, expected {[r['seq'] for r in expected]}"
+                    )
+                for types, task in ((["tool.result"], None), (None, "t2"), (["ai_message"], "t1")):
+                    got = await store.list_events(
+                        thread, "r1", event_types=types, task_id=task, limit=limit, user_id=None
+                    )
+                    expected = [
+                        r for r in r1
+                        if (types is None or r["event_type"] in types)
+                        and (task is None or r["metadata"].get("task_id") == task)
+                    ][:limit]
+                    assert [core(r) for r in got] == expected, (
+                        f"contract: list_events applies event_types and task_id before the limit "
+                        f"(event_types={types}, task_id={task!r}, limit={limit}); got seqs "
+                        f"{[r['seq'] for r in got]}, expected {[r['seq'] for r in expected]}"
+                    )
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
+def test_lookups_pick_the_right_event(events_target: Any) -> None:
+    """find_latest_ai_message_run_ids takes the NEWEST AI message with the id (never a
+    human or tool message, never a trace); get_message_seqs the EARLIEST; the last visible
+    AI seq per run skips middleware callers and is the run's LAST one; empty run_ids is {}."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("lookup")
+        await store.put_batch(
+            [
+                _ai(thread, "old", "m1"),  # 1
+                _ai(thread, "old", "m2"),  # 2
+                _ai(thread, "new", "m1"),  # 3: newer AI m1
+                _message(thread, "human-run", {"type": "human", "id": "m1"}, event_type="human_message"),  # 4
+                _ai(thread, "trace-run", "m1", category="trace"),  # 5
+                _ai(thread, "new", "m3", metadata={"caller": "lead"}),  # 6
+                _ai(thread, "new", "m4", metadata={"caller": "middleware:summary"}),  # 7
+                _ai(thread, "old", "m5"),  # 8
+            ],
+            user_id=None,
+        )
+        try:
+            got = await store.find_latest_ai_message_run_ids(thread, ["m1", "m2", "nope"], user_id=None)
+            assert got == {"m1": "new", "m2": "old"}, (
+                "contract: find_latest_ai_message_run_ids maps each AI message id to the run of its "
+                f"NEWEST AI message event (message category, type ai); got {got}"
+            )
+            seqs = await store.get_message_seqs(thread, ["message:m1", "message:m5"], user_id=None)
+            assert seqs == {"message:m1": 1, "message:m5": 8}, (
+                f"contract: get_message_seqs maps an identity to its EARLIEST message seq; got {seqs}"
+            )
+            last = await store.get_last_visible_ai_seq_by_run(thread, user_id=None)
+            assert last == {"old": 8, "new": 6}, (
+                "contract: get_last_visible_ai_seq_by_run maps each run to its LAST visible AI message "
+                f"(a middleware:* caller hides one); got {last}"
+            )
+            assert await store.get_last_visible_ai_seq_by_run(thread, run_ids=[], user_id=None) == {}, (
+                "contract: get_last_visible_ai_seq_by_run with an empty run_ids returns {}"
+            )
+            assert await store.count_messages(thread, user_id=None) == 7, (
+                "contract: count_messages counts the thread's message events only"
+            )
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)
+
+
+def test_deletes_leave_no_index_behind(events_target: Any) -> None:
+    """A deleted run is gone from every read: put_if_absent creates its key again,
+    get_message_seqs and find_latest no longer see it, delete_by_run counts every event."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("gone")
+        await store.put_batch(
+            [_ai(thread, "r1", "m1"), _ai(thread, "r1", "x", category="trace", event_type="run.end"),
+             _ai(thread, "r2", "m2")],
+            user_id=None,
+        )
+        try:
+            deleted = await store.delete_by_run(thread, "r1", user_id=None)
+            assert deleted == 2, (
+                f"contract: delete_by_run returns how many events (every category) it deleted; got {deleted}"
+            )
+            record, created = await store.put_if_absent(
+                thread_id=thread, run_id="r1", event_type="run.end", category="lifecycle", user_id=None
+            )
+            assert created is True and record["seq"] == 4, (
+                "contract: after delete_by_run, put_if_absent creates the run's (run_id, event_type) "
+                f"record again (created={created}, seq={record['seq']})"
+            )
+            _, other_type = await store.put_if_absent(
+                thread_id=thread, run_id="r1", event_type="run.start", category="lifecycle", user_id=None
+            )
+            assert other_type is True, (
+                "contract: put_if_absent keeps one record per (thread_id, run_id, event_type): another "
+                "event_type of the same run is created"
+            )
+            assert await store.get_message_seqs(thread, ["message:m1"], user_id=None) == {}, (
+                "contract: after delete_by_run, get_message_seqs no longer finds the deleted messages"
+            )
+            assert await store.find_latest_ai_message_run_ids(thread, ["m1"], user_id=None) == {}, (
+                "contract: after delete_by_run, find_latest_ai_message_run_ids no longer finds them"
+            )
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)

@@ -8,6 +8,7 @@ messages name the contract that broke.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -17,11 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import example, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
 
 from runstore.errors import SyncCallOnEventLoopError
 
@@ -38,10 +46,16 @@ from .savers_graph import (
 )
 from .savers_metadata import metadata_and_filters, reference_match
 from .savers_model import (
+    COUNTERS_KEY,
+    EMPTY,
+    KINDS,
     MISSING_CHANNEL,
     PATHS,
+    ROOT_KINDS,
     TASKS,
     NodeSpec,
+    SaverModel,
+    Stored,
     Tree,
     TreeSpec,
     WritesModel,
@@ -50,6 +64,7 @@ from .savers_model import (
     describe_history_mismatch,
     fold,
     make_checkpoint,
+    named,
     new_checkpoint_id,
     new_thread_id,
     write_tree,
@@ -78,6 +93,10 @@ async def _check_node(
     thread_id: str | None = None,
     *,
     check_parent: bool = True,
+    writes_contract: str = (
+        "pending_writes in writes_sort_key order; first write wins per (task_id, idx), special "
+        "negative slots: last write wins"
+    ),
 ) -> None:
     """get_tuple of one node matches the model: values, parent, metadata, pending writes."""
     node = tree.nodes[index]
@@ -86,10 +105,19 @@ async def _check_node(
     assert got.config["configurable"]["checkpoint_id"] == node.id, (
         "contract: get_tuple returns the config of the checkpoint it found"
     )
+    assert got.config["configurable"].get("checkpoint_ns", "") == tree.ns, (
+        named(f"node {index}: config {got.config['configurable']} (contract: get_tuple returns the "
+        "config of the checkpoint it found, with its checkpoint_ns)")
+    )
+    if got.parent_config is not None:
+        assert got.parent_config["configurable"].get("checkpoint_ns", "") == tree.ns, (
+            named(f"node {index}: parent_config {got.parent_config['configurable']} (contract: "
+            "parent_config names the parent in the same checkpoint_ns)")
+        )
     assert got.checkpoint["channel_values"] == tree.channel_values(index), (
-        f"node {index}: channel_values {got.checkpoint['channel_values']!r} != "
+        named(f"node {index}: channel_values {got.checkpoint['channel_values']!r} != "
         f"{tree.channel_values(index)!r} (contract: channel_values are exactly what was put at "
-        "each channel's version; a value is never carried forward from an older version)"
+        "each channel's version; a value is never carried forward from an older version)")
     )
     assert got.checkpoint["channel_versions"] == node.versions, (
         "contract: channel_versions come back as put"
@@ -97,15 +125,14 @@ async def _check_node(
     expected_parent = tree.nodes[node.parent].id if node.parent is not None else None
     got_parent = (got.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     assert not check_parent or got_parent == expected_parent, (
-        f"node {index}: parent {got_parent} != {expected_parent} (contract: parent_config is the "
-        "checkpoint named by the config passed to put)"
+        named(f"node {index}: parent {got_parent} != {expected_parent} (contract: parent_config is the "
+        "checkpoint named by the config passed to put)")
     )
     for key, value in node.metadata.items():
         assert got.metadata.get(key) == value, f"contract: metadata[{key!r}] round-trips"
     assert _norm_writes(got.pending_writes) == node.writes.ordered(), (
-        f"node {index}: pending_writes {got.pending_writes!r} != {node.writes.ordered()!r} "
-        "(contract: pending_writes in writes_sort_key order; first write wins per "
-        "(task_id, idx), special negative slots: last write wins)"
+        named(f"node {index}: pending_writes {got.pending_writes!r} != {node.writes.ordered()!r} "
+        f"(contract: {writes_contract})")
     )
 
 
@@ -124,7 +151,7 @@ def _check_history(tree: Tree, index: int, channels: list[str], got: Mapping[str
             ):
                 problem = f"channel {ch!r}: {entry!r} != {exp!r} (contract: delta history)"
                 break
-    assert not problem, f"{problem}\n{tree.spec.describe()}"
+    assert not problem, named(f"{problem}\n{tree.spec.describe()}")
 
 
 # --------------------------------------------------------------------------- basics
@@ -135,7 +162,7 @@ def test_put_then_get_roundtrip(saver_target: Any) -> None:
 
     async def body(saver: Saver) -> None:
         thread = new_thread_id()
-        first, second = new_checkpoint_id(), new_checkpoint_id()
+        early, first, second = new_checkpoint_id(), new_checkpoint_id(), new_checkpoint_id()
         v1 = saver.get_next_version(None, None)
         values = {"messages": ["hi", {"k": [1, 2.5, None]}], "count": 3}
         cfg = await saver.aput(
@@ -176,6 +203,23 @@ def test_put_then_get_roundtrip(saver_target: Any) -> None:
         )
         other_ns = await saver.aget_tuple(config_for(thread, ns="child:1"))
         assert other_ns is None, "contract: checkpoint namespaces are separate"
+        # Written last, but its id is the oldest (another process, a copy): not the latest.
+        await saver.aput(config_for(thread, second), make_checkpoint(early, values, {"messages": v1, "count": v1}),
+                         {"source": "loop", "step": 1}, {})
+        latest = await saver.aget_tuple(config_for(thread))
+        assert latest is not None and latest.checkpoint["id"] == second, (
+            "contract: the latest checkpoint is the one with the highest checkpoint id, not the last "
+            f"written (got {latest.checkpoint['id'] if latest else None})"
+        )
+        listed = _ids(await _collect(saver, config_for(thread)))
+        assert listed == [second, first, early], (
+            f"contract: list returns checkpoints newest first by checkpoint id, not by write order (got {listed})"
+        )
+        v_next = saver.get_next_version(v2, None)
+        assert v_next > v2 and v2 > v1, (
+            f"contract: get_next_version returns a version greater than the current one "
+            f"({v1!r} -> {v2!r} -> {v_next!r}); LangGraph compares versions to see what changed"
+        )
 
     saver_target.run(body)
 
@@ -196,7 +240,7 @@ def test_config_metadata_is_merged_into_checkpoint_metadata(saver_target: Any) -
         assert got is not None
         md = got.metadata
         assert md.get("runstore_checkpoint_channel_mode") == "delta" and md.get("run_id") == "run-1", (
-            f"{md} (contract: config metadata is merged into checkpoint metadata)"
+            named(f"{md} (contract: config metadata is merged into checkpoint metadata)")
         )
         assert md.get("user_tag") == "blue", "contract: plain configurable values join the metadata"
         assert "__private" not in md and "thread_id" not in md and "checkpoint_id" not in md, (
@@ -225,30 +269,42 @@ def test_stored_state_is_isolated_from_callers(saver_target: Any) -> None:
         checkpoint["channel_versions"]["items"] = "bogus"
         checkpoint["versions_seen"]["node"]["items"] = "bogus"
         metadata["tags"].append("b")
+
+        def check(got: Any, after: str) -> None:
+            assert got is not None, f"contract: get_tuple finds the checkpoint ({after})"
+            checkpoint = got.checkpoint
+            # Versions first: a saver holding them by reference loses the values with them.
+            assert checkpoint["channel_versions"] == {"items": v, "d": v}, (
+                named(f"channel_versions {checkpoint['channel_versions']!r} ({after}) (contract: stored "
+                "channel_versions are isolated from the caller's objects; LangGraph updates them "
+                "in place after put)")
+            )
+            assert checkpoint["versions_seen"] == {"node": {"items": v}}, (
+                named(f"versions_seen {checkpoint['versions_seen']!r} ({after}) (contract: stored "
+                "versions_seen is isolated from the caller's objects; LangGraph updates it in place)")
+            )
+            assert checkpoint["channel_values"] == {"items": [1, 2], "d": {"k": "v"}}, (
+                named(f"channel_values {checkpoint['channel_values']!r} ({after}) (contract: stored "
+                "channel_values are isolated from the caller's objects)")
+            )
+            assert got.metadata.get("step") == 1 and got.metadata.get("tags") == ["a"], (
+                named(f"metadata {got.metadata!r} ({after}) (contract: stored metadata is isolated from "
+                "the caller's objects)")
+            )
+            assert _norm_writes(got.pending_writes) == [("task", "items", [3])], (
+                named(f"pending_writes {got.pending_writes!r} ({after}) (contract: stored writes are "
+                "isolated from the caller's objects)")
+            )
+
         first = await saver.aget_tuple(cfg)
-        assert first is not None
+        check(first, "after the caller mutated what it put")
         first.checkpoint["channel_values"]["items"].append(100)
         first.checkpoint["channel_values"]["d"]["k"] = "changed"
         first.checkpoint["versions_seen"]["node"]["items"] = "changed"
         first.checkpoint["channel_versions"]["d"] = "changed"
         first.metadata["step"] = 42
-        assert first.pending_writes is not None
         first.pending_writes[0][2].append(4)
-        again = await saver.aget_tuple(cfg)
-        assert again is not None
-        assert again.checkpoint["channel_values"] == {"items": [1, 2], "d": {"k": "v"}}, (
-            "contract: stored channel_values are isolated from the caller's objects"
-        )
-        assert again.checkpoint["channel_versions"] == {"items": v, "d": v}
-        assert again.checkpoint["versions_seen"] == {"node": {"items": v}}, (
-            "contract: stored versions_seen is isolated from the caller's objects"
-        )
-        assert again.metadata.get("step") == 1 and again.metadata.get("tags") == ["a"], (
-            "contract: stored metadata is isolated from the caller's objects"
-        )
-        assert _norm_writes(again.pending_writes) == [("task", "items", [3])], (
-            "contract: stored writes are isolated from the caller's objects"
-        )
+        check(await saver.aget_tuple(cfg), "after the caller mutated what it read")
 
     saver_target.run(body)
 
@@ -316,8 +372,8 @@ def test_list_filter_before_limit(saver_target: Any) -> None:
                     expected = expected[:limit]
                 got = _ids(await _collect(saver, config_for(thread), **kwargs))
                 assert got == expected, (
-                    f"list({kwargs}) -> {got} != {expected} (contract: list filters by metadata "
-                    "equality, before is exclusive, limit caps the newest-first result)"
+                    named(f"list({kwargs}) -> {got} != {expected} (contract: list filters by metadata "
+                    "equality, before is exclusive, limit caps the newest-first result)")
                 )
                 anywhere = _ids(await _collect(saver, None, filter={"tag": tag, "step": 0}))
                 assert sorted(anywhere) == sorted([ids[0], ids[0]]), (
@@ -336,26 +392,36 @@ def test_list_filter_before_limit(saver_target: Any) -> None:
 def test_put_writes_idempotent_and_sorted(saver_target: Any) -> None:
     """put_writes: first write wins per (task_id, idx), special slots last-write-wins,
     pending_writes in writes_sort_key order."""
-    channel = st.sampled_from(["messages", "other", ERROR, INTERRUPT, RESUME, SCHEDULED])
+    # One call holds normal channels or special ones, never both: LangGraph writes a
+    # task's results, an error, an interrupt or a resume in separate calls, and the stock
+    # SQL savers decide first- or last-write-wins per call from that.
+    normal = st.sampled_from(["messages", "other"])
+    special = st.sampled_from([ERROR, INTERRUPT, RESUME, SCHEDULED])
+    value = st.integers(0, 1000)
     batches = st.lists(
         st.tuples(
             st.sampled_from(TASKS),
-            st.sampled_from(PATHS),
-            st.lists(st.tuples(channel, st.integers(0, 1000)), min_size=1, max_size=4),
+            st.one_of(
+                st.lists(st.tuples(normal, value), min_size=1, max_size=4),
+                st.lists(st.tuples(special, value), min_size=1, max_size=2),
+            ),
         ),
         min_size=1,
         max_size=8,
     )
     with saver_target.session() as session:
 
-        @given(calls=batches)
-        def check(calls: list[tuple[str, str, list[tuple[str, int]]]]) -> None:
+        # A task keeps one path (LangGraph derives it from the task), so each example
+        # draws which path each task has.
+        @given(calls=batches, paths=st.permutations(PATHS))
+        def check(calls: list[tuple[str, list[tuple[str, int]]]], paths: list[str]) -> None:
             async def body() -> None:
                 saver = session.backend
                 thread, cid = new_thread_id(), new_checkpoint_id()
                 cfg = await saver.aput(config_for(thread), make_checkpoint(cid, {}, {}), {}, {})
                 model = WritesModel()
-                for task_id, task_path, writes in calls:
+                for task_id, writes in calls:
+                    task_path = paths[TASKS.index(task_id)]
                     await saver.aput_writes(cfg, writes, task_id, task_path)
                     model.put(task_id, task_path, writes)
                 got = await saver.aget_tuple(config_for(thread, cid))
@@ -364,12 +430,12 @@ def test_put_writes_idempotent_and_sorted(saver_target: Any) -> None:
                 actual = _norm_writes(got.pending_writes)
                 if sorted(map(repr, actual)) == sorted(map(repr, expected)):
                     assert actual == expected, (
-                        f"{actual} != {expected} (contract: pending_writes in writes_sort_key "
-                        "order: task_path, task_id, idx)"
+                        named(f"{actual} != {expected} (contract: pending_writes in writes_sort_key "
+                        "order: task_path, task_id, idx)")
                     )
                 assert actual == expected, (
-                    f"{actual} != {expected} (contract: put_writes is first-write-wins per "
-                    "(task_id, idx) for normal channels, last-write-wins for special slots)"
+                    named(f"{actual} != {expected} (contract: put_writes is first-write-wins per "
+                    "(task_id, idx) for normal channels, last-write-wins for special slots)")
                 )
                 listed = await _collect(saver, config_for(thread))
                 assert _norm_writes(listed[0].pending_writes) == expected, (
@@ -402,6 +468,26 @@ def test_delete_thread(saver_target: Any) -> None:
                 assert _norm_writes(history["a"]["writes"]) == [] and "seed" not in history["a"]
                 for i in range(len(kept.nodes)):
                     await _check_node(saver, kept, i)
+                # Nothing of the deleted thread may come back when its ids are used again:
+                # the same checkpoints, put without values or writes, read back empty.
+                for node in doomed.nodes:
+                    await saver.aput(
+                        config_for(doomed.thread_id), make_checkpoint(node.id, {}, node.versions),
+                        {"source": "loop", "step": 0}, {},
+                    )
+                    again = await saver.aget_tuple(config_for(doomed.thread_id, node.id))
+                    assert again is not None
+                    assert _norm_writes(again.pending_writes) == [], (
+                        named(f"checkpoint {node.id} put again after delete_thread has pending writes "
+                        f"{again.pending_writes!r} (contract: delete_thread deletes the thread's "
+                        "pending writes, not only its checkpoints)")
+                    )
+                    assert again.checkpoint["channel_values"] == {}, (
+                        named(f"checkpoint {node.id} put again after delete_thread reads values "
+                        f"{again.checkpoint['channel_values']!r} it was not given (contract: "
+                        "delete_thread deletes the thread's channel values (blobs) too)")
+                    )
+                await saver.adelete_thread(doomed.thread_id)
 
             session.run(body())
 
@@ -554,7 +640,8 @@ def test_copy_thread_copies_whole_chain(saver_target: Any) -> None:
                 target = new_thread_id("copy")
                 await saver.acopy_thread(tree.thread_id, target)
                 for i in range(len(tree.nodes)):
-                    await _check_node(saver, tree, i, target)
+                    await _check_node(saver, tree, i, target,
+                                      writes_contract="copy_thread copies every pending write")
                     await _check_node(saver, tree, i)
                 got = await saver.aget_delta_channel_history(
                     config=tree.config(spec.target, target), channels=spec.query
@@ -600,22 +687,31 @@ def test_prune_keep_latest_keeps_delta_reconstruction(saver_target: Any) -> None
                 )
                 for ch in tree.unvalued(latest):
                     assert fold(after[ch]) == fold(before[ch]), (
-                        f"channel {ch!r}: {fold(after[ch])} != {fold(before[ch])} (contract: prune "
-                        "keep_latest keeps what delta reconstruction needs)"
+                        named(f"channel {ch!r}: {fold(after[ch])} != {fold(before[ch])} (contract: prune "
+                        "keep_latest keeps what delta reconstruction needs)")
                     )
                 allowed = {tree.nodes[i].id for i in tree.needed_ancestors(latest)}
                 allowed.add(tree.nodes[latest].id)
                 left = set(_ids(await _collect(saver, config_for(tree.thread_id))))
                 assert left <= allowed, (
-                    f"{len(left - allowed)} checkpoint(s) survive that delta reconstruction does "
-                    "not need (contract: prune keep_latest retains only the latest checkpoint)"
+                    named(f"{len(left - allowed)} checkpoint(s) survive that delta reconstruction does "
+                    "not need (contract: prune keep_latest retains only the latest checkpoint)")
                 )
+                for i in range(len(other.nodes)):
+                    await _check_node(saver, other, i)
+                try:
+                    await saver.aprune([other.thread_id], strategy="keep_everything")
+                except ValueError:
+                    pass
+                else:
+                    pytest.fail("contract: an unknown prune strategy raises ValueError, never a silent no-op")
                 for i in range(len(other.nodes)):
                     await _check_node(saver, other, i)
                 await saver.aprune([tree.thread_id], strategy="delete")
                 assert await _collect(saver, config_for(tree.thread_id)) == [], (
                     "contract: prune delete removes every checkpoint"
                 )
+                await saver.adelete_thread(other.thread_id)
 
             session.run(body())
 
@@ -679,8 +775,8 @@ def test_delete_for_runs_is_delta_safe(saver_target: Any) -> None:
                         config=tree.config(i), channels=tree.unvalued(i)
                     )
                     assert {ch: fold(h) for ch, h in hist.items()} == folds[i], (
-                        f"node {i}: delta state changed (contract: delete_for_runs never breaks a "
-                        "surviving checkpoint's delta reconstruction)"
+                        named(f"node {i}: delta state changed (contract: delete_for_runs never breaks a "
+                        "surviving checkpoint's delta reconstruction)")
                     )
 
             session.run(body())
@@ -719,14 +815,18 @@ def test_sync_twins_match_async(saver_target: Any) -> None:
                 _check_history(tree, spec.target, spec.query, hist)
                 try:
                     on_loop = saver.get_tuple(tree.config(0))
-                except SyncCallOnEventLoopError:
+                except (SyncCallOnEventLoopError, asyncio.InvalidStateError):
+                    # Refusing at once is fine (runstore's savers raise the first, LangGraph's
+                    # stock async savers the second); blocking the loop would deadlock.
                     pass
                 else:
                     assert on_loop == await saver.aget_tuple(tree.config(0))
                 if saver_target.has("copy_thread"):
                     target = new_thread_id("copy")
                     await asyncio.to_thread(saver.copy_thread, tree.thread_id, target)
-                    await _check_node(saver, tree, len(tree.nodes) - 1, target)
+                    for i in range(len(tree.nodes)):
+                        await _check_node(saver, tree, i, target,
+                                          writes_contract="copy_thread (sync) copies every pending write")
                 if saver_target.has("prune"):
                     await asyncio.to_thread(saver.prune, [tree.thread_id], strategy="delete")
                     assert await saver.aget_tuple(config_for(tree.thread_id)) is None
@@ -752,9 +852,11 @@ class _RecordingSerde:
         self.inner = inner
         self.dumped = 0
         self.loaded = 0
+        self.objects: list[Any] = []
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         self.dumped += 1
+        self.objects.append(obj)
         kind, data = self.inner.dumps_typed(obj)
         return f"rec+{kind}", bytes(reversed(data))
 
@@ -780,7 +882,13 @@ def test_values_and_writes_go_through_saver_serde(saver_target: Any) -> None:
             {"source": "input", "step": -1}, {"secret": v1},
         )
         await saver.aput_writes(cfg, [("secret", "w1")], "task", "")
-        assert recording.dumped >= 2, "contract: values and writes are dumped with saver.serde"
+        assert ["s3cr3t"] in recording.objects, (
+            "contract: channel values are serialized with saver.serde, read at call time (an "
+            "encrypting serde set after opening must see them)"
+        )
+        assert "w1" in recording.objects, (
+            "contract: pending-write values are serialized with saver.serde, read at call time"
+        )
         got = await saver.aget_tuple(cfg)
         assert got is not None and got.checkpoint["channel_values"] == {"secret": ["s3cr3t"]}
         assert _norm_writes(got.pending_writes) == [("task", "secret", "w1")]
@@ -978,8 +1086,8 @@ def test_graph_parity_with_add_messages_fold(saver_target: Any, scenario: str) -
                     snap = await graph.aget_state(thread_config(thread, mode))
                     got = view(snap.values.get("messages", []))
                     assert got == view(model.state), (
-                        f"{where}: head has {got}, folding add_messages gives {view(model.state)} "
-                        "(contract: graph parity — the saver materializes exactly the add_messages fold)"
+                        named(f"{where}: head has {got}, folding add_messages gives {view(model.state)} "
+                        "(contract: graph parity — the saver materializes exactly the add_messages fold)")
                     )
                     head = snap.config["configurable"]["checkpoint_id"]
                     model.at[head] = list(model.state)
@@ -989,9 +1097,9 @@ def test_graph_parity_with_add_messages_fold(saver_target: Any, scenario: str) -
                     snap = await graph.aget_state(thread_config(thread, mode, checkpoint_id))
                     got = view(snap.values.get("messages", []))
                     assert got == view(expected), (
-                        f"scenario={scenario} frequency={frequency}: checkpoint {checkpoint_id} "
+                        named(f"scenario={scenario} frequency={frequency}: checkpoint {checkpoint_id} "
                         f"has {got}, expected {view(expected)} (contract: graph parity at earlier "
-                        "checkpoints and forks — no sibling branch leaks in)"
+                        "checkpoints and forks — no sibling branch leaks in)")
                     )
 
             session.run(body())
@@ -1190,3 +1298,413 @@ def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target:
         )
 
     saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- state machine
+
+_MACHINE_CHANNELS = ("a", "b")
+_MACHINE_NAMESPACES = ("", "child:1")
+_FULL_KINDS = ("plain", "unchanged", "ephemeral")
+#: A task keeps one path; path order differs from task id order, so a saver that drops
+#: or ignores task_path sorts pending writes differently.
+_MACHINE_TASK_PATHS = {"task-a": "~", "task-b": "", "task-c": "~__pregel_pull, n1"}
+
+
+class SaverMachine(RuleBasedStateMachine):
+    """Random saver operations checked against `SaverModel` after every step.
+
+    Threads, two namespaces each; puts on the latest or an older parent (forks), with
+    now and then a checkpoint id older than the head (written late); pending writes;
+    get by id; list with thread, namespace, filter, before and limit; and, as declared,
+    copy_thread, prune, delete_for_runs and the sync twins (each call picks the sync or
+    the async API). ``mode`` is ``full`` (every channel stores a value or keeps its
+    version) or ``delta`` (delta steps, snapshots, plain seeds).
+    """
+
+    mode = "delta"
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        self.saver: Saver = session.backend
+        self.target = session.target
+        self.tag = new_thread_id("machine")
+        self.threads = [new_thread_id("sm"), new_thread_id("sm")]
+        self.runs = [new_thread_id("run"), new_thread_id("run")]
+        self.model = SaverModel()
+        self.versions: dict[tuple[str, str, str], Any] = {}
+        self.late_ids = [new_checkpoint_id() for _ in range(3)]
+        self.counter = itertools.count(1)
+        self.sync = self.target.has("sync_api")
+        #: (thread, namespace, id, operation) of every checkpoint deleted so far
+        self.deleted: list[tuple[str, str, str, str]] = []
+        #: the contract of the last operation, named when the invariant fails after it
+        self.last_contract = "put stores the checkpoint"
+        #: id -> the operation that deleted it, for checkpoints put again after a delete
+        self.reput: dict[str, str] = {}
+
+    def everything(self) -> set[tuple[str, str, str]]:
+        return {
+            (tid, ns, cid)
+            for tid, namespaces in self.model.threads.items()
+            for ns, entries in namespaces.items() for cid in entries
+        }
+
+    def forget(self, before: set[tuple[str, str, str]], operation: str, contract: str) -> None:
+        self.deleted += [(*key, operation) for key in sorted(before - self.everything())]
+        self.last_contract = contract
+
+    # -- calling the saver --------------------------------------------------------
+
+    def call(self, use_sync: bool, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``name`` through the sync twin (from a worker thread) or the async API."""
+        if use_sync and self.sync:
+            method = getattr(self.saver, name)
+            if name == "list":
+                return self.session.run(asyncio.to_thread(lambda: list(method(*args, **kwargs))))
+            return self.session.run(asyncio.to_thread(method, *args, **kwargs))
+        method = getattr(self.saver, "a" + name)
+        if name == "list":
+            return self.session.run(_collect(self.saver, *args, **kwargs))
+        return self.session.run(method(*args, **kwargs))
+
+    def api(self, use_sync: bool) -> str:
+        return "sync" if use_sync and self.sync else "async"
+
+    def stored(self, thread: int, ns: int, pick: int) -> Stored | None:
+        ids = self.model.ids(self.threads[thread], _MACHINE_NAMESPACES[ns])
+        if not ids:
+            return None
+        return self.model.ns(self.threads[thread], _MACHINE_NAMESPACES[ns])[ids[pick % len(ids)]]
+
+    def check_tuple(self, got: Any, thread: str, ns: str, stored: Stored, where: str) -> None:
+        assert got is not None, f"{where}: contract: get_tuple finds stored checkpoint {stored.id}"
+        configurable = got.config["configurable"]
+        assert (configurable.get("checkpoint_id"), configurable.get("checkpoint_ns", "")) == (stored.id, ns), (
+            f"{where}: contract: get_tuple returns the config of the checkpoint it found, with its "
+            f"checkpoint_ns (got {configurable})"
+        )
+        assert got.checkpoint["channel_values"] == stored.channel_values(), (
+            named(f"{where}: channel_values {got.checkpoint['channel_values']!r} != {stored.channel_values()!r} "
+            "(contract: channel_values are exactly what was put at each channel's version)")
+        )
+        assert got.checkpoint["channel_versions"] == stored.versions, (
+            f"{where}: contract: channel_versions come back as put"
+        )
+        parent = (got.parent_config or {}).get("configurable", {})
+        if stored.parent is not None and stored.parent in self.model.ns(thread, ns):
+            assert (parent.get("checkpoint_id"), parent.get("checkpoint_ns", "")) == (stored.parent, ns), (
+                named(f"{where}: parent_config {parent} (contract: parent_config names the parent checkpoint "
+                f"{stored.parent} in the same thread and namespace)")
+            )
+        elif stored.parent is None:
+            assert not parent, f"{where}: contract: a root checkpoint has no parent_config"
+        else:
+            assert parent.get("checkpoint_id") in (None, stored.parent), (
+                named(f"{where}: parent_config {parent} (contract: a checkpoint whose parent was deleted "
+                "names the deleted parent or none)")
+            )
+        for key, value in stored.metadata.items():
+            assert got.metadata.get(key) == value, f"{where}: contract: metadata[{key!r}] round-trips"
+        if stored.id in self.reput:
+            assert _norm_writes(got.pending_writes) == stored.writes.ordered(), (
+                named(f"{where}: pending_writes {got.pending_writes!r} of a checkpoint deleted by "
+                f"{self.reput[stored.id]} and put again (contract: {self.reput[stored.id]} deletes the "
+                "pending writes of the checkpoints it deletes, not only the checkpoints)")
+            )
+        assert _norm_writes(got.pending_writes) == stored.writes.ordered(), (
+            named(f"{where}: pending_writes {got.pending_writes!r} != {stored.writes.ordered()!r} (contract: "
+            "pending_writes are the writes put on this checkpoint, in writes_sort_key order; first "
+            "write wins per (task_id, idx); deleted and copied checkpoints share none)")
+        )
+
+    # -- writes ---------------------------------------------------------------------
+
+    @rule(
+        thread=st.integers(0, 1), ns=st.integers(0, 1), parent=st.one_of(st.none(), st.integers(0, 20)),
+        kinds=st.data(), run=st.integers(0, 1), late=st.booleans(), kind=st.sampled_from(["x", "y"]),
+        use_sync=st.booleans(),
+    )
+    def put(self, thread: int, ns: int, parent: int | None, kinds: Any, run: int, late: bool,
+            kind: str, use_sync: bool) -> None:
+        self.do_put(thread, ns, parent, kinds, run, late, kind, use_sync)
+
+    @initialize(data=st.data())
+    def seed(self, data: Any) -> None:
+        """Every run starts from two short chains (with writes) per thread and namespace, so
+        forks, namespaces and the extended operations meet real state from the first step."""
+        for thread, ns, step in itertools.product((0, 1), (0, 1), range(3)):
+            self.do_put(thread, ns, 0 if step else None, data, step % 2, False, "xy"[step % 2], False)
+            task = TASKS[step]
+            self.do_put_writes(thread, ns, 0, task, ["a", "other"], False)
+
+    def do_put(self, thread: int, ns: int, parent: int | None, kinds: Any, run: int, late: bool,
+               kind: str, use_sync: bool) -> None:
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        base = self.stored(thread, ns, parent) if parent is not None else None
+        options = _FULL_KINDS if self.mode == "full" else KINDS
+        versions = dict(base.versions) if base else {}
+        values = dict(base.values) if base else {}
+        delta = set(base.delta) if base else set()
+        new_versions: dict[str, Any] = {}
+        for ch in _MACHINE_CHANNELS:
+            choice = kinds.draw(st.sampled_from(options if base else ROOT_KINDS if self.mode == "delta"
+                                                else ("plain", "ephemeral")), label=f"kind {ch}")
+            if choice in ("unchanged", "absent") or (choice == "unchanged" and ch not in versions):
+                continue
+            delta.discard(ch)
+            if choice == "delta":
+                delta.add(ch)
+            key = (tid, ns_name, ch)
+            version = self.saver.get_next_version(self.versions.get(key), None)
+            self.versions[key] = new_versions[ch] = versions[ch] = version
+            marker = [next(self.counter) * 1000 + ord(ch)]
+            values[ch] = (
+                _DeltaSnapshot(marker) if choice == "snapshot" else marker if choice == "plain" else EMPTY
+            )
+        cid = self.late_ids.pop() if late and self.late_ids else new_checkpoint_id()
+        if cid in self.model.ns(tid, ns_name):
+            cid = new_checkpoint_id()
+        metadata: dict[str, Any] = {
+            "source": "loop", "step": next(self.counter), "run_id": self.runs[run],
+            "tag": self.tag, "kind": kind,
+        }
+        if delta:
+            metadata[COUNTERS_KEY] = {ch: [1, 1] for ch in sorted(delta)}
+        stored = Stored(cid, base.id if base else None, versions, values, delta, self.runs[run], metadata)
+        checkpoint = make_checkpoint(cid, stored.channel_values(), versions)
+        got = self.call(use_sync, "put", config_for(tid, stored.parent, ns_name), checkpoint,
+                        dict(metadata), new_versions)
+        configurable = got["configurable"]
+        assert (configurable.get("thread_id"), configurable.get("checkpoint_ns", ""),
+                configurable.get("checkpoint_id")) == (tid, ns_name, cid), (
+            f"contract: put ({self.api(use_sync)}) returns the config of the stored checkpoint, with "
+            f"its thread_id and checkpoint_ns (got {configurable})"
+        )
+        self.model.add(tid, ns_name, stored)
+        self.last_contract = "put stores the checkpoint in its thread and namespace only"
+
+    @rule(
+        thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20),
+        task=st.sampled_from(TASKS),
+        channels=st.one_of(
+            st.lists(st.sampled_from([*_MACHINE_CHANNELS, "other"]), min_size=1, max_size=3),
+            st.just([ERROR]),  # special writes come in calls of their own, as in LangGraph
+        ),
+        use_sync=st.booleans(),
+    )
+    def put_writes(self, thread: int, ns: int, pick: int, task: str, channels: list[str],
+                   use_sync: bool) -> None:
+        self.do_put_writes(thread, ns, pick, task, channels, use_sync)
+
+    def do_put_writes(self, thread: int, ns: int, pick: int, task: str, channels: list[str],
+                      use_sync: bool) -> None:
+        path = _MACHINE_TASK_PATHS[task]
+        stored = self.stored(thread, ns, pick)
+        if stored is None:
+            return
+        writes = [(ch, next(self.counter)) for ch in channels]
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        self.call(use_sync, "put_writes", config_for(tid, stored.id, ns_name), writes, task, path)
+        stored.writes.put(task, path, writes)
+        self.last_contract = "put_writes adds writes to the checkpoint it names, and to no other"
+
+    @rule(pick=st.integers(0, 20), use_sync=st.booleans())
+    def put_deleted_id_again(self, pick: int, use_sync: bool) -> None:
+        """A deleted checkpoint's id put again (no values, no writes) must read back empty:
+        a delete empties every table, not only the checkpoints."""
+        if not self.deleted:
+            return
+        tid, ns, cid, operation = self.deleted.pop(pick % len(self.deleted))
+        if cid in self.model.ns(tid, ns):
+            return
+        metadata = {"source": "loop", "step": next(self.counter), "run_id": self.runs[0],
+                    "tag": self.tag, "kind": "x"}
+        self.call(use_sync, "put", config_for(tid, None, ns), make_checkpoint(cid, {}, {}), dict(metadata), {})
+        self.model.add(tid, ns, Stored(cid, None, {}, {}, set(), self.runs[0], metadata))
+        self.reput[cid] = operation
+
+    # -- reads ----------------------------------------------------------------------
+
+    @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.one_of(st.none(), st.integers(0, 20)),
+          use_sync=st.booleans())
+    def get(self, thread: int, ns: int, pick: int | None, use_sync: bool) -> None:
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        stored = self.model.latest(tid, ns_name) if pick is None else self.stored(thread, ns, pick)
+        where = f"get_tuple ({self.api(use_sync)}, {'latest' if pick is None else 'by id'})"
+        got = self.call(use_sync, "get_tuple", config_for(tid, None if pick is None or stored is None
+                                                          else stored.id, ns_name))
+        if stored is None:
+            assert got is None, f"{where}: contract: get_tuple of an empty thread or namespace is None"
+            return
+        if pick is None:
+            assert got is not None and got.checkpoint["id"] == stored.id, (
+                f"{where}: contract: get_tuple without checkpoint_id returns the checkpoint with the "
+                f"highest id ({stored.id}), not the last written (got {got.checkpoint['id'] if got else None})"
+            )
+        self.check_tuple(got, tid, ns_name, stored, where)
+
+    @rule(
+        thread=st.integers(0, 1), ns=st.one_of(st.none(), st.integers(0, 1)),
+        kind=st.one_of(st.none(), st.sampled_from(["x", "y"])),
+        before=st.one_of(st.none(), st.integers(0, 20)), limit=st.one_of(st.none(), st.integers(0, 4)),
+        use_sync=st.booleans(),
+    )
+    def list_thread(self, thread: int, ns: int | None, kind: str | None, before: int | None,
+                    limit: int | None, use_sync: bool) -> None:
+        tid = self.threads[thread]
+        namespaces = _MACHINE_NAMESPACES if ns is None else [_MACHINE_NAMESPACES[ns]]
+        rows = [(cid, n) for n in namespaces for cid in self.model.ids(tid, n)]
+        kwargs: dict[str, Any] = {}
+        if kind is not None:
+            kwargs["filter"] = {"kind": kind}
+            rows = [(c, n) for c, n in rows if self.model.ns(tid, n)[c].metadata["kind"] == kind]
+        if before is not None and ns is not None:
+            stored = self.stored(thread, ns, before)
+            if stored is not None:
+                kwargs["before"] = config_for(tid, stored.id, namespaces[0])
+                rows = [(c, n) for c, n in rows if c < stored.id]
+        config = config_for(tid) if ns is None else config_for(tid, ns=namespaces[0])
+        if ns is None:
+            del config["configurable"]["checkpoint_ns"]
+        got = self.call(use_sync, "list", config, **kwargs)
+        got_rows = [(t.config["configurable"]["checkpoint_id"], t.config["configurable"].get("checkpoint_ns", ""))
+                    for t in got]
+        expected = sorted(rows, reverse=True)
+        if ns is None:  # order across namespaces is not specified
+            got_rows, expected = sorted(got_rows), sorted(expected)
+        elif limit is not None:
+            got_rows = [
+                (t.config["configurable"]["checkpoint_id"], t.config["configurable"].get("checkpoint_ns", ""))
+                for t in self.call(use_sync, "list", config, limit=limit, **kwargs)
+            ]
+            kwargs["limit"] = limit
+            expected = expected[:limit]
+        assert got_rows == expected, (
+            named(f"list ({self.api(use_sync)}, thread, checkpoint_ns={'any' if ns is None else namespaces[0]!r}, "
+            f"{kwargs}) -> {got_rows} != {expected} (contract: list returns the thread's checkpoints "
+            "of that namespace (every namespace without checkpoint_ns), newest first by checkpoint id; "
+            "filter is metadata equality, before is exclusive, limit caps the result after filtering)")
+        )
+        for item in got:
+            cid, n = item.config["configurable"]["checkpoint_id"], item.config["configurable"].get("checkpoint_ns", "")
+            if cid in self.model.ns(tid, n):
+                self.check_tuple(item, tid, n, self.model.ns(tid, n)[cid], f"list ({self.api(use_sync)}) item")
+
+    @rule(kind=st.one_of(st.none(), st.sampled_from(["x", "y"])), use_sync=st.booleans())
+    def list_everywhere(self, kind: str | None, use_sync: bool) -> None:
+        flt: dict[str, Any] = {"tag": self.tag}
+        if kind is not None:
+            flt["kind"] = kind
+        got = sorted(
+            (t.config["configurable"]["thread_id"], t.config["configurable"].get("checkpoint_ns", ""),
+             t.config["configurable"]["checkpoint_id"])
+            for t in self.call(use_sync, "list", None, filter=flt)
+        )
+        expected = sorted(
+            (tid, n, cid)
+            for tid, namespaces in self.model.threads.items() for n, entries in namespaces.items()
+            for cid, s in entries.items() if kind is None or s.metadata["kind"] == kind
+        )
+        assert got == expected, (
+            f"contract: list(None, filter=...) ({self.api(use_sync)}) returns exactly the matching "
+            f"checkpoints of every thread and namespace\nfilter={flt}: found {len(got)}, the model "
+            f"{len(expected)}; missing {sorted(set(expected) - set(got))[:3]}, extra "
+            f"{sorted(set(got) - set(expected))[:3]}"
+        )
+
+    @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20),
+          channels=st.lists(st.sampled_from([*_MACHINE_CHANNELS, MISSING_CHANNEL]), min_size=1, unique=True),
+          use_sync=st.booleans())
+    def delta_history(self, thread: int, ns: int, pick: int, channels: list[str], use_sync: bool) -> None:
+        stored = self.stored(thread, ns, pick)
+        if stored is None:
+            return
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        got = self.call(use_sync, "get_delta_channel_history",
+                        config=config_for(tid, stored.id, ns_name), channels=channels)
+        expected = self.model.history(tid, ns_name, stored.id, channels)
+        normalized = {ch: {**dict(e), "writes": _norm_writes(e.get("writes"))} for ch, e in got.items()}
+        assert normalized == expected, (
+            named(f"delta history ({self.api(use_sync)}) of {stored.id} for {channels}: {normalized} != "
+            f"{expected} (contract: delta history walks parent links over what is stored, writes oldest "
+            "first, seed at the nearest ancestor holding a value)")
+        )
+
+    # -- extended operations ----------------------------------------------------------
+
+    @rule(source=st.integers(0, 1), use_sync=st.booleans())
+    def copy_thread(self, source: int, use_sync: bool) -> None:
+        if not self.target.has("copy_thread") or len(self.threads) >= 4:
+            return
+        target = new_thread_id("copy")
+        self.call(use_sync, "copy_thread", self.threads[source], target)
+        self.model.copy_thread(self.threads[source], target)
+        self.last_contract = (
+            "copy_thread copies every checkpoint of every namespace, with its writes, into the "
+            "target and leaves the source as it was"
+        )
+        for ch, n in itertools.product(_MACHINE_CHANNELS, _MACHINE_NAMESPACES):
+            if (self.threads[source], n, ch) in self.versions:
+                self.versions[(target, n, ch)] = self.versions[(self.threads[source], n, ch)]
+        # The copy replaces the source in the machine's view half the time, so later steps
+        # write on the copy and the source must stay as it was.
+        self.threads.append(target)
+        self.threads[0], self.threads[-1] = self.threads[-1], self.threads[0]
+
+    @rule(which=st.sets(st.integers(0, 1), min_size=1), strategy=st.sampled_from(["keep_latest", "delete"]),
+          use_sync=st.booleans())
+    def prune(self, which: set[int], strategy: str, use_sync: bool) -> None:
+        if not self.target.has("prune"):
+            return
+        threads = [self.threads[i] for i in sorted(which)]
+        before = self.everything()
+        self.call(use_sync, "prune", threads, strategy=strategy)
+        for tid in threads:
+            self.model.prune(tid, strategy)
+        self.forget(before, "prune", "prune (keep_latest) keeps, per namespace of every thread named, exactly the latest checkpoint and the ancestors its delta reconstruction reads; prune (delete) removes the threads")
+
+    @rule(runs=st.sets(st.integers(0, 1), min_size=1), use_sync=st.booleans())
+    def delete_for_runs(self, runs: set[int], use_sync: bool) -> None:
+        if not self.target.has("delete_for_runs"):
+            return
+        before = self.everything()
+        self.call(use_sync, "delete_for_runs", [self.runs[r] for r in sorted(runs)])
+        self.model.delete_for_runs({self.runs[r] for r in runs})
+        self.forget(before, "delete_for_runs", "delete_for_runs deletes the runs' checkpoints in every thread and namespace, except ancestors a surviving checkpoint's delta reconstruction reads")
+
+    @rule(thread=st.integers(0, 1), use_sync=st.booleans())
+    def delete_thread(self, thread: int, use_sync: bool) -> None:
+        before = self.everything()
+        self.call(use_sync, "delete_thread", self.threads[thread])
+        self.model.delete_thread(self.threads[thread])
+        self.forget(before, "delete_thread", "delete_thread removes every namespace of the thread and nothing else")
+
+    # -- invariants -------------------------------------------------------------------
+
+    @invariant()
+    def every_checkpoint_matches(self) -> None:
+        for tid in set(self.threads) | set(self.model.threads):
+            for ns in _MACHINE_NAMESPACES:
+                listed = self.session.run(_collect(self.saver, config_for(tid, ns=ns)))
+                assert _ids(listed) == self.model.ids(tid, ns), (
+                    named(f"thread {tid} namespace {ns!r}: list -> {_ids(listed)} != {self.model.ids(tid, ns)} "
+                    f"(contract: {self.last_contract})")
+                )
+                entries = self.model.ns(tid, ns)
+                for item in listed:
+                    stored = entries[item.config["configurable"]["checkpoint_id"]]
+                    self.check_tuple(item, tid, ns, stored, f"thread {tid} checkpoint {stored.id} "
+                                     f"(last operation: {self.last_contract})")
+
+    def teardown(self) -> None:
+        for tid in set(self.threads) | set(self.model.threads):
+            self.session.run(self.saver.adelete_thread(tid))
+
+
+@pytest.mark.parametrize("mode", ["full", "delta"])
+def test_state_machine_matches_model(saver_target: Any, mode: str) -> None:
+    """Random saver operations (full or delta mode) agree with a plain-dict model."""
+    with saver_target.session() as session:
+        machine = type(f"SaverMachine_{mode}", (SaverMachine,), {"mode": mode})
+        run_state_machine_as_test(lambda: machine(session), settings=settings(suppress_health_check=list(HealthCheck)))

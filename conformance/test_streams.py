@@ -28,6 +28,7 @@ from runstore.streams import (
     StreamEvent,
     StreamGap,
     StreamItem,
+    format_event_id,
     parse_event_id,
 )
 
@@ -255,26 +256,72 @@ def test_slow_subscriber_that_falls_behind_gets_gap(streams_target: Any) -> None
     streams_target.run(body, settings=_settings(queue_maxsize=4))
 
 
-@pytest.mark.parametrize("cursor", ["-1", "abc", "", "0-x", "1-2-3", "-", " 1x"])
-def test_malformed_cursor_starts_at_live_tail(streams_target: Any, cursor: str) -> None:
+#: Where a subscription starts is only visible once it yields something: these tests
+#: wait for a HEARTBEAT to prove it started, so a bridge that never heartbeats fails
+#: them naming the heartbeat contract, not the cursor rule.
+ANCHOR = "an idle subscription yields HEARTBEAT at its interval (used here to see where it started)"
+
+MALFORMED_CURSORS = ["-1", "abc", "", "0-x", "1-2-3", "-", " 1x"]
+
+
+def test_malformed_cursor_starts_at_live_tail(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        for cursor in MALFORMED_CURSORS:
+            run_id = new_run()
+            await publish_many(bridge, run_id, 3)
+            sub = bridge.subscribe(run_id, last_event_id=cursor, heartbeat_interval=0.05)
+            first = await next_item(sub, ANCHOR, heartbeats=True)
+            assert first is HEARTBEAT, (
+                f"contract: a malformed cursor ({cursor!r}) starts at the live tail: no replay; got {first!r}"
+            )
+            (new,) = await publish_many(bridge, run_id, 1, start=3)
+            got = await next_item(sub, "a malformed-cursor subscription follows live")
+            assert got == new, f"contract: a malformed cursor ({cursor!r}) follows new events; got {got!r}"
+            await bridge.publish_end(run_id)
+            assert await drain(sub, "END after the live tail") == [END]
+            # On a finished run the live tail is END.
+            got_end = await drain(bridge.subscribe(run_id, last_event_id=cursor), "END for a finished run")
+            assert got_end == [END], (
+                f"contract: a malformed cursor ({cursor!r}) on a finished run replays END only; got {got_end}"
+            )
+
+    streams_target.run(body)
+
+
+def test_cursor_newer_than_newest_event_starts_at_live_tail(streams_target: Any) -> None:
+    """A well-formed Last-Event-ID the stream never handed out (another run's id, or one
+    from the future) is not trusted: resuming "after" it would silently skip every event
+    published up to that id."""
+
     async def body(bridge: StreamBridge) -> None:
         run_id = new_run()
-        await publish_many(bridge, run_id, 3)
-        sub = bridge.subscribe(run_id, last_event_id=cursor, heartbeat_interval=0.05)
-        first = await next_item(sub, "a malformed cursor starts at the live tail", heartbeats=True)
+        events = await publish_many(bridge, run_id, 2)
+        newest = parse_event_id(events[-1].id)
+        assert newest is not None
+        ahead = format_event_id((newest[0], newest[1] + 3))
+        sub = bridge.subscribe(run_id, last_event_id=ahead, heartbeat_interval=0.05)
+        first = await next_item(sub, ANCHOR, heartbeats=True)
         assert first is HEARTBEAT, (
-            f"contract: a malformed cursor ({cursor!r}) starts at the live tail: no replay; got {first!r}"
+            f"contract: a cursor newer than the newest event ({ahead!r}, newest {events[-1].id!r}) "
+            f"starts at the live tail: no replay; got {first!r}"
         )
-        (new,) = await publish_many(bridge, run_id, 1, start=3)
-        got = await next_item(sub, "a malformed-cursor subscription follows live")
-        assert got == new, f"contract: a malformed cursor ({cursor!r}) follows new events; got {got!r}"
+        later = await publish_many(bridge, run_id, 5, start=2)
+        contract = (f"a cursor newer than the newest event ({ahead!r}) is treated like a malformed "
+                    "one: every event published after the subscription started arrives, none is "
+                    "skipped up to that id")
+        got: list[StreamItem] = []
+
+        async def take() -> None:
+            while len(got) < len(later):
+                got.append(await next_item(sub, contract))
+
+        try:  # bounded in total: this subscription heartbeats while nothing comes
+            await asyncio.wait_for(take(), WAIT)
+        except TimeoutError:
+            pass
+        assert_events(got, later, contract)
+        await sub.aclose()
         await bridge.publish_end(run_id)
-        assert await drain(sub, "END after the live tail") == [END]
-        # On a finished run the live tail is END.
-        got_end = await drain(bridge.subscribe(run_id, last_event_id=cursor), "END for a finished run")
-        assert got_end == [END], (
-            f"contract: a malformed cursor ({cursor!r}) on a finished run replays END only; got {got_end}"
-        )
 
     streams_target.run(body)
 
@@ -375,8 +422,7 @@ def test_generated_interleavings_gap_instead_of_skip(streams_target: Any, ops: l
                         )
                         sub.started = True
                         # Anchor the tail now: a heartbeat proves the subscription has started.
-                        item = await next_item(sub.it, "a malformed cursor starts at the live tail",
-                                               heartbeats=True)
+                        item = await next_item(sub.it, ANCHOR, heartbeats=True)
                         if ended:
                             assert item is END, (
                                 f"contract: a malformed cursor on a finished run replays END; got {item!r}"
@@ -531,6 +577,16 @@ def test_stream_exists_and_cleanup(streams_target: Any) -> None:
     async def body(bridge: StreamBridge) -> None:
         run_id = new_run()
         assert not await bridge.stream_exists(run_id), "contract: a never-published run has no stream"
+        waiting = bridge.subscribe(run_id, heartbeat_interval=0.05)
+        assert await next_item(waiting, ANCHOR, heartbeats=True) is HEARTBEAT
+        assert not await bridge.stream_exists(run_id), (
+            "contract: stream_exists is false for a run that only has a subscriber waiting for it "
+            "(nothing was published)"
+        )
+        await waiting.aclose()
+        assert not await bridge.stream_exists(run_id), (
+            "contract: a subscriber that stops waiting for a run that never started leaves no stream"
+        )
         events = await publish_many(bridge, run_id, 2)
         assert await bridge.stream_exists(run_id), "contract: a live run's stream exists"
         follower = bridge.subscribe(run_id, heartbeat_interval=0.05)
@@ -568,6 +624,15 @@ def test_cleanup_with_delay(streams_target: Any) -> None:
         assert await bridge.stream_exists(run_id), "contract: cleanup(delay=30) keeps the stream for now"
         await bridge.cleanup(run_id, delay=0.1)
         await _eventually_gone(bridge, run_id, "cleanup(delay=0.1) removes the stream after the delay")
+        # A delayed cleanup of a live run ends its followers when it removes the stream.
+        live = new_run()
+        await publish_many(bridge, live, 1)
+        follower = bridge.subscribe(live)
+        await next_item(follower, "replay")
+        await bridge.cleanup(live, delay=0.1)
+        assert await drain(follower, "a follower of a stream removed by a delayed cleanup gets END") == [END], (
+            "contract: a subscriber following a stream that is removed (cleanup with a delay) receives END"
+        )
 
     streams_target.run(body)
 

@@ -22,8 +22,9 @@ POSTGRES_URL = os.environ.get(
 REDIS_URL = os.environ.get("RUNSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 #: What our own run of the conformance suite checks when no --runstore-backend is given.
-#: ``langgraph-memory://`` is LangGraph's stock InMemorySaver, a reference peer for the
-#: saver suite (test-only plugin in tests/reference/langgraph_memory.py).
+#: The ``langgraph-*`` savers are LangGraph's stock InMemorySaver, AsyncSqliteSaver and
+#: AsyncPostgresSaver, reference peers for the saver suite (test-only plugins in
+#: tests/reference/): a correct saver we did not write must pass what it declares.
 BUILTIN_BACKENDS = [
     "memory://",
     "jsonl://",
@@ -31,9 +32,14 @@ BUILTIN_BACKENDS = [
     POSTGRES_URL,
     REDIS_URL,
     "langgraph-memory://",
+    "langgraph-sqlite://",
+    "langgraph-" + POSTGRES_URL,
 ]
 #: Test-only runstore plugins our default run registers (reference peers).
-TEST_PLUGINS = [str(Path(__file__).parent / "reference" / "langgraph_memory.py")]
+TEST_PLUGINS = [
+    str(Path(__file__).parent / "reference" / name)
+    for name in ("langgraph_memory.py", "langgraph_sql.py")
+]
 
 
 @pytest.hookimpl(tryfirst=True)
