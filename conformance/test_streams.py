@@ -627,12 +627,16 @@ def test_cleanup_with_delay(streams_target: Any) -> None:
         # A delayed cleanup of a live run ends its followers when it removes the stream.
         live = new_run()
         await publish_many(bridge, live, 1)
-        follower = bridge.subscribe(live)
+        # (A Redis follower notices a removal at its next idle check: one heartbeat.)
+        follower = bridge.subscribe(live, heartbeat_interval=0.05)
         await next_item(follower, "replay")
         await bridge.cleanup(live, delay=0.1)
-        assert await drain(follower, "a follower of a stream removed by a delayed cleanup gets END") == [END], (
-            "contract: a subscriber following a stream that is removed (cleanup with a delay) receives END"
-        )
+        contract = "a follower of a stream removed by a delayed cleanup gets END"
+        try:  # bounded in total: the follower heartbeats while it waits
+            got = await asyncio.wait_for(drain(follower, contract), WAIT)
+        except TimeoutError:
+            raise AssertionError(f"contract: {contract} (nothing but heartbeats within {WAIT}s)") from None
+        assert got == [END], f"contract: {contract}; got {got}"
 
     streams_target.run(body)
 
