@@ -213,20 +213,7 @@ class Tree:
     def history(self, index: int, channels: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The reference walk: parent links from ``index``'s parent; per channel stop at the
         nearest ancestor storing a value (its writes included); writes oldest first."""
-        result: dict[str, dict[str, Any]] = {}
-        for ch in channels:
-            blocks: list[list[tuple[str, str, Any]]] = []
-            entry: dict[str, Any] = {}
-            for anc in self.ancestors(index):
-                node = self.nodes[anc]
-                blocks.append([w for w in node.writes.ordered() if w[1] == ch])
-                value = node.values.get(ch, EMPTY)
-                if value is not EMPTY:
-                    entry["seed"] = value
-                    break
-            entry["writes"] = [w for block in reversed(blocks) for w in block]
-            result[ch] = entry
-        return result
+        return walk_history([self.nodes[anc] for anc in self.ancestors(index)], channels)
 
     def needed_ancestors(self, index: int) -> set[int]:
         """Ancestors a delta reconstruction at ``index`` reads (for prune / delete_for_runs):
@@ -243,6 +230,25 @@ class Tree:
     def unvalued(self, index: int) -> list[str]:
         """Delta channels that ``index`` rebuilds from history (nothing stored there)."""
         return sorted(self.nodes[index].delta_channels)
+
+
+def walk_history(ancestors: Sequence[Any], channels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The reference delta walk over ``ancestors`` (nearest first, each with ``values`` and
+    ``writes``): per channel stop at the nearest one storing a value (its writes included,
+    the value as seed); writes oldest first."""
+    result: dict[str, dict[str, Any]] = {}
+    for ch in channels:
+        blocks: list[list[tuple[str, str, Any]]] = []
+        entry: dict[str, Any] = {}
+        for anc in ancestors:
+            blocks.append([w for w in anc.writes.ordered() if w[1] == ch])
+            value = anc.values.get(ch, EMPTY)
+            if value is not EMPTY:
+                entry["seed"] = value
+                break
+        entry["writes"] = [w for block in reversed(blocks) for w in block]
+        result[ch] = entry
+    return result
 
 
 def fold(history: Mapping[str, Any]) -> list[Any]:
@@ -479,19 +485,7 @@ class SaverModel:
 
     def history(self, thread: str, ns: str, checkpoint_id: str, channels: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The reference delta walk over what is still stored."""
-        result: dict[str, dict[str, Any]] = {}
-        for ch in channels:
-            blocks: list[list[tuple[str, str, Any]]] = []
-            entry: dict[str, Any] = {}
-            for anc in self.ancestors(thread, ns, checkpoint_id):
-                blocks.append([w for w in anc.writes.ordered() if w[1] == ch])
-                value = anc.values.get(ch, EMPTY)
-                if value is not EMPTY:
-                    entry["seed"] = value
-                    break
-            entry["writes"] = [w for block in reversed(blocks) for w in block]
-            result[ch] = entry
-        return result
+        return walk_history(self.ancestors(thread, ns, checkpoint_id), channels)
 
     def delete_thread(self, thread: str) -> None:
         self.threads.pop(thread, None)

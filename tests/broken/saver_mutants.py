@@ -167,36 +167,6 @@ class VersionsByReference(MemorySaver):
         return found
 
 
-@mutant("values-skip-serde")
-class ValuesSkipSerde(MemorySaver):
-    """Channel values are deep-copied instead of going through ``saver.serde``
-    (an encrypting serde then stores them in the clear)."""
-
-    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        real = self.serde
-        self.serde = _PassThroughValues(real)  # type: ignore[assignment]
-        try:
-            return super().put(config, checkpoint, metadata, new_versions)
-        finally:
-            self.serde = real
-
-    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
-        real = self.serde
-        self.serde = _PassThroughValues(real)  # type: ignore[assignment]
-        try:
-            return super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
-        finally:
-            self.serde = real
-
-    def get_delta_channel_history(self, *, config: Any, channels: Any) -> Any:
-        real = self.serde
-        self.serde = _PassThroughValues(real)  # type: ignore[assignment]
-        try:
-            return super().get_delta_channel_history(config=config, channels=channels)
-        finally:
-            self.serde = real
-
-
 class _PassThroughValues:
     """A serde stand-in: anything but metadata dicts is deep-copied, not serialized."""
 
@@ -214,33 +184,39 @@ class _PassThroughValues:
         return self.inner.loads_typed(data)
 
 
-@mutant("writes-skip-serde")
-class WritesSkipSerde(MemorySaver):
-    """Pending-write values are deep-copied instead of going through ``saver.serde``."""
+class _BypassSerde(MemorySaver):
+    """Runs the methods a subclass names with `_PassThroughValues` instead of ``saver.serde``."""
 
-    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+    def _bypassing(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         real = self.serde
         self.serde = _PassThroughValues(real)  # type: ignore[assignment]
         try:
-            super().put_writes(config, writes, task_id, task_path)
+            return method(*args, **kwargs)
         finally:
             self.serde = real
 
     def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
-        real = self.serde
-        self.serde = _PassThroughValues(real)  # type: ignore[assignment]
-        try:
-            return super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
-        finally:
-            self.serde = real
+        return self._bypassing(super()._tuple, thread_id, checkpoint_ns, ns, checkpoint_id)
 
     def get_delta_channel_history(self, *, config: Any, channels: Any) -> Any:
-        real = self.serde
-        self.serde = _PassThroughValues(real)  # type: ignore[assignment]
-        try:
-            return super().get_delta_channel_history(config=config, channels=channels)
-        finally:
-            self.serde = real
+        return self._bypassing(super().get_delta_channel_history, config=config, channels=channels)
+
+
+@mutant("values-skip-serde")
+class ValuesSkipSerde(_BypassSerde):
+    """Channel values are deep-copied instead of going through ``saver.serde``
+    (an encrypting serde then stores them in the clear)."""
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return self._bypassing(super().put, config, checkpoint, metadata, new_versions)
+
+
+@mutant("writes-skip-serde")
+class WritesSkipSerde(_BypassSerde):
+    """Pending-write values are deep-copied instead of going through ``saver.serde``."""
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        self._bypassing(super().put_writes, config, writes, task_id, task_path)
 
 
 @mutant("serde-bound-at-open")
