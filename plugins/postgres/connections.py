@@ -1,30 +1,64 @@
-"""The PostgreSQL saver's connections: leased from the engine it shares with the event store.
+"""Every call of the PostgreSQL backends runs on a connection leased here (`Leases.run`).
 
-The saver takes raw asyncpg connections from the SQLAlchemy engine the PostgreSQL
-event store uses for the same URL (one pool, one ``search_path``, one size limit)
-and keeps a few of them leased between calls (`Leases`). `run_statement_batch` is the
-saver's group-commit callback (`runstore.checkpoint.groupcommit`): a batch of write
-statements in one transaction.
+The event store and the saver take raw asyncpg connections from the SQLAlchemy engine
+they share for a URL (one pool, one ``search_path``, one size limit) and keep a few
+leased between calls. `Leases.run` holds the rules both inherit (docs/reliability.md):
+
+- Clean or gone. A call that fails or is cancelled mid-statement leaves its
+  connection possibly mid-protocol or inside a transaction (holding the thread's
+  advisory lock). Before the error reaches the caller, the connection is rolled back
+  (``ROLLBACK``, which first waits for asyncpg's cancel request to settle) or, if that
+  does not finish in time, closed: it is never used again inside a transaction, no
+  lock stays held, and the call's transaction is whole or absent.
+- Bounded. Connecting and checking a pooled connection wait at most
+  ``connect_timeout``, each statement at most ``command_timeout``, a whole call
+  (waiting for a connection, retries and the rollback included) at most
+  ``operation_timeout`` (`PostgresTimeouts`).
+- Retried only where that cannot write twice. A connection failure is retried on a
+  fresh connection until the operation deadline for reads, idempotent writes and a
+  transaction whose ``COMMIT`` was never sent; otherwise the outcome is unknown.
+- Reported as `BackendUnavailableError` (driver error as ``__cause__``), whose
+  ``write_may_have_happened`` is true exactly when a write's commit may have been
+  sent and its answer never came.
+
+`run_statement_batch` is the saver's group-commit callback
+(`runstore.checkpoint.groupcommit`): a batch of write statements in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.checkpoint.groupcommit import Outcome
-from runstore.errors import MissingDriverError
+from runstore.errors import BackendUnavailableError, MissingDriverError
+
+from .settings import PostgresTimeouts
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 R = TypeVar("R")
 
-__all__ = ["Leases", "Statement", "import_asyncpg", "run_statement_batch"]
+__all__ = [
+    "Leases",
+    "Statement",
+    "connection_lost",
+    "import_asyncpg",
+    "run_statement_batch",
+]
+
+log = logging.getLogger(__name__)
 
 #: One write: SQL text and its arguments.
 Statement = tuple[str, Sequence[Any]]
+
+#: Waits before the retries of a call after a connection failure (the first retry is
+#: at once: the usual cause is one pooled connection the server closed); the last
+#: wait repeats until the operation deadline, so a call rides out a short restart.
+RETRY_BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 
 
 def import_asyncpg() -> Any:
@@ -36,105 +70,299 @@ def import_asyncpg() -> Any:
     return asyncpg
 
 
-class Leases:
-    """Raw asyncpg connections borrowed from the shared SQLAlchemy engine.
+def driver_error(exc: BaseException) -> BaseException:
+    """The asyncpg or OS error under SQLAlchemy's wrappers of it (``exc`` itself if none)."""
+    while exc.__cause__ is not None and type(exc).__module__.startswith("sqlalchemy"):
+        exc = exc.__cause__
+    return exc
 
-    Up to ``max_idle`` stay checked out between calls: a checkout from the engine's
-    pool runs its event hooks (and a ping after a second idle), which costs more
-    than a small statement. A leased connection that turns out dead is discarded
-    (invalidated in the engine's pool) and the call retried once on a fresh one.
+
+def connection_lost(exc: BaseException, conn: Any | None = None) -> bool:
+    """Whether ``exc`` means the connection or the server failed, not the statement.
+
+    Network errors, timeouts, the server shutting down, crashing or refusing new
+    sessions. An asyncpg client error counts only when it left ``conn`` closed
+    (the same class also reports bad arguments, which no retry fixes).
+    """
+    exc = driver_error(exc)
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    asyncpg = import_asyncpg()
+    errors = asyncpg.exceptions
+    if isinstance(
+        exc,
+        errors.PostgresConnectionError
+        | errors.AdminShutdownError
+        | errors.CrashShutdownError
+        | errors.CannotConnectNowError
+        | errors.IdleSessionTimeoutError
+        | errors.TooManyConnectionsError,
+    ):
+        return True
+    return (
+        isinstance(exc, errors.InterfaceError | errors.InternalClientError)
+        and not isinstance(exc, errors.DataError)
+        and (conn is None or conn.is_closed())
+    )
+
+
+class _Lease:
+    """A connection checked out of the engine: its SQLAlchemy wrapper and the asyncpg one."""
+
+    __slots__ = ("conn", "sa_conn")
+
+    def __init__(self, sa_conn: AsyncConnection, conn: Any) -> None:
+        self.sa_conn = sa_conn
+        self.conn = conn
+
+    @property
+    def clean(self) -> bool:
+        """Open, idle and outside any transaction (asyncpg's view after the last reply)."""
+        return not self.conn.is_closed() and not self.conn.is_in_transaction()
+
+
+class _Failed(Exception):
+    """One attempt lost its connection; ``sent`` says whether its write may have committed."""
+
+    def __init__(self, cause: BaseException, sent: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.sent = sent
+
+
+class Leases:
+    """Raw asyncpg connections borrowed from the shared SQLAlchemy engine; see the module docstring.
+
+    Up to ``max_idle`` (at most half the engine's pool) stay checked out between
+    calls: a checkout from the engine's pool runs its event hooks (and a ping after a
+    second idle), which costs more than a small statement. ``backend`` names the user
+    in errors (``"postgres event store"``).
     """
 
     def __init__(
-        self, engine: AsyncEngine, max_idle: int, *, synchronous_commit: bool = True
+        self,
+        engine: AsyncEngine,
+        max_idle: int,
+        *,
+        backend: str,
+        timeouts: PostgresTimeouts,
+        synchronous_commit: bool = True,
     ) -> None:
         self._engine = engine
-        self._max_idle = max_idle
+        pool = engine.sync_engine.pool
+        size = pool.size() if hasattr(pool, "size") else 2
+        self._max_idle = max(0, min(max_idle, max(1, size // 2)))
+        self.backend = backend
+        self.timeouts = timeouts
         # Session settings live only while the connection is leased: the pool is shared
         # with the event store, so they are reset before a connection goes back.
         self._setup = None if synchronous_commit else "SET synchronous_commit = off"
         self._reset = None if synchronous_commit else "RESET synchronous_commit"
         self._server_error: type[BaseException] = import_asyncpg().PostgresError
-        self._idle: list[tuple[AsyncConnection, Any]] = []
+        self._idle: list[_Lease] = []
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
 
-    async def _fresh(self) -> tuple[AsyncConnection, Any]:
-        sa_conn = await self._engine.connect()
-        try:
-            raw = await sa_conn.get_raw_connection()
-            driver = raw.driver_connection
-            if self._setup is not None:
-                await driver.execute(self._setup)
-        except BaseException:
-            await sa_conn.close()
-            raise
-        return sa_conn, driver
+    async def run(
+        self,
+        fn: Callable[[Any], Awaitable[R]],
+        *,
+        operation: str,
+        write: bool = False,
+        idempotent: bool = False,
+        begin: str | None = None,
+    ) -> R:
+        """Run ``fn(connection)`` under the rules of the module docstring and return its result.
 
-    async def run(self, fn: Callable[[Any], Awaitable[R]]) -> R:
-        """Run ``fn(connection)`` on a leased connection (retried once if the lease was dead)."""
-        reused = bool(self._idle)
-        lease = self._idle.pop() if reused else await self._fresh()
+        With ``begin`` (e.g. ``"BEGIN"``), ``fn`` runs inside that transaction, which
+        this call commits; ``fn`` must not end it. ``write``/``idempotent`` decide the
+        retries and ``write_may_have_happened``; ``operation`` names the call in errors.
+        """
+        if self._closed:
+            raise RuntimeError(f"this {self.backend} is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeouts.operation
+        may_have_written = False
+        failures = 0
+        last: BaseException | None = None
         try:
-            result = await fn(lease[1])
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    try:
+                        return await self._attempt(fn, operation, begin, deadline)
+                    except _Failed as failed:
+                        last = failed.cause
+                        if write and failed.sent:
+                            may_have_written = True
+                            if not idempotent:
+                                error = self._unavailable(operation, True, failed.cause)
+                                raise error from error.__cause__
+                    delay = RETRY_BACKOFF[min(failures, len(RETRY_BACKOFF) - 1)]
+                    (log.warning if failures == 0 else log.debug)(
+                        "%s: %s lost its connection (%s); retrying on a fresh one for up to %gs",
+                        self.backend, operation, type(driver_error(last)).__name__,
+                        self.timeouts.operation,
+                    )
+                    failures += 1
+                    await asyncio.sleep(delay)
+        except TimeoutError as exc:
+            cause = last or exc
+            if last is None:
+                cause = TimeoutError(f"no answer within {self.timeouts.operation:g}s")
+            # Timed out mid-attempt: a write may be waiting in a send buffer or a black hole.
+            error = self._unavailable(operation, write and may_have_written, cause)
+            raise error from error.__cause__
+
+    def _unavailable(
+        self, operation: str, may_have_written: bool, cause: BaseException
+    ) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            self.backend, operation, write_may_have_happened=may_have_written,
+            cause=driver_error(cause),
+        )
+
+    async def _attempt(
+        self, fn: Callable[[Any], Awaitable[R]], operation: str, begin: str | None, deadline: float
+    ) -> R:
+        try:
+            lease = await self._take()
+        except Exception as exc:
+            if connection_lost(exc):
+                raise _Failed(exc, sent=False) from exc
+            # Refused for good (authentication, a missing database): no retry helps.
+            error = self._unavailable(operation, False, exc)
+            raise error from error.__cause__
+        conn = lease.conn
+        sent = False
+        try:
+            if begin is None:
+                sent = True  # an autocommit statement commits as it runs
+                result = await fn(conn)
+            else:
+                await conn.execute(begin)
+                result = await fn(conn)
+                sent = True  # from here the transaction may commit
+                await conn.execute("COMMIT")
         except BaseException as exc:
-            broken = lease[1].is_closed()
-            await self._after_error(lease, exc)
-            if not (reused and broken):
+            lost = isinstance(exc, Exception) and connection_lost(exc, conn)
+            if isinstance(exc, self._server_error) and not lost and lease.clean:
+                # The server refused a statement outside any transaction and said so
+                # (its reply is complete): the connection is as good as before.
+                self._give_back(lease)
                 raise
-            lease = await self._fresh()
-            try:
-                result = await fn(lease[1])
-            except BaseException as exc2:
-                await self._after_error(lease, exc2)
-                raise
+            await self._settle(lease, deadline)
+            if lost:
+                raise _Failed(exc, sent=sent) from exc
+            raise
         self._give_back(lease)
         return result
 
-    async def _after_error(self, lease: tuple[AsyncConnection, Any], exc: BaseException) -> None:
-        raw = lease[1]
-        # A statement the server rejected leaves the connection usable; anything else
-        # (cancellation mid-query, a network error) may leave it mid-protocol, so it is
-        # invalidated rather than handed to the next user of the pool.
-        if (
-            isinstance(exc, self._server_error)
-            and not raw.is_closed()
-            and not raw.is_in_transaction()
-        ):
-            self._give_back(lease)
-        else:
-            await self._discard(lease, invalidate=True)
+    async def _take(self) -> _Lease:
+        """An idle leased connection still open and clean, else a fresh one from the pool."""
+        while self._idle:
+            lease = self._idle.pop()
+            if lease.clean:
+                return lease
+            self._in_background(self._drop(lease))
+        return await self._fresh()
 
-    def _give_back(self, lease: tuple[AsyncConnection, Any]) -> None:
-        if self._closed or len(self._idle) >= self._max_idle or lease[1].is_closed():
-            task = asyncio.ensure_future(self._discard(lease, invalidate=lease[1].is_closed()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    async def _fresh(self) -> _Lease:
+        sa_conn = await self._engine.connect()
+        lease = None
+        try:
+            raw = await sa_conn.get_raw_connection()
+            lease = _Lease(sa_conn, raw.driver_connection)
+            if self._setup is not None:
+                await lease.conn.execute(self._setup, timeout=self.timeouts.connect)
+        except BaseException:
+            if lease is not None:
+                await self._drop(lease)
+            else:
+                await _invalidate(sa_conn)
+            raise
+        return lease
+
+    async def _settle(self, lease: _Lease, deadline: float) -> None:
+        """After a failed or cancelled call: roll ``lease`` back and keep it, or close it.
+
+        Runs in its own task: a caller cancelled again meanwhile stops waiting for it,
+        nothing more. Waits at most ``command_timeout`` and never past ``deadline``.
+        """
+        if lease.conn.is_closed():
+            await self._drop(lease)
+            return
+        budget = min(self.timeouts.command, deadline - asyncio.get_running_loop().time())
+        task = asyncio.ensure_future(self._roll_back(lease, budget))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await asyncio.shield(task)
+
+    async def _roll_back(self, lease: _Lease, budget: float) -> None:
+        if budget > 0:
+            try:
+                # Waits for a statement the caller abandoned (asyncpg sends the server a
+                # cancel request) and ends whatever transaction the call had open.
+                await lease.conn.execute("ROLLBACK", timeout=budget)
+            except Exception:  # no answer in time, or the connection died: close it
+                pass
+            else:
+                if lease.clean:
+                    self._give_back(lease)
+                    return
+        await self._drop(lease)
+
+    def _give_back(self, lease: _Lease) -> None:
+        if not lease.clean:
+            self._in_background(self._drop(lease))
+        elif self._closed or len(self._idle) >= self._max_idle:
+            self._in_background(self._release(lease))
         else:
             self._idle.append(lease)
 
-    async def _discard(self, lease: tuple[AsyncConnection, Any], *, invalidate: bool) -> None:
-        sa_conn, raw = lease
-        if not invalidate and self._reset is not None:
-            try:
-                await raw.execute(self._reset)
-            except Exception:  # cannot restore the session: never pool it
-                invalidate = True
-        try:
-            if invalidate:
-                await sa_conn.invalidate()
-            await sa_conn.close()
-        except Exception:  # a dead connection may fail to close; drop it
-            pass
+    def _in_background(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def aclose(self) -> None:
-        """Return every idle connection to the engine's pool."""
-        self._closed = True
+    async def _release(self, lease: _Lease) -> None:
+        """Return a clean connection to the engine's pool, its session settings reset."""
+        if self._reset is not None:
+            try:
+                await lease.conn.execute(self._reset, timeout=self.timeouts.command)
+            except Exception:  # cannot restore the session: never pool it
+                await self._drop(lease)
+                return
+        try:
+            await lease.sa_conn.close()
+        except Exception:
+            await self._drop(lease)
+
+    async def _drop(self, lease: _Lease) -> None:
+        """Close the connection at once and remove it from the engine's pool."""
+        lease.conn.terminate()
+        await _invalidate(lease.sa_conn)
+
+    async def release_idle(self) -> None:
+        """Return the idle connections to the engine's pool (before it is disposed, say)."""
         idle, self._idle = self._idle, []
         for lease in idle:
-            await self._discard(lease, invalidate=False)
+            await self._release(lease)
+
+    async def aclose(self) -> None:
+        """Return every idle connection to the engine's pool; later calls raise."""
+        self._closed = True
+        await self.release_idle()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _invalidate(sa_conn: AsyncConnection) -> None:
+    """Remove ``sa_conn``'s connection from its pool (a dead one may fail to close: dropped)."""
+    try:
+        await sa_conn.invalidate()
+        await sa_conn.close()
+    except Exception:
+        pass
 
 
 async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Outcome]:
@@ -144,8 +372,9 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
     ``executemany`` (asyncpg pipelines its argument sets in one round trip); a batch of
     one statement kind needs no ``BEGIN``/``COMMIT`` (``executemany`` is atomic). Rows
     one caller touches twice keep their order; rows of different statements never
-    overlap. If the batch fails, it is re-run one statement at a time (every write
-    statement is idempotent), so only the bad one fails.
+    overlap. Every write statement is idempotent, so a lost connection is retried. If
+    the batch fails on a statement, it is re-run one statement at a time, so only the
+    bad one fails; if the database is unavailable, every statement gets that error.
     """
     if len(batch) > 1:
         groups: dict[str, list[Sequence[Any]]] = {}
@@ -153,16 +382,16 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
             groups.setdefault(statement, []).append(args)
 
         async def together(conn: Any) -> None:
-            if len(groups) == 1:
-                [(statement, many)] = groups.items()
+            for statement, many in groups.items():
                 await conn.executemany(statement, many)
-                return
-            async with conn.transaction():
-                for statement, many in groups.items():
-                    await conn.executemany(statement, many)
 
         try:
-            await leases.run(together)
+            await leases.run(
+                together, operation="write checkpoints", write=True, idempotent=True,
+                begin=None if len(groups) == 1 else "BEGIN",
+            )
+        except BackendUnavailableError as exc:
+            return [(False, exc)] * len(batch)
         except Exception:  # retried one by one below
             pass
         else:
@@ -170,7 +399,10 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
     outcomes: list[Outcome] = []
     for statement, args in batch:
         try:
-            await leases.run(lambda conn, s=statement, a=args: conn.execute(s, *a))
+            await leases.run(
+                lambda conn, s=statement, a=args: conn.execute(s, *a),
+                operation="write checkpoints", write=True, idempotent=True,
+            )
         except Exception as exc:
             outcomes.append((False, exc))
         else:

@@ -5,8 +5,11 @@ Every postgres backend opened on one `BackendOptions` for the same database (and
 becomes the connection's ``search_path`` (a startup parameter, so it holds on every
 pooled connection, raw ones included) and the schema is created if missing. Pool
 pre-ping (a closed connection is replaced; one idle over a second is pinged with one
-round trip), ``pool_recycle`` = ``postgres.pool_recycle_seconds``, pool size
-``postgres.pool_max_size``, ``command_timeout`` = ``postgres.command_timeout_seconds``.
+round trip; one found inside a transaction is replaced too), ``pool_recycle`` =
+``postgres.pool_recycle_seconds``, pool size ``postgres.pool_max_size``, and the time
+bounds of `PostgresTimeouts` (``postgres.*_timeout_seconds`` or the URL options
+``connect_timeout``, ``command_timeout``, ``operation_timeout``): asyncpg's connect
+timeout, its command timeout, the ping's and the wait for a free pooled connection.
 asyncpg is imported only when an engine is opened.
 """
 
@@ -27,12 +30,15 @@ from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, numbered_placeholders
 from runstore.urls import BackendURL
 
-from .settings import PostgresSettings
+from .settings import TIMEOUT_OPTIONS, PostgresSettings, PostgresTimeouts
 
 SCHEMES = frozenset({"postgresql", "postgres"})
 
 #: URL options runstore interprets itself; never forwarded to the driver.
-RUNSTORE_QUERY_OPTIONS = frozenset({"schema"})
+RUNSTORE_QUERY_OPTIONS = frozenset({"schema", *TIMEOUT_OPTIONS})
+#: URL options the postgres backends accept (``schema``: the search_path, created if
+#: missing; the timeouts in seconds override the ``postgres`` settings).
+URL_OPTIONS = RUNSTORE_QUERY_OPTIONS
 
 #: Advisory lock key taken around schema creation and migrations (any constant works).
 SCHEMA_LOCK_KEY = zlib.crc32(b"runstore.schema") - 2**31
@@ -85,16 +91,15 @@ def postgres_schema(url: BackendURL) -> str | None:
 def engine_key(url: BackendURL) -> tuple[str, str]:
     """The `BackendOptions.shared` key of the engine for ``url``.
 
-    The URL (password included, never logged) with only ``schema`` kept among the
-    runstore options, so backends naming one database with different runstore-only
-    options share a pool; ``postgres://`` and ``postgresql://`` share one too.
+    The URL (password included, never logged) with its query options sorted, so
+    spellings of one database and options share a pool (``postgres://`` and
+    ``postgresql://`` too); the timeout options are part of it because the engine
+    applies them to every connection.
     """
     if url.scheme not in SCHEMES:
         raise InvalidURLError(f"{url} is not a postgresql:// URL")
-    schema = postgres_schema(url)
-    keep = url.without_query(*RUNSTORE_QUERY_OPTIONS)
-    if schema is not None:
-        keep = keep.with_query(schema=schema)
+    postgres_schema(url)
+    keep = url.without_query(*url.query).with_query(**dict(sorted(url.query.items())))
     return ("sqlalchemy-engine", "postgresql" + keep.render(hide_password=False)[len(url.scheme) :])
 
 
@@ -120,6 +125,7 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
     except ImportError:
         raise MissingDriverError("postgres", "asyncpg", "postgres") from None
     cfg = options.settings.section(PostgresSettings)
+    timeouts = PostgresTimeouts.resolve(url, cfg)
     schema = postgres_schema(url)
     query = {k: v for k, v in url.query.items() if k not in RUNSTORE_QUERY_OPTIONS}
     sa_url = URL.create(
@@ -142,12 +148,15 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
         pool_recycle=cfg.pool_recycle_seconds if cfg.pool_recycle_seconds > 0 else -1,
         pool_size=cfg.pool_max_size,
         max_overflow=0,
+        # Callers bound the wait for a free connection with their operation deadline.
+        pool_timeout=timeouts.operation,
         connect_args={
             "server_settings": server_settings,
-            "command_timeout": cfg.command_timeout_seconds,
+            "command_timeout": timeouts.command,
+            "timeout": timeouts.connect,
         },
     )
-    _install_pre_ping(engine)
+    _install_pre_ping(engine, timeouts.connect)
     bind_dialect(engine, POSTGRES)
     if schema is not None:
         try:
@@ -158,13 +167,14 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
     return engine
 
 
-def _install_pre_ping(engine: AsyncEngine) -> None:
+def _install_pre_ping(engine: AsyncEngine, timeout: float) -> None:
     """Check pooled asyncpg connections on checkout: closed ones are replaced, idle ones pinged.
 
     A connection whose socket the server closed (restart, idle kill) is seen as closed
-    without a round trip; one idle for more than `PING_AFTER_IDLE_SECONDS` also gets
-    a one-round-trip ping (``SELECT 1``). Either failure makes the pool discard it and
-    connect afresh, as SQLAlchemy's own pre-ping does.
+    without a round trip, and one left inside a transaction is never handed out; one
+    idle for more than `PING_AFTER_IDLE_SECONDS` also gets a one-round-trip ping
+    (``SELECT 1``, waiting at most ``timeout``). Any of these makes the pool discard
+    it and connect afresh, as SQLAlchemy's own pre-ping does.
     """
     from sqlalchemy.exc import DisconnectionError
     from sqlalchemy.util import await_only
@@ -174,11 +184,17 @@ def _install_pre_ping(engine: AsyncEngine) -> None:
         driver = record.driver_connection
         if driver is None or driver.is_closed():
             raise DisconnectionError("connection closed by the server")
+        if driver.is_in_transaction():
+            driver.terminate()
+            raise DisconnectionError("connection returned inside a transaction")
         last = record.info.get(_CHECKIN_TIME)
         if last is None or time.monotonic() - last > PING_AFTER_IDLE_SECONDS:
             try:
-                await_only(driver.execute("SELECT 1"))
+                await_only(driver.execute("SELECT 1", timeout=timeout))
             except Exception as exc:
+                # Closed at once: SQLAlchemy would otherwise say goodbye to the server and
+                # wait up to two seconds for an answer that may never come.
+                driver.terminate()
                 raise DisconnectionError(f"ping failed: {type(exc).__name__}") from exc
 
     @event.listens_for(engine.sync_engine, "checkin")

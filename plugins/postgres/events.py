@@ -6,8 +6,8 @@ never at module import.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -18,9 +18,9 @@ from runstore.sql.events import EXISTING_SQL, Params, Row, SqlEventDriver, SqlEv
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
-from .engine import POSTGRES, SCHEMES, shared_engine
-
-R = TypeVar("R")
+from .connections import Leases
+from .engine import POSTGRES, SCHEMES, URL_OPTIONS, shared_engine
+from .settings import PostgresSettings, PostgresTimeouts
 
 #: First key of the two-int advisory lock on a thread (the second is hashtext(thread_id)),
 #: so our locks never collide with single-bigint advisory locks of other software.
@@ -41,12 +41,17 @@ POSTGRES_MIGRATIONS = events_migrations(
 
 
 class PostgresEventDriver(SqlEventDriver):
-    """asyncpg connections from the shared pool, one per operation.
+    """asyncpg connections leased from the shared pool (`Leases`), one per operation.
 
     Writes lock their threads with ``pg_advisory_xact_lock(namespace, hashtext(thread))``
     (released at commit) and insert a whole batch with one ``unnest`` statement that
-    also allocates the seqs, so a write is BEGIN, lock, insert, COMMIT.
+    also allocates the seqs, so a write is BEGIN, lock, insert, COMMIT. Writes are not
+    idempotent (seqs, created flags, delete counts), so a lost connection is retried
+    only if the ``COMMIT`` was never sent.
     """
+
+    #: Leased connections kept between calls (each counts against the shared pool).
+    MAX_IDLE_CONNECTIONS = 3
 
     # Locks are taken in key order, so two batches sharing threads (even threads whose
     # hashes collide) always lock in the same order and cannot deadlock.
@@ -69,27 +74,21 @@ class PostgresEventDriver(SqlEventDriver):
     )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._closed = False
+    def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts) -> None:
+        self._leases = Leases(
+            engine, self.MAX_IDLE_CONNECTIONS, backend="postgres event store", timeouts=timeouts
+        )
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
-        self._closed = True
+        await self._leases.aclose()
 
     def in_list(self, column: str, values: Sequence[str], params: list[Any]) -> str:
         """One array parameter, so the statement text does not vary with the list length."""
         params.append(list(values))
         return f"{column} = ANY(?::text[])"
-
-    async def _run(self, fn: Callable[[Any], Awaitable[R]]) -> R:
-        if self._closed:
-            raise RuntimeError("this event store is closed")
-        async with self._engine.connect() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            return await fn(raw)
 
     async def fetch(self, sql: str, params: Params) -> list[Row]:
         sql = POSTGRES.placeholders(sql)
@@ -97,7 +96,7 @@ class PostgresEventDriver(SqlEventDriver):
         async def work(raw: Any) -> list[Row]:
             return [tuple(r) for r in await raw.fetch(sql, *params)]
 
-        return await self._run(work)
+        return await self._leases.run(work, operation="read")
 
     async def insert(self, rows: list[list[Any]]) -> list[int]:
         columns = list(zip(*rows, strict=True))
@@ -105,26 +104,25 @@ class PostgresEventDriver(SqlEventDriver):
         threads = list({r[0] for r in rows})
 
         async def work(raw: Any) -> list[Any]:
-            async with raw.transaction():
-                await raw.execute(self._LOCK, threads)
-                return list(
-                    await raw.fetch(
-                        self._INSERT,
-                        columns[0],
-                        columns[2],
-                        columns[3],
-                        columns[4],
-                        columns[5],
-                        columns[6],
-                        columns[7],
-                        columns[8],
-                        owner,
-                        columns[10],
-                        columns[11],
-                    )
+            await raw.execute(self._LOCK, threads)
+            return list(
+                await raw.fetch(
+                    self._INSERT,
+                    columns[0],
+                    columns[2],
+                    columns[3],
+                    columns[4],
+                    columns[5],
+                    columns[6],
+                    columns[7],
+                    columns[8],
+                    owner,
+                    columns[10],
+                    columns[11],
                 )
+            )
 
-        returned = await self._run(work)
+        returned = await self._leases.run(work, operation="put", write=True, begin="BEGIN")
         # The statement numbers each thread's rows in input order; hand them back so.
         by_thread: dict[str, list[int]] = {}
         for thread_id, seq in returned:
@@ -141,30 +139,30 @@ class PostgresEventDriver(SqlEventDriver):
         self, key: tuple[str, str, str], row: list[Any]
     ) -> tuple[Row | None, int]:
         async def work(raw: Any) -> tuple[Row | None, int]:
-            async with raw.transaction():
-                await raw.execute(self._LOCK, [row[0]])
-                found = await raw.fetchrow(self._EXISTING, *key)
-                if found is not None:
-                    return tuple(found), 0
-                inserted = await raw.fetchrow(
-                    self._INSERT,
-                    [row[0]], [row[2]], [row[3]], [row[4]], [row[5]], [row[6]], [row[7]],
-                    [row[8]], row[9], [row[10]], [row[11]],
-                )  # fmt: skip
-                return None, int(inserted[1])
+            await raw.execute(self._LOCK, [row[0]])
+            found = await raw.fetchrow(self._EXISTING, *key)
+            if found is not None:
+                return tuple(found), 0
+            inserted = await raw.fetchrow(
+                self._INSERT,
+                [row[0]], [row[2]], [row[3]], [row[4]], [row[5]], [row[6]], [row[7]],
+                [row[8]], row[9], [row[10]], [row[11]],
+            )  # fmt: skip
+            return None, int(inserted[1])
 
-        return await self._run(work)
+        return await self._leases.run(
+            work, operation="put_if_absent", write=True, begin="BEGIN"
+        )
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         sql = POSTGRES.placeholders(f"DELETE FROM {TABLE} WHERE {where}")
 
         async def work(raw: Any) -> int:
-            async with raw.transaction():
-                await raw.execute(self._LOCK, [thread_id])
-                status = await raw.execute(sql, *params)
+            await raw.execute(self._LOCK, [thread_id])
+            status = await raw.execute(sql, *params)
             return int(status.rsplit(" ", 1)[-1])
 
-        return await self._run(work)
+        return await self._leases.run(work, operation="delete", write=True, begin="BEGIN")
 
 
 class PostgresEventStore(SqlEventStore):
@@ -174,8 +172,8 @@ class PostgresEventStore(SqlEventStore):
     several processes (and hosts) can share the database.
     """
 
-    #: URL query options the store accepts (``schema``: the search_path, created if missing).
-    url_options: ClassVar[frozenset[str]] = frozenset({"schema"})
+    #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
+    url_options: ClassVar[frozenset[str]] = URL_OPTIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresEventStore:
@@ -184,5 +182,7 @@ class PostgresEventStore(SqlEventStore):
         if url.scheme not in SCHEMES:
             raise InvalidURLError(f"{url} is not a postgresql:// URL")
         url.check_options(cls.url_options)
+        timeouts = PostgresTimeouts.resolve(url, options.settings.section(PostgresSettings))
         engine = await shared_engine(url, options)
-        return await cls.start(engine, PostgresEventDriver(engine), options, POSTGRES_MIGRATIONS)
+        driver = PostgresEventDriver(engine, timeouts)
+        return await cls.start(engine, driver, options, POSTGRES_MIGRATIONS)

@@ -51,6 +51,7 @@ from runstore.urls import BackendURL
 from . import sql
 from .connections import Leases, Statement, import_asyncpg, run_statement_batch
 from .history import walk_range
+from .settings import PostgresTimeouts
 from .sql import COMPONENT, SCHEMA_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 __all__ = ["COMPONENT", "SCHEMA_MIGRATIONS", "PostgresSaver"]
+
+#: The transaction of prune and delete_for_runs: one snapshot for the decision and the deletes.
+_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
 
 class PostgresSaver(BaseCheckpointSaver[str]):
@@ -83,15 +87,18 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         max_idle: int | None = None,
         synchronous_commit: bool = True,
+        timeouts: PostgresTimeouts | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.url = url
         self.engine = engine
         self.loop = asyncio.get_running_loop()
-        size = engine.sync_engine.pool.size() if hasattr(engine.sync_engine.pool, "size") else 2
-        idle = self.MAX_IDLE_CONNECTIONS if max_idle is None else max_idle
         self._leases = Leases(
-            engine, max(0, min(idle, max(1, size // 2))), synchronous_commit=synchronous_commit
+            engine,
+            self.MAX_IDLE_CONNECTIONS if max_idle is None else max_idle,
+            backend="postgres saver",
+            timeouts=timeouts or PostgresTimeouts(),
+            synchronous_commit=synchronous_commit,
         )
         self._commits: GroupCommit[Statement] = GroupCommit(
             functools.partial(run_statement_batch, self._leases)
@@ -110,20 +117,22 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         """Open the saver on ``url`` (creating/upgrading its tables) and register its cleanup."""
         from runstore.sql.migrations import ensure_schema
 
-        from .engine import shared_engine
+        from .engine import URL_OPTIONS, shared_engine
         from .settings import PostgresSettings
 
         url = BackendURL.parse(url)
-        url.check_options({"schema"})
+        url.check_options(URL_OPTIONS)
         import_asyncpg()
+        cfg = options.settings.section(PostgresSettings)
+        timeouts = PostgresTimeouts.resolve(url, cfg)
         engine = await shared_engine(url, options)
         await ensure_schema(engine, COMPONENT, SCHEMA_MIGRATIONS)
         saver = cls(
             engine,
             url=url,
             serde=serde,
-            synchronous_commit=options.settings.section(PostgresSettings).saver_synchronous_commit
-            == "on",
+            synchronous_commit=cfg.saver_synchronous_commit == "on",
+            timeouts=timeouts,
         )
         options.on_close(saver.aclose)
         return saver
@@ -138,6 +147,20 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         return f"PostgresSaver({self.url})"
 
     # -- helpers -----------------------------------------------------------------
+
+    async def _delete(
+        self, fn: Callable[[Any], Coroutine[Any, Any, None]], operation: str, begin: str | None = None
+    ) -> None:
+        """Run a deleting write (idempotent) and forget the blobs known to be stored."""
+        try:
+            with self._prefetch.writing():
+                await self._leases.run(
+                    fn, operation=operation, write=True, idempotent=True, begin=begin
+                )
+        finally:
+            # Even when the call failed or was cancelled: its delete may have committed,
+            # and a blob believed stored would never be written again.
+            self._known.clear()
 
     def _remember(self, key: tuple[str, str, str, str]) -> None:
         known = self._known
@@ -195,7 +218,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             return await conn.fetchrow(statement, *args)
 
         generation = self._prefetch.generation
-        row = await self._leases.run(go)
+        row = await self._leases.run(go, operation="get_tuple")
         if row is None:
             return None
         need = None if checkpoint_id else row["h_need"]
@@ -220,7 +243,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         async def go(conn: Any) -> list[Any]:
             return list(await conn.fetch(statement, *args))
 
-        return await self._leases.run(go)
+        return await self._leases.run(go, operation="list")
 
     async def alist(
         self,
@@ -322,9 +345,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         async def go(conn: Any) -> None:
             await conn.execute(sql.DELETE_THREAD_SQL, ids)
 
-        with self._prefetch.writing():
-            await self._leases.run(go)
-        self._known.clear()
+        await self._delete(go, "delete_thread")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole source thread (every checkpoint with its values and writes) in one statement."""
@@ -337,7 +358,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             await conn.execute(sql.COPY_THREAD_SQL, src, dst)
 
         with self._prefetch.writing():
-            await self._leases.run(go)
+            await self._leases.run(go, operation="copy_thread", write=True, idempotent=True)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``delete`` drops them; ``keep_latest`` keeps each namespace's head and
@@ -349,39 +370,35 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                 async def drop(conn: Any) -> None:
                     await conn.execute(sql.DELETE_THREAD_SQL, ids)
 
-                with self._prefetch.writing():
-                    await self._leases.run(drop)
-                self._known.clear()
+                await self._delete(drop, "prune")
             return
         if not ids:
             return
 
         async def go(conn: Any) -> None:
-            # One snapshot for the keep set and the deletes; checkpoints a running graph
-            # saves meanwhile are newer than our snapshot and never touched.
-            async with conn.transaction(isolation="repeatable_read"):
-                keep: dict[tuple[str, str], list[str]] = {}
-                for r in await conn.fetch(sql.PRUNE_KEEP_SQL, ids):
-                    keep.setdefault((r[0], r[1]), []).append(r[2])
-                for (thread_id, ns), kept in keep.items():
-                    doomed = await conn.fetch(
-                        f"SELECT checkpoint_id FROM {codec.CHECKPOINTS} WHERE thread_id = $1"
-                        " AND checkpoint_ns = $2 AND checkpoint_id <> ALL($3::text[])"
-                        " AND checkpoint_id < $4",
-                        thread_id,
-                        ns,
-                        kept,
-                        max(kept),
-                    )
-                    if not doomed:
-                        continue
-                    gone = [r[0] for r in doomed]
-                    await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
-                    await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+            # One snapshot (the repeatable-read transaction) for the keep set and the
+            # deletes; checkpoints a running graph saves meanwhile are newer than our
+            # snapshot and never touched.
+            keep: dict[tuple[str, str], list[str]] = {}
+            for r in await conn.fetch(sql.PRUNE_KEEP_SQL, ids):
+                keep.setdefault((r[0], r[1]), []).append(r[2])
+            for (thread_id, ns), kept in keep.items():
+                doomed = await conn.fetch(
+                    f"SELECT checkpoint_id FROM {codec.CHECKPOINTS} WHERE thread_id = $1"
+                    " AND checkpoint_ns = $2 AND checkpoint_id <> ALL($3::text[])"
+                    " AND checkpoint_id < $4",
+                    thread_id,
+                    ns,
+                    kept,
+                    max(kept),
+                )
+                if not doomed:
+                    continue
+                gone = [r[0] for r in doomed]
+                await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
+                await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
 
-        with self._prefetch.writing():
-            await self._leases.run(go)
-        self._known.clear()
+        await self._delete(go, "prune", begin=_SNAPSHOT)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by ``run_ids``, except those a
@@ -391,18 +408,15 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             return
 
         async def go(conn: Any) -> None:
-            async with conn.transaction(isolation="repeatable_read"):
-                doomed: dict[tuple[str, str], list[str]] = {}
-                for r in await conn.fetch(sql.RUNS_KEEP_SQL, ids):
-                    if not r["needed"]:
-                        doomed.setdefault((r[0], r[1]), []).append(r[2])
-                for (thread_id, ns), gone in doomed.items():
-                    await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
-                    await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+            doomed: dict[tuple[str, str], list[str]] = {}
+            for r in await conn.fetch(sql.RUNS_KEEP_SQL, ids):
+                if not r["needed"]:
+                    doomed.setdefault((r[0], r[1]), []).append(r[2])
+            for (thread_id, ns), gone in doomed.items():
+                await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
+                await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
 
-        with self._prefetch.writing():
-            await self._leases.run(go)
-        self._known.clear()
+        await self._delete(go, "delete_for_runs", begin=_SNAPSHOT)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -424,7 +438,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             async def by_range(conn: Any) -> Any:
                 return await conn.fetchrow(sql.RANGE_HISTORY_SQL, thread_id, ns, target, wanted)
 
-            found = await self._leases.run(by_range)
+            found = await self._leases.run(by_range, operation="get_delta_channel_history")
             rows = walk_range(found.__getitem__, found["target_id"], wanted)
         if rows is None:
 
@@ -433,7 +447,9 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                     await conn.fetch(sql.DELTA_HISTORY_SQL, thread_id, ns, target, wanted)
                 )
 
-            rows = await self._leases.run(by_parent_links)
+            rows = await self._leases.run(
+                by_parent_links, operation="get_delta_channel_history"
+            )
         return codec.assemble_delta_history(self.serde, channels, rows)
 
     # -- sync twins ------------------------------------------------------------------

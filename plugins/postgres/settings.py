@@ -1,21 +1,72 @@
-"""The ``postgres`` settings section, declared by the postgres plugin."""
+"""The ``postgres`` settings section, declared by the postgres plugin, and the time bounds
+of a PostgreSQL URL (`PostgresTimeouts`: the settings, overridden by URL options)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from runstore.errors import InvalidURLError
 from runstore.settings import bounds
+
+if TYPE_CHECKING:
+    from runstore.urls import BackendURL
 
 
 @dataclass(frozen=True)
 class PostgresSettings:
-    """``postgres``: connection pool of the asyncpg backends."""
+    """``postgres``: connection pool and time bounds of the asyncpg backends.
+
+    The URL options ``connect_timeout``, ``command_timeout`` and ``operation_timeout``
+    (seconds) override the matching ``*_seconds`` settings.
+    """
 
     pool_max_size: int = field(default=10, metadata=bounds(1))
     pool_recycle_seconds: float = field(default=300.0, metadata=bounds(0))
+    #: Opening a connection, and checking a pooled one that sat idle (one ping).
+    connect_timeout_seconds: float = field(default=10.0, metadata=bounds(0.001))
+    #: One statement's reply; also what rolling back an interrupted call may take.
     command_timeout_seconds: float = field(default=60.0, metadata=bounds(0.001))
+    #: One whole call: waiting for a connection, connecting, statements, retries.
+    operation_timeout_seconds: float = field(default=90.0, metadata=bounds(0.001))
     #: ``synchronous_commit`` of the checkpoint saver's writes. ``off`` returns before the
     #: WAL flush: survives an application crash, may lose the last commits (~0.6 s) if the
     #: PostgreSQL server crashes; never corrupts. ``on`` (default) waits for the flush.
     saver_synchronous_commit: Literal["on", "off"] = "on"
+
+
+#: URL options (seconds) that override the ``postgres`` settings of the same name + ``_seconds``.
+TIMEOUT_OPTIONS = ("connect_timeout", "command_timeout", "operation_timeout")
+
+
+@dataclass(frozen=True)
+class PostgresTimeouts:
+    """The time bounds of PostgreSQL calls, in seconds (docs/reliability.md, PostgreSQL)."""
+
+    connect: float = 10.0
+    command: float = 60.0
+    operation: float = 90.0
+
+    @classmethod
+    def resolve(cls, url: BackendURL, settings: PostgresSettings) -> PostgresTimeouts:
+        """The settings with the URL's timeout options applied (bad values: `InvalidURLError`)."""
+        values = {name: float(getattr(settings, f"{name}_seconds")) for name in TIMEOUT_OPTIONS}
+        for name in TIMEOUT_OPTIONS:
+            raw = url.option(name)
+            if raw is None:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value >= 0.001):
+                raise InvalidURLError(
+                    f"URL option {name}={raw!r} in {url}: must be a number of seconds >= 0.001"
+                )
+            values[name] = value
+        return cls(
+            connect=values["connect_timeout"],
+            command=values["command_timeout"],
+            operation=values["operation_timeout"],
+        )

@@ -16,6 +16,7 @@ the newest release inside it and ``tests/sql/test_sqlite_adapter.py`` fails with
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import sqlite3
 from collections.abc import Callable
@@ -89,6 +90,10 @@ def check_surface(aconn: Any) -> sqlite3.Connection:
     return raw
 
 
+def _nothing() -> None:
+    return None
+
+
 class WorkerConnection:
     """A pooled aiosqlite connection held out of the pool, running functions on its thread.
 
@@ -128,11 +133,36 @@ class WorkerConnection:
         """Run ``fn(sqlite3_connection, *args, **kwargs)`` on the worker thread; return its result.
 
         One thread hop whatever ``fn`` does. A call after `close` raises `RuntimeError`.
+        A cancelled call returns once ``fn`` has ended: a thread cannot be interrupted,
+        so ``fn`` runs to its end (its transaction commits or rolls back whole), and
+        the caller's cancellation waits for that, never leaving a write lock held or
+        a write landing after the cancelled call returned.
         """
         if self._sa_conn is None:
             raise RuntimeError("this sqlite connection is closed")
-        result: R = await self._aconn._execute(fn, self._raw, *args, **kwargs)
+        try:
+            result: R = await self._aconn._execute(fn, self._raw, *args, **kwargs)
+        except asyncio.CancelledError:
+            await self._drain()
+            raise
         return result
+
+    async def _drain(self) -> None:
+        """Wait until every function queued on the worker so far has run.
+
+        The worker runs its queue in order, so a no-op queued now completes after
+        them. Costs nothing on the normal path (only cancelled calls wait here);
+        further cancellations while waiting are absorbed, the first one is re-raised
+        by the caller.
+        """
+        while True:
+            try:
+                await self._aconn._execute(_nothing)
+            except asyncio.CancelledError:
+                continue
+            except ValueError:  # the connection closed meanwhile: its queue is gone
+                return
+            return
 
     async def close(self) -> None:
         """Return the connection to the engine's pool (idempotent)."""

@@ -45,11 +45,18 @@ class Outcome(Generic[T]):
 
 
 class _Stepper:
-    """Drives a coroutine, counting its suspensions and cancelling it at the k-th."""
+    """Drives a coroutine, counting its suspensions and cancelling it at the k-th
+    (or, given ``action``, calling ``action()`` there instead)."""
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], cancel_at: int | None) -> None:
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        cancel_at: int | None,
+        action: Callable[[], Any] | None = None,
+    ) -> None:
         self.coro = coro
         self.cancel_at = cancel_at
+        self.action = action
         self.count = 0
         self.injected = False
 
@@ -64,7 +71,9 @@ class _Stepper:
                 return stop.value
             throw = None
             self.count += 1
-            if self.count == self.cancel_at:
+            if self.count == self.cancel_at and self.action is not None:
+                self.action()
+            elif self.count == self.cancel_at:
                 self.injected = True
                 if isinstance(yielded, asyncio.Future):
                     # As task.cancel() does: cancel what it waits for; the CancelledError
@@ -79,11 +88,13 @@ class _Stepper:
                 throw = exc
 
 
-async def _drive(call: Callable[[], Awaitable[T]], cancel_at: int | None) -> Outcome[T]:
+async def _drive(
+    call: Callable[[], Awaitable[T]], cancel_at: int | None, action: Callable[[], Any] | None = None
+) -> Outcome[T]:
     awaitable = call()
     if not asyncio.iscoroutine(awaitable):
         raise TypeError("cancel sweeps need a coroutine (an async def call)")
-    stepper = _Stepper(awaitable, cancel_at)
+    stepper = _Stepper(awaitable, cancel_at, action)
     try:
         result = await stepper
     except asyncio.CancelledError as exc:
@@ -109,6 +120,15 @@ async def cancel_at(call: Callable[[], Awaitable[T]], k: int) -> Outcome[T]:
     if k < 1:
         raise ValueError("suspension points are numbered from 1")
     return await _drive(call, k)
+
+
+async def act_at(call: Callable[[], Awaitable[T]], k: int, action: Callable[[], Any]) -> Outcome[T]:
+    """Run ``call()`` and call ``action()`` at its k-th suspension, without cancelling it
+    (e.g. cancel the caller whose work ``call`` does in another task). `Outcome.cancelled`
+    is always False; errors are returned as in `cancel_at`."""
+    if k < 1:
+        raise ValueError("suspension points are numbered from 1")
+    return await _drive(call, k, action)
 
 
 async def every_cancel_point(trial: Callable[[int], Awaitable[Outcome[Any]]], *, limit: int = 500) -> int:

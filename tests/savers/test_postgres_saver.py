@@ -472,7 +472,7 @@ async def test_runstore_open_shares_one_engine(postgres_url: str) -> None:
 async def test_dead_leased_connection_is_replaced(opened: PostgresSaver) -> None:
     saver = opened
     await put_chain(saver, "t-dead", [{"a": [1]}])
-    pids = [raw.get_server_pid() for _, raw in saver._leases._idle]
+    pids = [lease.conn.get_server_pid() for lease in saver._leases._idle]
     assert pids, "the saver keeps a connection leased between calls"
     conn = await raw_conn(str(saver.url.render(hide_password=False)))
     try:
@@ -660,7 +660,9 @@ async def test_async_commit_setting_stays_on_saver_connections(postgres_url: str
         await put_chain(saver, "t-async", [{"a": [1]}, {}])
         got = await saver.aget_tuple(cfg("t-async"))
         assert got is not None
-        seen = await saver._leases.run(lambda conn: conn.fetchval("SHOW synchronous_commit"))
+        seen = await saver._leases.run(
+            lambda conn: conn.fetchval("SHOW synchronous_commit"), operation="show"
+        )
         assert seen == "off"
         # Connections the saver hands back to the shared pool are reset first.
         await saver.aclose()
@@ -711,9 +713,9 @@ class CountRoundTrips:
         self.calls = 0
         real_run = saver._leases.run
 
-        async def counting(fn: Any) -> Any:
+        async def counting(fn: Any, **kwargs: Any) -> Any:
             self.calls += 1
-            return await real_run(fn)
+            return await real_run(fn, **kwargs)
 
         saver._leases.run = counting  # type: ignore[method-assign]
 
