@@ -23,6 +23,10 @@ import orjson
 #: Bumped when a row's meaning changes; readers refuse rows from a newer major version.
 SCHEMA_VERSION = 1
 
+#: Starts the one stdout line on which a case's child process reports its result
+#: (`runstore.bench.worker` writes it, `runstore.bench.runner` reads it).
+RESULT_PREFIX = "RUNSTORE-BENCH-RESULT "
+
 #: Distributions whose versions go into every run record.
 TRACKED_DISTRIBUTIONS = (
     "runstore",

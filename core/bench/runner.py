@@ -15,9 +15,8 @@ from typing import Any
 
 import orjson
 
-from .common import SCHEMA_VERSION, JsonlWriter, run_record
+from .common import RESULT_PREFIX, SCHEMA_VERSION, JsonlWriter, run_record
 from .matrix import PEER_PREFIX, CheckpointCase, CheckpointPlan, check_cell_digests
-from .worker import RESULT_PREFIX
 
 #: Row statuses that mean "the code under test is wrong" (exit code 1).
 CORRECTNESS_FAILURES = frozenset({"digest_mismatch", "failed"})

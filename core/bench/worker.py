@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-RESULT_PREFIX = "RUNSTORE-BENCH-RESULT "
+from .common import RESULT_PREFIX
 
 
 def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]:

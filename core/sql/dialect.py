@@ -15,7 +15,7 @@ import asyncio
 import weakref
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -44,6 +44,14 @@ class SqlDialect(ABC):
         The migrations runner applies its steps inside it; concurrent openers in other
         processes wait for it and then see its result.
         """
+
+
+async def driver_connection(conn: AsyncConnection) -> Any:
+    """The driver's own connection (an asyncpg or aiosqlite connection) behind ``conn``."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:
+        raise RuntimeError("the pool handed out a connection without a driver connection")
+    return driver
 
 
 def numbered_placeholders(sql: str, prefix: str = "$") -> str:

@@ -317,12 +317,12 @@ class JsonlEventStore(RunEventStore):
                     fh.flush()
                     os.fsync(fh.fileno())
         except BaseException:
-            for path, size in done:
+            for written, before in done:
                 with contextlib.suppress(OSError):
-                    if size:
-                        os.truncate(path, size)
+                    if before:
+                        os.truncate(written, before)
                     else:
-                        path.unlink()
+                        written.unlink()
             raise
         finally:
             if journal is not None:

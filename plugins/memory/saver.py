@@ -10,6 +10,7 @@ through ``self.serde`` so custom and encrypted serializers behave as on disk.
 from __future__ import annotations
 
 import bisect
+import builtins
 import functools
 import random
 import threading
@@ -294,7 +295,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
     @_locked
     def _list_candidates(
         self, config: RunnableConfig | None, before: RunnableConfig | None
-    ) -> list[tuple[str, str, str]]:
+    ) -> builtins.list[tuple[str, str, str]]:
         configurable = (config or {}).get("configurable") or {}
         if configurable.get("thread_id") is not None:
             thread = checked_text(configurable["thread_id"], "config['configurable']['thread_id']")
@@ -311,7 +312,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
         if before_id:
             before_id = checked_text(before_id, "before checkpoint_id")
         # (checkpoint_id, thread_id, checkpoint_ns): the order every saver lists in.
-        found: list[tuple[str, str, str]] = []
+        found: builtins.list[tuple[str, str, str]] = []
         for thread_id in thread_ids:
             for checkpoint_ns, ns in self._threads.get(thread_id, {}).items():
                 if only_ns is not None and checkpoint_ns != only_ns:
@@ -349,8 +350,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
         dumps = self.serde.dumps_typed
         for channel, version in new_versions.items():
             ns.blobs[(channel, version)] = dumps(values[channel]) if channel in values else None
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        skeleton = _copy_skeleton(skeleton)
+        skeleton = _copy_skeleton({k: v for k, v in checkpoint.items() if k != "channel_values"})
         # A value whose version is not new normally has its blob already; a hand-written
         # checkpoint may not, and what was put must come back.
         for channel, value in values.items():

@@ -183,7 +183,8 @@ class MemoryStreamBridge(StreamBridge):
         run.subscribers += 1
         cursor = self._start(run, last_event_id)
 
-        async def poll(timeout: float) -> Sequence[StreamItem]:
+        # heartbeat_loop's poll: ``timeout`` is a budget, and running out returns [].
+        async def poll(timeout: float) -> Sequence[StreamItem]:  # noqa: ASYNC109
             since = run.news.version
             items = self._collect(run, cursor)
             if items:

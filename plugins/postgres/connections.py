@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.checkpoint.groupcommit import Outcome
 from runstore.errors import BackendUnavailableError, MissingDriverError
+from runstore.sql.dialect import driver_connection
 
 from .settings import PostgresTimeouts
 
@@ -270,8 +271,7 @@ class Leases:
         sa_conn = await self._engine.connect()
         lease = None
         try:
-            raw = await sa_conn.get_raw_connection()
-            lease = _Lease(sa_conn, raw.driver_connection)
+            lease = _Lease(sa_conn, await driver_connection(sa_conn))
             if self._setup is not None:
                 await lease.conn.execute(self._setup, timeout=self.timeouts.connect)
         except BaseException:
@@ -398,11 +398,12 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
             return [(True, None)] * len(batch)
     outcomes: list[Outcome] = []
     for statement, args in batch:
+
+        async def one(conn: Any, s: str = statement, a: Sequence[Any] = args) -> Any:
+            return await conn.execute(s, *a)
+
         try:
-            await leases.run(
-                lambda conn, s=statement, a=args: conn.execute(s, *a),
-                operation="write checkpoints", write=True, idempotent=True,
-            )
+            await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
         except Exception as exc:
             outcomes.append((False, exc))
         else:

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
+from runstore.sql.dialect import driver_connection
 from runstore.sql.migrations import ensure_schema
 from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDriver, Script, SqlRunStore, settle
 from runstore.urls import BackendURL
@@ -50,7 +51,7 @@ async def _drive(raw: Any, script: Script[T]) -> T:
             rows = await raw.fetch(_sql(stmt.sql), *stmt.params)
             stmt = script.send([tuple(r) for r in rows])
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -105,7 +106,7 @@ class PostgresRunDriver(RunDriver):
             committing = False
             try:
                 async with self._engine.connect() as conn:
-                    raw = (await conn.get_raw_connection()).driver_connection
+                    raw = await driver_connection(conn)
                     if not write:
                         return await _drive(raw, script())
                     transaction = raw.transaction()

@@ -101,7 +101,7 @@ class RedisHistoryCache:
     def _decode(self, raw: bytes) -> DeltaChannelHistory:
         type_, _, data = raw.partition(_SEP)
         payload = self._serializer().loads_typed((type_.decode(), data))
-        entry: DeltaChannelHistory = {"writes": [tuple(w) for w in payload["w"]]}  # type: ignore[misc]
+        entry: DeltaChannelHistory = {"writes": [tuple(w) for w in payload["w"]]}
         if "s" in payload:
             entry["seed"] = payload["s"]
         if "r" in payload:

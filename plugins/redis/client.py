@@ -191,7 +191,9 @@ class RedisCalls:
         write: bool = False,
         idempotent: bool = True,
         read_timeout: float | None = None,
-        timeout: float | None = None,
+        # The deadline also bounds retries on fresh connections, which a caller's cancel
+        # scope would cut off mid-cleanup (ASYNC109).
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[Any]:
         """Send ``commands`` in one round trip and return their replies, error replies as objects.
 
@@ -276,7 +278,8 @@ class RedisCalls:
         finally:
             await self.pool.release(conn)
 
-    async def _read(self, conn: Any, timeout: float | None) -> Any:
+    # A timed-out read must drop its connection before raising (ASYNC109).
+    async def _read(self, conn: Any, timeout: float | None) -> Any:  # noqa: ASYNC109
         if timeout is None:
             return await conn.read_response()
         from redis.exceptions import TimeoutError as RedisTimeoutError

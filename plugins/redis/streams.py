@@ -443,7 +443,8 @@ class RedisStreamBridge(StreamBridge):
             first = await self._start(key, cursor, last_event_id, watch)
             recheck = watch.recheck
 
-            async def poll(timeout: float) -> Sequence[StreamItem]:
+            # heartbeat_loop's poll: ``timeout`` is a budget, and running out returns [].
+            async def poll(timeout: float) -> Sequence[StreamItem]:  # noqa: ASYNC109
                 nonlocal first, recheck, reading
                 if first:
                     items, first = first, []
@@ -452,17 +453,17 @@ class RedisStreamBridge(StreamBridge):
                 deadline = loop.time() + timeout
                 if reading is None:
                     since = watch.news.version
-                    items = self._cached(cursor, watch)
-                    if items:
-                        return items
-                    if items is not None:
+                    cached = self._cached(cursor, watch)
+                    if cached:
+                        return cached
+                    if cached is not None:
                         notified = await watch.news.wait(timeout, since)
                         if watch.error is not None:
                             raise watch.error
                         if notified and watch.recheck == recheck:
-                            items = self._cached(cursor, watch)
-                            if items is not None:
-                                return items
+                            cached = self._cached(cursor, watch)
+                            if cached is not None:
+                                return cached
                         # Idle, or told the stream may be gone: a snapshot also sees removal.
                         recheck = watch.recheck
                     # A read runs as a task: while it is stuck, heartbeats go on.
@@ -659,9 +660,9 @@ class RedisStreamBridge(StreamBridge):
                     if entries:
                         control_last = entries[-1][0]
                     continue
-                watch = self._watches.get(key)
-                if watch is not None and entries:
-                    watch.add(entries)
-                    watch.notify()
+                follower = self._watches.get(key)
+                if follower is not None and entries:
+                    follower.add(entries)
+                    follower.notify()
             # Let the woken subscribers run before this task spends time on the next XREAD.
             await asyncio.sleep(0)

@@ -26,6 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from runstore.errors import RunstoreError
+from runstore.sql.dialect import driver_connection
 
 #: The aiosqlite releases whose private surface this module is written against
 #: (keep in step with the pin in pyproject.toml).
@@ -112,7 +113,7 @@ class WorkerConnection:
         """Take one connection out of ``engine``'s pool (a sqlite+aiosqlite engine)."""
         sa_conn = await engine.connect()
         try:
-            aconn = (await sa_conn.get_raw_connection()).driver_connection
+            aconn = await driver_connection(sa_conn)
             raw = check_surface(aconn)
         except BaseException:
             await sa_conn.close()
@@ -169,3 +170,78 @@ class WorkerConnection:
         sa_conn, self._sa_conn = self._sa_conn, None
         if sa_conn is not None:
             await sa_conn.close()
+
+
+class WriterAndReader:
+    """A store's two worker connections, held from `start` to `close`: a writer and a reader.
+
+    `write` runs a function in a ``BEGIN IMMEDIATE`` transaction (the file's write lock,
+    waiting up to busy_timeout, serializing every writer of every process) after
+    queueing on the engine's in-process write lock, which the other sqlite backends on
+    the file share. `read` runs on the reader, which never waits for a writer (WAL).
+    """
+
+    def __init__(self, engine: AsyncEngine, closed_message: str) -> None:
+        from .engine import sqlite_write_lock
+
+        self._engine = engine
+        self._lock = sqlite_write_lock(engine)
+        self._closed_message = closed_message
+        self._writer: WorkerConnection | None = None
+        self._reader: WorkerConnection | None = None
+
+    async def start(self) -> None:
+        """Check both connections out of the engine's pool."""
+        self._writer = await WorkerConnection.checkout(self._engine)
+        self._reader = await WorkerConnection.checkout(self._engine)
+
+    async def close(self) -> None:
+        """Return both connections to the pool (idempotent)."""
+        held = [c for c in (self._writer, self._reader) if c is not None]
+        self._writer = self._reader = None
+        for conn in held:
+            await conn.close()
+
+    def _held(self, conn: WorkerConnection | None) -> WorkerConnection:
+        if conn is None:
+            raise RuntimeError(self._closed_message)
+        return conn
+
+    async def write(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``fn(conn, *args, **kwargs)`` in one write transaction: committed if it returns."""
+        writer = self._held(self._writer)
+
+        def work(conn: sqlite3.Connection) -> R:
+            return fn(conn, *args, **kwargs)
+
+        if self._lock is None:
+            return await writer.run(immediate_transaction, work)
+        async with self._lock:
+            return await writer.run(immediate_transaction, work)
+
+    async def read(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``fn(conn, *args, **kwargs)`` on the reader (each statement its own snapshot)."""
+        return await self._held(self._reader).run(fn, *args, **kwargs)
+
+
+def immediate_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], R]) -> R:
+    """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns, else rolled back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result

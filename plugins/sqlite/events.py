@@ -1,15 +1,14 @@
 """The sqlite run event store: `runstore.sql.events.SqlEventStore` on aiosqlite.
 
 The store holds two pooled connections for its lifetime, a writer and a reader
-(`runstore.plugins.sqlite.adapter.WorkerConnection`); each operation is one function
+(`runstore.plugins.sqlite.adapter.WriterAndReader`); each operation is one function
 call on the connection's worker thread against the stdlib ``sqlite3`` connection.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -20,10 +19,8 @@ from runstore.sql.events import EXISTING_SQL, Params, Row, SqlEventDriver, SqlEv
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
-from .adapter import WorkerConnection
-from .engine import shared_engine, sqlite_write_lock
-
-R = TypeVar("R")
+from .adapter import WriterAndReader
+from .engine import shared_engine
 
 #: The event store's migrations on sqlite (the backfill reads the JSON with json_extract).
 SQLITE_MIGRATIONS = events_migrations(
@@ -46,98 +43,60 @@ _MAX_SEQ = f"SELECT coalesce(max(seq), 0) FROM {TABLE} WHERE thread_id = ?"
 
 
 class SqliteEventDriver(SqlEventDriver):
-    """Two pooled aiosqlite connections held for the store's life: a writer and a reader.
-
-    Writers open ``BEGIN IMMEDIATE`` (the file's write lock, waiting up to
-    busy_timeout, serializing every writer of every process) after queueing on the
-    engine's in-process write lock, shared with the sqlite saver. The reader never
-    waits for a writer (WAL).
-    """
+    """The store's writer and reader connections (`WriterAndReader`), one hop per operation."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._lock = sqlite_write_lock(engine)
-        self._writer: WorkerConnection | None = None
-        self._reader: WorkerConnection | None = None
+        self._connections = WriterAndReader(engine, "this event store is closed")
 
     async def start(self) -> None:
-        self._writer = await WorkerConnection.checkout(self._engine)
-        self._reader = await WorkerConnection.checkout(self._engine)
+        await self._connections.start()
 
     async def close(self) -> None:
-        held = [c for c in (self._writer, self._reader) if c is not None]
-        self._writer = self._reader = None
-        for conn in held:
-            await conn.close()
-
-    @staticmethod
-    def _held(conn: WorkerConnection | None) -> WorkerConnection:
-        if conn is None:
-            raise RuntimeError("this event store is closed")
-        return conn
-
-    async def _write(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        writer = self._held(self._writer)
-        if self._lock is None:
-            return await writer.run(_transaction, fn)
-        async with self._lock:
-            return await writer.run(_transaction, fn)
+        await self._connections.close()
 
     async def fetch(self, sql: str, params: Params) -> list[Row]:
-        return await self._held(self._reader).run(_fetchall, sql, params)
+        return await self._connections.read(_fetchall, sql, params)
 
     async def insert(self, rows: list[list[Any]]) -> list[int]:
-        def work(conn: sqlite3.Connection) -> list[int]:
-            last = {
-                tid: conn.execute(_MAX_SEQ, (tid,)).fetchone()[0] for tid in {r[0] for r in rows}
-            }
-            seqs = []
-            for row in rows:
-                last[row[0]] += 1
-                row[1] = last[row[0]]
-                seqs.append(row[1])
-            conn.executemany(_INSERT, rows)
-            return seqs
-
-        return await self._write(work)
+        return await self._connections.write(_insert, rows)
 
     async def insert_if_absent(
         self, key: tuple[str, str, str], row: list[Any]
     ) -> tuple[Row | None, int]:
-        def work(conn: sqlite3.Connection) -> tuple[Row | None, int]:
-            found = conn.execute(EXISTING_SQL, key).fetchone()
-            if found is not None:
-                return tuple(found), 0
-            row[1] = conn.execute(_MAX_SEQ, (row[0],)).fetchone()[0] + 1
-            conn.execute(_INSERT, row)
-            return None, row[1]
-
-        return await self._write(work)
+        return await self._connections.write(_insert_if_absent, key, row)
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
-        sql = f"DELETE FROM {TABLE} WHERE {where}"
-
-        def work(conn: sqlite3.Connection) -> int:
-            return conn.execute(sql, params).rowcount
-
-        return await self._write(work)
+        return await self._connections.write(_delete, f"DELETE FROM {TABLE} WHERE {where}", params)
 
 
 def _fetchall(conn: sqlite3.Connection, sql: str, params: Params) -> list[Row]:
     return conn.execute(sql, params).fetchall()
 
 
-def _transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], R]) -> R:
-    """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns, else rolled back."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
+def _insert(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
+    last = {tid: conn.execute(_MAX_SEQ, (tid,)).fetchone()[0] for tid in {r[0] for r in rows}}
+    seqs = []
+    for row in rows:
+        last[row[0]] += 1
+        row[1] = last[row[0]]
+        seqs.append(row[1])
+    conn.executemany(_INSERT, rows)
+    return seqs
+
+
+def _insert_if_absent(
+    conn: sqlite3.Connection, key: tuple[str, str, str], row: list[Any]
+) -> tuple[Row | None, int]:
+    found = conn.execute(EXISTING_SQL, key).fetchone()
+    if found is not None:
+        return tuple(found), 0
+    row[1] = conn.execute(_MAX_SEQ, (row[0],)).fetchone()[0] + 1
+    conn.execute(_INSERT, row)
+    return None, row[1]
+
+
+def _delete(conn: sqlite3.Connection, sql: str, params: Params) -> int:
+    return conn.execute(sql, params).rowcount
 
 
 class SqliteEventStore(SqlEventStore):

@@ -29,13 +29,12 @@ from runstore.sql.runs import (
     Script,
     SqlRunStore,
     run_script,
-    run_script_in_transaction,
     settle,
 )
 from runstore.urls import BackendURL
 
-from .adapter import WorkerConnection
-from .engine import shared_engine, sqlite_write_lock
+from .adapter import WriterAndReader
+from .engine import shared_engine
 
 T = TypeVar("T")
 
@@ -43,43 +42,26 @@ BACKEND = "sqlite run store"
 
 
 class SqliteRunDriver(RunDriver):
-    """A writer and a reader connection held for the store's life."""
+    """A writer and a reader connection held for the store's life (`WriterAndReader`)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._lock = sqlite_write_lock(engine)
-        self._writer: WorkerConnection | None = None
-        self._reader: WorkerConnection | None = None
+        self._connections = WriterAndReader(engine, "this run store is closed")
 
     async def start(self) -> None:
-        self._writer = await WorkerConnection.checkout(self._engine)
-        self._reader = await WorkerConnection.checkout(self._engine)
+        await self._connections.start()
 
     async def close(self) -> None:
-        held = [c for c in (self._writer, self._reader) if c is not None]
-        self._writer = self._reader = None
-        for conn in held:
-            await conn.close()
-
-    @staticmethod
-    def _held(conn: WorkerConnection | None) -> WorkerConnection:
-        if conn is None:
-            raise RuntimeError("this run store is closed")
-        return conn
+        await self._connections.close()
 
     async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
-        writer = self._held(self._writer)
         try:
-            if self._lock is None:
-                return await settle(writer.run(run_script_in_transaction, script()))
-            async with self._lock:
-                return await settle(writer.run(run_script_in_transaction, script()))
+            return await settle(self._connections.write(run_script, script()))
         except sqlite3.Error as exc:
             raise _translate(exc, operation) from exc
 
     async def read(self, script: Callable[[], Script[T]], operation: str) -> T:
         try:
-            return await self._held(self._reader).run(run_script, script())
+            return await self._connections.read(run_script, script())
         except sqlite3.Error as exc:
             raise _translate(exc, operation) from exc
 

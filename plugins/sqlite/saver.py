@@ -333,11 +333,14 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             return {}
         wanted = history_channels(channels)
         thread_id, ns, checkpoint_id = config_address(config)
-        rows = None
+        prefetched = None
         if checkpoint_id is not None:
-            rows = self._state.prefetch.take((thread_id, ns, checkpoint_id), wanted)
-        if rows is None:
-            rows = await self._read(ops.delta, thread_id, ns, checkpoint_id, wanted)
+            prefetched = self._state.prefetch.take((thread_id, ns, checkpoint_id), wanted)
+        rows = (
+            prefetched
+            if prefetched is not None
+            else await self._read(ops.delta, thread_id, ns, checkpoint_id, wanted)
+        )
         return codec.assemble_delta_history(self.serde, channels, rows)
 
     # -- sync twins --------------------------------------------------------------

@@ -14,7 +14,12 @@ from packaging.version import Version
 
 from runstore.options import BackendOptions
 from runstore.plugins.sqlite import adapter
-from runstore.plugins.sqlite.adapter import UnsupportedDriverError, WorkerConnection, check_surface
+from runstore.plugins.sqlite.adapter import (
+    UnsupportedDriverError,
+    WorkerConnection,
+    WriterAndReader,
+    check_surface,
+)
 from runstore.plugins.sqlite.engine import shared_engine
 from runstore.urls import BackendURL
 
@@ -119,3 +124,28 @@ def test_a_changed_private_surface_is_a_clear_error(fake: type, problem: str) ->
     assert "aiosqlite" in message and adapter.SUPPORTED_AIOSQLITE in message, (
         "the error names the supported aiosqlite range to install"
     )
+
+
+async def test_writer_and_reader_commit_or_roll_back_whole_functions(tmp_path: Path) -> None:
+    async with BackendOptions.scope() as options:
+        engine = await shared_engine(BackendURL.for_file("sqlite", tmp_path / "p.db"), options)
+        pair = WriterAndReader(engine, "this test store is closed")
+        await pair.start()
+
+        def insert(raw: sqlite3.Connection, *values: int) -> None:
+            raw.execute("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+            for value in values:
+                if value < 0:
+                    raise ValueError("negative")
+                raw.execute("INSERT INTO t VALUES (?)", (value,))
+
+        def rows(raw: sqlite3.Connection) -> list[int]:
+            return [r[0] for r in raw.execute("SELECT x FROM t ORDER BY x")]
+
+        await pair.write(insert, 1, 2)
+        with pytest.raises(ValueError, match="negative"):
+            await pair.write(insert, 3, -1)
+        assert await pair.read(rows) == [1, 2], "a write that raised left nothing behind"
+        await pair.close()
+        with pytest.raises(RuntimeError, match="this test store is closed"):
+            await pair.read(rows)
