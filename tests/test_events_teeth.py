@@ -37,7 +37,7 @@ CASES = [
          "both cursors give the first `limit` messages strictly between"),
     Case("mut-events-no-cursor-oldest", M, WALKS, "without cursors list_messages gives the newest `limit` messages"),
     Case("mut-events-before-ignores-limit", M, WALKS, "a page holds at most `limit` messages"),
-    Case("mut-events-pages-descending", M, WALKS, "a message page is ascending by seq"),
+    Case("mut-events-pages-descending", M, WALKS, "ascending"),
     Case("mut-events-list-events-ignores-limit", M, "run_paging",
          "list_events gives the run's first `limit` events above after_seq"),
     Case("mut-events-list-events-limit-before-filter", M, "run_paging",
