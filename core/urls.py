@@ -87,8 +87,12 @@ class BackendURL:
         # until then its likeliest place is remembered, so `redact` masks it in later text.
         shown = f"{raw.partition('://')[0]}://..."
         _remember(_likely_password(raw))
-        if any(ch.isspace() or not ch.isprintable() for ch in raw):
-            raise InvalidURLError(f"backend URL {shown!r} holds whitespace or control characters; {_ENCODE_HINT}")
+        authority = re.split(r"[/?#]", raw.partition("://")[2], maxsplit=1)[0]
+        if any(ch.isspace() or not ch.isprintable() for ch in authority):
+            # Allowed in a file path (sqlite:///my data/app.db), never in user, password or host.
+            raise InvalidURLError(
+                f"backend URL {shown!r} holds whitespace or control characters before its path; {_ENCODE_HINT}"
+            )
         try:
             parts = urlsplit(raw)
             port = parts.port

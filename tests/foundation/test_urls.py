@@ -68,3 +68,9 @@ def test_password_without_user_survives_rendering() -> None:
     assert (url.username, url.password) == ("", "s3cret")
     assert url.render(hide_password=False) == "redis://:s3cret@cache:6379/0"
     assert str(url) == "redis://:***@cache:6379/0"
+
+
+def test_file_paths_may_hold_spaces() -> None:
+    assert BackendURL.parse("sqlite:///my data/app.db").file_path() == Path("my data/app.db")
+    with pytest.raises(InvalidURLError, match="whitespace"):
+        BackendURL.parse("postgresql://u:a b@h/db")
