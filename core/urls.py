@@ -97,10 +97,12 @@ class BackendURL:
             parts = urlsplit(raw)
             port = parts.port
         except ValueError:
+            parts = None  # raised below: urlsplit's message quotes the text, the context too
+        if parts is None:
             raise InvalidURLError(
                 f"malformed backend URL {shown!r}: the part after :// up to the first / ? or # "
                 f"must be [user[:password]@]host[:port]; {_ENCODE_HINT}"
-            ) from None
+            )
         if "#" in raw:
             raise InvalidURLError(f"backend URL {shown!r} holds a '#' (URLs here have no fragment); {_ENCODE_HINT}")
         if parts.netloc and "@" not in parts.netloc and ("@" in parts.path or not parts.hostname):
