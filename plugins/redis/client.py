@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -110,10 +111,12 @@ def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts,
     return aioredis.BlockingConnectionPool.from_url(
         driver_url,
         max_connections=settings.max_connections,
-        timeout=None,  # waiting for a free connection is bounded by the operation deadline
+        timeout=timeouts.operation_timeout,  # waiting for a free connection
         socket_connect_timeout=timeouts.socket_connect_timeout,
         socket_timeout=timeouts.socket_timeout,
-        health_check_interval=timeouts.health_check_interval,
+        # Health checks are RedisCalls' own: redis-py's would also PING in the middle of its
+        # connection handshake pipeline and read a handshake reply as the PONG.
+        health_check_interval=0,
         protocol=2,  # raw replies have one shape on every server and redis-py version
         **extra,
     )
@@ -182,6 +185,9 @@ class RedisCalls:
         self.backend = backend
         self.retry_backoff = tuple(retry_backoff)
         self.outages = 0
+        self._cleanups: set[asyncio.Task[None]] = set()  # releases of abandoned checkouts
+        #: When each pooled connection last finished an exchange (loop time), for health checks.
+        self._used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     async def run(
         self,
@@ -250,18 +256,22 @@ class RedisCalls:
 
         errors = connection_errors()
         try:
-            conn = await self.pool.get_connection()
+            conn = await self._checkout()
         except errors as exc:
             raise _Failed(exc, sent=False, replies=[]) from exc
         replies: list[Any] = []
+        # An error reply to our own PING means the connection is out of step: not sent either.
+        before_sending: tuple[type[BaseException], ...] = (*errors, ResponseError)
+        clean = False
         try:
             try:
                 if _closed_by_peer(conn):
                     # Closed while idle in the pool: nothing was sent on it yet.
                     await conn.disconnect(nowait=True)
                     await conn.connect()
-                await conn.check_health()
-            except errors as exc:
+                    self._used.pop(conn, None)
+                await self._check_health(conn)
+            except before_sending as exc:
                 raise _Failed(exc, sent=False, replies=[]) from exc
             packed = conn.pack_commands(commands) if len(commands) > 1 else conn.pack_command(*commands[0])
             progress.sent = True
@@ -274,9 +284,61 @@ class RedisCalls:
                         replies.append(exc)
             except errors as exc:
                 raise _Failed(exc, sent=True, replies=replies) from exc
+            clean = True
+            self._used[conn] = asyncio.get_running_loop().time()
             return replies
         finally:
+            if not clean:
+                # Failed or cancelled mid-exchange: a reply may still be on its way, and
+                # the next user would read it as its own. Never reuse such a connection.
+                await conn.disconnect(nowait=True)
             await self.pool.release(conn)
+
+    async def _check_health(self, conn: Any) -> None:
+        """PING a connection idle longer than ``health_check_interval`` (a silent network may
+        have dropped it) before it carries a command; a fresh connection needs none."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        interval = self.timeouts.health_check_interval
+        used = self._used.get(conn)
+        if not interval or used is None or asyncio.get_running_loop().time() - used <= interval:
+            return
+        await conn.send_command("PING", check_health=False)
+        if await conn.read_response() not in (b"PONG", "PONG"):
+            raise RedisConnectionError("the health check got no PONG")
+
+    async def _checkout(self) -> Any:
+        """A pooled connection, connected; a cancelled caller never leaves one half set up.
+
+        redis-py returns a connection to the pool as it stands when its handshake is
+        cancelled, with the handshake's replies still to come; so the checkout runs
+        shielded (bounded by the socket timeouts), and if its caller is gone the
+        connection goes back closed.
+        """
+        checkout = asyncio.ensure_future(self.pool.get_connection())
+        try:
+            return await asyncio.shield(checkout)
+        except BaseException:
+            if not checkout.done():
+                checkout.add_done_callback(self._release_closed)
+            elif not checkout.cancelled() and checkout.exception() is None:
+                self._release_closed(checkout)
+            raise
+
+    def _release_closed(self, checkout: asyncio.Future[Any]) -> None:
+        if checkout.cancelled() or checkout.exception() is not None:
+            return
+        conn = checkout.result()
+
+        async def release() -> None:
+            try:
+                await conn.disconnect(nowait=True)
+            finally:
+                await self.pool.release(conn)
+
+        task = asyncio.ensure_future(release())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     # A timed-out read must drop its connection before raising (ASYNC109).
     async def _read(self, conn: Any, timeout: float | None) -> Any:  # noqa: ASYNC109
@@ -294,4 +356,6 @@ class RedisCalls:
 
     async def close(self) -> None:
         """Close every connection of the pool."""
+        if self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
         await self.pool.disconnect()

@@ -109,12 +109,14 @@ async def sweep_publish(
 async def test_redis_publish_cancelled_at_every_suspension(fault_report: Any) -> None:
     with RedisServer() as server:
         async with redis_bridge(server.url()) as writer, redis_bridge(server.url()) as reader:
-            warm = await sweep_publish(writer, reader, fault_report, "redis: publish cancelled (pooled connection)")
+            await sweep_publish(writer, reader, fault_report, "redis: publish cancelled (pooled connection)")
             cold = await sweep_publish(
                 writer, reader, fault_report, "redis: publish cancelled (connecting)",
                 before=writer.calls.pool.disconnect,
             )
-            assert cold.trials > warm.trials, "connecting adds cancel points (connect, handshake)"
+            # The checkout is shielded: a caller cancelled while its connection is being set
+            # up returns at once, and the half-set-up connection goes back to the pool closed.
+            assert cold.trials > cold.completed, "cancelled while connecting"
 
             async def pause_writes() -> None:
                 # The server holds write commands for 100 ms, so the publish is sent and

@@ -192,6 +192,40 @@ async def test_publish_whose_health_check_fails_reports_nothing_written(
     fault_report.add("redis: publish after a failed health check (half-open)", trials=1, **counts)
 
 
+async def test_health_checks_never_interleave_with_the_connection_handshake(redis_server: RedisServer) -> None:
+    """A health check due on every command must not PING inside the pipelined handshake
+    (CLIENT SETINFO, SELECT), which would read a handshake reply as its PONG."""
+    async with open_bridge(redis_server.url(db=1, health_check_interval="0.000001")) as bridge:
+        ids = [await bridge.publish("checked-often", "v", n) for n in range(5)]
+        await bridge.calls.pool.disconnect()
+        ids.append(await bridge.publish("checked-often", "v", 5))
+    assert ids == [f"0-{n}" for n in range(1, 7)]
+
+
+async def test_a_call_cut_off_while_connecting_leaves_no_stale_reply(
+    redis_server: RedisServer, tcp_proxy: Callable[[int], TcpProxy], fault_report: Any
+) -> None:
+    """The operation deadline ends a call in the middle of a new connection's handshake; the
+    handshake's replies arrive later and must never be read as another call's reply."""
+    proxy = tcp_proxy(redis_server.port)
+    bounds = {"socket_timeout": "5", "operation_timeout": "0.3", "health_check_interval": "0"}
+    acknowledged: dict[str, Any] = {}
+    trials = 5
+    async with open_bridge(proxy.url(redis_server.url(**bounds))) as bridge:
+        for i in range(trials):
+            await bridge.calls.pool.disconnect()
+            proxy.blackhole()  # the next connection is accepted, its handshake never answered
+            with pytest.raises(BackendUnavailableError) as info:
+                await bridge.publish("stale", "v", f"cut-{i}")
+            assert info.value.write_may_have_happened is False, "cut off before the publish was sent"
+            proxy.pass_traffic()  # the held handshake reaches the server; its replies come back
+            for n in range(3):  # ... while these publishes run
+                acknowledged[await bridge.publish("stale", "v", f"ok-{i}-{n}")] = f"ok-{i}-{n}"
+    counts = tally(await replay(redis_server.url(), "stale"), acknowledged, set())
+    assert counts == {"acknowledged": 3 * trials, "lost": 0, "duplicated": 0, "strays": 0}, counts
+    fault_report.add("redis: deadline cuts a call off mid-handshake", trials=trials, **counts)
+
+
 # -- server restarts and outages ---------------------------------------------------------
 
 
