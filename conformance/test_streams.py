@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from runstore.streams import (
     END,
     HEARTBEAT,
+    InvalidStreamInputError,
     StreamBridge,
     StreamEndedError,
     StreamEvent,
@@ -489,6 +490,44 @@ def test_end_is_idempotent_and_publish_after_end_raises(streams_target: Any) -> 
         got = await drain(bridge.subscribe(run_id), "one END after the events")
         assert_events(got, [*events, END], "publish_end is idempotent (one END) and nothing is "
                       "published after it")
+
+    streams_target.run(body)
+
+
+@pytest.mark.parametrize("bad", [None, 7, "", b"run"], ids=repr)
+def test_run_id_must_be_a_non_empty_string(streams_target: Any, bad: Any) -> None:
+    contract = "contract: a run id is a non-empty string; anything else is InvalidStreamInputError"
+
+    async def body(bridge: StreamBridge) -> None:
+        for call in (lambda: bridge.publish(bad, "values", {}), lambda: bridge.publish_end(bad),
+                     lambda: bridge.cleanup(bad), lambda: bridge.stream_exists(bad)):
+            with pytest.raises(InvalidStreamInputError, match="run_id"):
+                await call()
+        with pytest.raises(InvalidStreamInputError, match="run_id"):  # at the call or the first item
+            await asyncio.wait_for(anext(bridge.subscribe(bad)), WAIT)
+
+    try:
+        streams_target.run(body)
+    except pytest.fail.Exception as exc:  # "DID NOT RAISE"
+        raise AssertionError(f"{contract} ({bad!r} was accepted)") from exc
+
+
+def test_nan_and_infinity_in_data_are_refused_and_nothing_is_published(streams_target: Any) -> None:
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        first = await publish_many(bridge, run_id, 1)
+        contract = "contract: NaN and Infinity in data are an InvalidStreamInputError; nothing is published"
+        for bad in (float("nan"), float("inf"), {"a": [1.0, float("-inf")]}, [{"x": (0, float("nan"))}]):
+            try:
+                await bridge.publish(run_id, "values", bad)
+            except InvalidStreamInputError as exc:
+                assert "NaN or Infinity" in str(exc), f"{contract} (the message says why: {exc})"
+            else:
+                raise AssertionError(f"{contract} ({bad!r} was published)")
+        last = await publish_many(bridge, run_id, 1, start=1)
+        await bridge.publish_end(run_id)
+        got = await drain(bridge.subscribe(run_id), "only the valid events")
+        assert_events(got, [*first, *last, END], f"{contract} (no silent null)")
 
     streams_target.run(body)
 

@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "HEARTBEAT": ".streams",
     "END": ".streams",
     "StreamEndedError": ".streams",
+    "InvalidStreamInputError": ".streams",
     "parse_event_id": ".streams",
     "sse_stream": ".sse",
     "sse_frames": ".sse",
@@ -170,6 +171,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .streams import (
         END,
         HEARTBEAT,
+        InvalidStreamInputError,
         StreamBridge,
         StreamEndedError,
         StreamEvent,

@@ -4,6 +4,11 @@ Ids are ``"0-<n>"`` with ``n`` counting the run's events from 1, the same shape 
 Redis bridge uses, so a client cursor means the same thing on both. Data objects are
 handed to subscribers as published (not copied): do not mutate them afterwards.
 Everything lives on the event loop that uses the bridge.
+
+A run's stream expires like a Redis stream: ``stream_ttl_seconds`` after its last
+publish (a run that never publishes END does not stay forever), the late-subscriber
+window after END, or the delay of ``cleanup``; the last of these calls wins. One timer
+per run carries the expiry; a publish only moves its deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from runstore.streams import (
     StreamEvent,
     StreamGap,
     StreamItem,
+    check_event,
+    check_run_id,
+    check_stream_data,
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
@@ -38,7 +46,9 @@ def _event_id(seq: int) -> str:
 class _Run:
     """One run's stream: the retained events, the END flag and who waits for news."""
 
-    __slots__ = ("buffer", "ended", "last_seq", "news", "published", "removed", "subscribers", "timer")
+    __slots__ = (
+        "buffer", "ended", "expires_at", "last_seq", "news", "published", "removed", "subscribers", "timer",
+    )
 
     def __init__(self, maxsize: int) -> None:
         self.buffer: deque[StreamEvent] = deque(maxlen=maxsize)
@@ -48,6 +58,7 @@ class _Run:
         self.published = False
         self.subscribers = 0
         self.timer: asyncio.TimerHandle | None = None
+        self.expires_at = 0.0  # event-loop time at which the stream is removed (once a timer runs)
         self.news = Notifier()
 
     @property
@@ -80,10 +91,12 @@ class MemoryStreamBridge(StreamBridge):
         queue_maxsize: int = 256,
         heartbeat_interval: float = 15.0,
         late_subscriber_window: float = 60.0,
+        stream_ttl_seconds: float = 86400.0,
     ) -> None:
         self.queue_maxsize = queue_maxsize
         self.heartbeat_interval = resolve_heartbeat(None, heartbeat_interval)
         self.late_subscriber_window = late_subscriber_window
+        self.stream_ttl_seconds = stream_ttl_seconds
         self._runs: dict[str, _Run] = {}
         self._closed = False
 
@@ -96,6 +109,7 @@ class MemoryStreamBridge(StreamBridge):
             queue_maxsize=settings.queue_maxsize,
             heartbeat_interval=settings.heartbeat_interval_seconds,
             late_subscriber_window=settings.late_subscriber_window_seconds,
+            stream_ttl_seconds=settings.stream_ttl_seconds,
         )
 
     # -- publishing ---------------------------------------------------------------
@@ -108,38 +122,45 @@ class MemoryStreamBridge(StreamBridge):
 
     async def publish(self, run_id: str, event: str, data: Any) -> str:
         """Append one event; the oldest retained event is evicted once the buffer is full."""
-        run = self._run(run_id)
+        check_event(event)
+        check_stream_data(data)
+        run = self._run(check_run_id(run_id))
         if run.ended:
             raise StreamEndedError(f"run {run_id!r} already published END; no more events")
         run.last_seq += 1
         item = StreamEvent(_event_id(run.last_seq), event, data)
         run.buffer.append(item)
         run.published = True
+        # Rolling expiry: move the deadline; the run's one timer re-arms when it fires early.
+        loop = asyncio.get_running_loop()
+        run.expires_at = loop.time() + self.stream_ttl_seconds
+        if run.timer is None:
+            run.timer = loop.call_at(run.expires_at, self._expire, run_id, run)
         run.notify()
         return item.id
 
     async def publish_end(self, run_id: str) -> None:
         """Mark the run finished and schedule its removal after the late-subscriber window."""
-        run = self._run(run_id)
+        run = self._run(check_run_id(run_id))
         if run.ended:
             return
         run.ended = True
         run.notify()
-        self._schedule_removal(run_id, run, self.late_subscriber_window)
+        self._expire_after(run_id, run, self.late_subscriber_window)
 
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
         """Remove the run's stream now or after ``delay`` seconds."""
-        run = self._runs.get(run_id)
+        run = self._runs.get(check_run_id(run_id))
         if run is None or not (run.published or run.ended):
             return  # nothing held (subscribers waiting for a run to start keep waiting)
         if delay > 0:
-            self._schedule_removal(run_id, run, delay)
+            self._expire_after(run_id, run, delay)
         else:
             self._remove(run_id, run)
 
     async def stream_exists(self, run_id: str) -> bool:
         """Whether the run published something or END and was not removed yet."""
-        run = self._runs.get(run_id)
+        run = self._runs.get(check_run_id(run_id))
         return run is not None and (run.published or run.ended)
 
     async def close(self) -> None:
@@ -148,11 +169,24 @@ class MemoryStreamBridge(StreamBridge):
         for run_id, run in list(self._runs.items()):
             self._remove(run_id, run)
 
-    def _schedule_removal(self, run_id: str, run: _Run, delay: float) -> None:
-        if run.timer is not None:
-            run.timer.cancel()
+    def _expire_after(self, run_id: str, run: _Run, delay: float) -> None:
+        """Remove the run ``delay`` seconds from now, whatever deadline it had (the last call wins)."""
         loop = asyncio.get_running_loop()
-        run.timer = loop.call_later(max(0.0, delay), self._remove, run_id, run)
+        run.expires_at = loop.time() + max(0.0, delay)
+        if run.timer is not None:
+            if run.timer.when() <= run.expires_at:
+                return  # fires first, then re-arms for the new deadline
+            run.timer.cancel()
+        run.timer = loop.call_at(run.expires_at, self._expire, run_id, run)
+
+    def _expire(self, run_id: str, run: _Run) -> None:
+        """The run's timer fired: remove it, or wait on if a later call moved its deadline."""
+        loop = asyncio.get_running_loop()
+        if run.expires_at > loop.time():
+            run.timer = loop.call_at(run.expires_at, self._expire, run_id, run)
+            return
+        run.timer = None
+        self._remove(run_id, run)
 
     def _remove(self, run_id: str, run: _Run) -> None:
         if run.timer is not None:
@@ -174,7 +208,7 @@ class MemoryStreamBridge(StreamBridge):
     ) -> AsyncIterator[StreamItem]:
         """Replay after ``last_event_id`` (everything retained without one), then follow live."""
         interval = resolve_heartbeat(heartbeat_interval, self.heartbeat_interval)
-        return self._follow(run_id, last_event_id, interval)
+        return self._follow(check_run_id(run_id), last_event_id, interval)
 
     async def _follow(
         self, run_id: str, last_event_id: str | None, interval: float

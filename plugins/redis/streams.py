@@ -34,12 +34,16 @@ import orjson
 from runstore.errors import BackendUnavailableError, ConfigError
 from runstore.streams import (
     END,
+    InvalidStreamInputError,
     Notifier,
     StreamBridge,
     StreamEndedError,
     StreamEvent,
     StreamGap,
     StreamItem,
+    check_event,
+    check_run_id,
+    check_stream_data,
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
@@ -258,8 +262,8 @@ class RedisStreamBridge(StreamBridge):
         )
 
     def key(self, run_id: str) -> bytes:
-        """The Redis key of a run's stream."""
-        return f"{self.prefix}stream:{run_id}".encode()
+        """The Redis key of a run's stream (a run id that is not a non-empty string is refused)."""
+        return f"{self.prefix}stream:{check_run_id(run_id)}".encode()
 
     async def _script(
         self, operation: str, script: _Script, keys: Sequence[Any], args: Sequence[Any], *, write: bool
@@ -282,8 +286,16 @@ class RedisStreamBridge(StreamBridge):
         whose reply was lost raises `BackendUnavailableError` with
         ``write_may_have_happened=True``; it is never sent twice.
         """
-        payload = orjson.dumps(data)
         key = self.key(run_id)
+        check_event(event)
+        check_stream_data(data)
+        try:
+            payload = orjson.dumps(data)
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise InvalidStreamInputError(
+                f"redis stream data must be JSON-serializable (dict, list, str, int within 64 bits, "
+                f"float, bool, None; dataclasses and datetimes too): {exc}"
+            ) from exc
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         item: _Pending = (key, event, payload, future, run_id)
         if self._inflight:

@@ -97,7 +97,7 @@ class MalformedCursorReplays(MemoryStreamBridge):
 class DelayedCleanupSilent(MemoryStreamBridge):
     """A delayed cleanup removes the stream without telling its followers (they wait forever)."""
 
-    def _schedule_removal(self, run_id: str, run: _Run, delay: float) -> None:
+    def _expire_after(self, run_id: str, run: _Run, delay: float) -> None:
         if run.timer is not None:
             run.timer.cancel()
         import asyncio
@@ -114,9 +114,11 @@ class DelayedCleanupSilent(MemoryStreamBridge):
 class CleanupDelayFirstWins(MemoryStreamBridge):
     """cleanup(delay=...) keeps the first scheduled removal; a later call does not replace it."""
 
-    def _schedule_removal(self, run_id: str, run: _Run, delay: float) -> None:
-        if run.timer is None:
-            super()._schedule_removal(run_id, run, delay)
+    def _expire_after(self, run_id: str, run: _Run, delay: float) -> None:
+        scheduled: set[str] = self.__dict__.setdefault("_scheduled", set())
+        if run_id not in scheduled:
+            scheduled.add(run_id)
+            super()._expire_after(run_id, run, delay)
 
 
 @mutant("exists-after-subscriber-left")

@@ -89,6 +89,43 @@ async def test_memory_subscriber_of_unpublished_run_leaves_no_trace() -> None:
     assert not bridge._runs and not await bridge.stream_exists("nothing")
 
 
+async def test_memory_run_that_never_ends_expires_like_a_redis_stream() -> None:
+    from runstore.plugins.memory.streams import MemoryStreamBridge
+
+    bridge = MemoryStreamBridge(heartbeat_interval=0.05, stream_ttl_seconds=0.2)
+    await bridge.publish("abandoned", "values", 1)
+    follower = bridge.subscribe("abandoned")
+    assert (await anext(follower)).data == 1
+    got = [item async for item in follower if item is not HEARTBEAT]
+    assert got == [END], "the expired stream ends its followers, like a cleanup"
+    assert not bridge._runs and not await bridge.stream_exists("abandoned")
+    assert await bridge.publish("abandoned", "values", 2) == "0-1", "the run id is free again"
+    await bridge.close()
+
+
+async def test_memory_expiry_follows_the_last_call() -> None:
+    """Each publish moves the deadline to now + stream_ttl; END and cleanup(delay=) set it too."""
+    from runstore.plugins.memory.streams import MemoryStreamBridge
+
+    loop = asyncio.get_running_loop()
+    bridge = MemoryStreamBridge(stream_ttl_seconds=1000, late_subscriber_window=50)
+    await bridge.publish("r", "values", 1)
+    run = bridge._runs["r"]
+    timer = run.timer
+    before = loop.time()
+    await bridge.publish("r", "values", 2)
+    assert before + 1000 <= run.expires_at <= loop.time() + 1000 and run.timer is timer, (
+        "a publish only moves the deadline of the run's one timer"
+    )
+    await bridge.cleanup("r", delay=5)
+    assert run.expires_at <= loop.time() + 5 and run.timer.when() == run.expires_at
+    await bridge.publish("r", "values", 3)
+    assert run.expires_at >= loop.time() + 999, "a publish after cleanup(delay=) wins, as PEXPIRE does"
+    await bridge.publish_end("r")
+    assert run.expires_at <= loop.time() + 50, "END leaves the late-subscriber window"
+    await bridge.close()
+
+
 # -- redis ----------------------------------------------------------------------------
 
 
