@@ -93,7 +93,10 @@ def write_batch(conn: sqlite3.Connection, ops: Sequence[WriteOp]) -> list[Outcom
 
 
 def read_tx(conn: sqlite3.Connection, body: Callable[[], R]) -> R:
-    """Run ``body`` in a deferred transaction, so its statements see one snapshot."""
+    """Run ``body`` in a deferred transaction, so its statements see one snapshot
+    (inside an open transaction, in that one)."""
+    if conn.in_transaction:
+        return body()
     conn.execute("BEGIN")
     try:
         return body()
@@ -154,7 +157,7 @@ def get(
         if prefetch and (missing := _prefetch_channels(record)):
             # LangGraph asks for exactly these channels' history right after loading
             # the checkpoint; answering it in this hop saves a second one.
-            history = (missing, delta_rows(conn, thread_id, ns, record[2], missing))
+            history = (missing, delta(conn, thread_id, ns, record[2], missing))
         return fetched, history
 
     return read_tx(conn, body)
@@ -186,29 +189,6 @@ def list_page(
     return read_tx(conn, body)
 
 
-def delta_rows(
-    conn: sqlite3.Connection,
-    thread_id: str,
-    ns: str,
-    checkpoint_id: str | None,
-    channels: list[str],
-) -> list[tuple[Any, ...]]:
-    """`codec.HistoryRow`s of the delta history of ``channels`` at the checkpoint."""
-    rows: list[tuple[Any, ...]] = []
-    for start in range(0, len(channels), sql.MAX_MASK_CHANNELS):
-        chunk = channels[start : start + sql.MAX_MASK_CHANNELS]
-        params = {
-            "channels": orjson.dumps(chunk).decode(),
-            "thread_id": thread_id,
-            "ns": ns,
-            "checkpoint_id": checkpoint_id,
-            "full": (1 << len(chunk)) - 1,
-            "max_depth": sql.MAX_DEPTH,
-        }
-        rows.extend(conn.execute(sql.DELTA_SQL, params).fetchall())
-    return rows
-
-
 def delta(
     conn: sqlite3.Connection,
     thread_id: str,
@@ -216,10 +196,25 @@ def delta(
     checkpoint_id: str | None,
     channels: list[str],
 ) -> list[tuple[Any, ...]]:
-    """`delta_rows`, in one read transaction when it takes more than one statement."""
-    if len(channels) <= sql.MAX_MASK_CHANNELS:
-        return delta_rows(conn, thread_id, ns, checkpoint_id, channels)
-    return read_tx(conn, lambda: delta_rows(conn, thread_id, ns, checkpoint_id, channels))
+    """`codec.HistoryRow`s of the delta history of ``channels`` at the checkpoint (the
+    latest without ``checkpoint_id``): one statement per 62 channels, one snapshot."""
+
+    def body() -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        for start in range(0, len(channels), sql.MAX_MASK_CHANNELS):
+            chunk = channels[start : start + sql.MAX_MASK_CHANNELS]
+            params = {
+                "channels": orjson.dumps(chunk).decode(),
+                "thread_id": thread_id,
+                "ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "full": (1 << len(chunk)) - 1,
+                "max_depth": sql.MAX_DEPTH,
+            }
+            rows.extend(conn.execute(sql.DELTA_SQL, params).fetchall())
+        return rows
+
+    return read_tx(conn, body)
 
 
 # --- writes (run inside `write_batch`) --------------------------------------------
