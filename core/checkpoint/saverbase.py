@@ -96,6 +96,14 @@ def checked_text(value: Any, field: str, *, empty_ok: bool = False) -> str:
 def check_channels(versions: Mapping[str, Any], where: str) -> None:
     """Check the channel names and text versions of ``versions``: no NUL, no lone
     surrogate (`checked_text`; empty names and versions are allowed)."""
+    try:
+        # Every put checks a dozen names: one pass over their concatenation settles the
+        # usual case (ASCII without NUL); anything else is checked name by name.
+        joined = "".join(versions) + "".join(v for v in versions.values() if isinstance(v, str))
+    except TypeError:  # a non-str channel name
+        joined = None
+    if joined is not None and joined.isascii() and "\x00" not in joined:
+        return
     for channel, version in versions.items():
         checked_text(channel, f"a channel name in {where}", empty_ok=True)
         if isinstance(version, str):

@@ -145,3 +145,23 @@ def test_metadata_no_saver_can_store_is_refused(metadata: dict[str, Any], refuse
             codec.metadata_text(metadata)
     else:
         assert codec.metadata_text(metadata).startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("versions", "bad"),
+    [
+        ({"messages": "0001.5", "é": "2"}, None),
+        ({"a\x00": "1"}, "channel name"),
+        ({"é\ud800": "1"}, "channel name"),
+        ({"a": "1\x00"}, "version of channel 'a'"),
+        ({"a": 3, "b": 4.5}, None),
+    ],
+)
+def test_check_channels(versions: dict[str, Any], bad: str | None) -> None:
+    from runstore.checkpoint.saverbase import check_channels
+
+    if bad is None:
+        check_channels(versions, "channel_versions")
+    else:
+        with pytest.raises(InvalidSaverInputError, match=bad):
+            check_channels(versions, "channel_versions")
