@@ -9,14 +9,23 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .errors import RunstoreError
 from .urls import redact
 
-# Tables stay readable when piped: rich would otherwise wrap them to 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
+# Tables stay readable when piped: rich would otherwise wrap them to 80 columns. Markup
+# and emoji codes are off: every string is printed as it is (an install hint such as
+# 'runstore[postgres]', a test id such as test_x[memory], a path with :memory:);
+# styled parts are `Text` objects built with `styled`.
+console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Literal text with styled pieces: ``styled(("FAILED", "red"), " ", nodeid)``."""
+    return Text.assemble(*parts)
 
 
 def _emit_json(data: Any) -> None:
@@ -63,10 +72,15 @@ def backends(as_json: bool) -> None:
         _emit_json({"backends": rows, "settings": sections})
         return
     table = Table(title="runstore backends", show_lines=False)
-    for column in ("kind", "name", "schemes", "capabilities", "plugin", "driver"):
+    for column in ("kind", "name", "schemes", "capabilities", "plugin"):
         table.add_column(column)
+    table.add_column("driver", no_wrap=True)  # an install command stays on one line
     for row in rows:
-        driver = "[green]installed[/]" if row["driver_installed"] else f"[red]missing[/]: {row['install']}"
+        driver = (
+            styled(("installed", "green"))
+            if row["driver_installed"]
+            else styled(("missing", "red"), f": {row['install']}")
+        )
         table.add_row(
             row["kind"],
             row["name"],
@@ -181,11 +195,11 @@ def check(
 
         err_console.print(f"runstore check: {shown}")
         with Progress(
-            TextColumn("[bold]conformance"),
+            TextColumn("conformance", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             console=err_console,
             transient=False,
         ) as progress:
@@ -196,7 +210,7 @@ def check(
                 if record is not None:
                     label = f"{record.get('kind') or ''}:{record.get('backend') or ''} {record['suite']}"
                     if record["outcome"] == "failed":
-                        progress.console.print(f"[red]FAILED[/] {record['nodeid']}")
+                        progress.console.print(styled(("FAILED", "red"), f" {record['nodeid']}"))
                 progress.update(task, completed=done, total=total or None, description=label)
 
             result = run_suite(
@@ -222,14 +236,14 @@ def _print_matrix(result: Any) -> None:
         table.add_column(suite, justify="center")
     style = {"passed": "green", "failed": "red", "skipped": "yellow"}
     for backend in sorted(matrix):
-        cells = []
+        cells: list[str | Text] = []
         for suite in suites:
             cell = matrix[backend].get(suite)
             if cell is None:
                 cells.append("")
                 continue
             text = f"{cell.counts['passed'] + cell.counts['xfailed']}/{cell.counts['failed'] + cell.counts['xpassed']}/{cell.counts['skipped']}"
-            cells.append(f"[{style[cell.status]}]{text}[/]")
+            cells.append(styled((text, style[cell.status])))
         table.add_row(backend, result.level(backend), *cells)
     console.print(table)
     reasons: dict[str, int] = {}
@@ -238,13 +252,15 @@ def _print_matrix(result: Any) -> None:
             for reason, count in cell.skip_reasons.items():
                 reasons[reason] = reasons.get(reason, 0) + count
     for reason, count in sorted(reasons.items()):
-        console.print(f"[yellow]skipped[/] x{count}: {reason}")
+        console.print(styled(("skipped", "yellow"), f" x{count}: {reason}"))
     for row in matrix.values():
         for cell in row.values():
             for failure in cell.failures:
-                console.print(f"[red]FAILED[/] {failure['nodeid']}\n    {failure.get('message') or ''}")
-    verdict = "[green]all conformance tests passed[/]" if result.ok else "[red]conformance failures[/]"
-    console.print(f"{result.collected} tests: {verdict}")
+                console.print(
+                    styled(("FAILED", "red"), f" {failure['nodeid']}\n    {failure.get('message') or ''}")
+                )
+    verdict = ("all conformance tests passed", "green") if result.ok else ("conformance failures", "red")
+    console.print(styled(f"{result.collected} tests: ", verdict))
 
 
 @main.command("new-plugin")
@@ -283,7 +299,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except RunstoreError as exc:
-        err_console.print(f"[red]error:[/] {redact(str(exc))}")
+        err_console.print(styled(("error:", "red"), f" {redact(str(exc))}"))
         sys.exit(2)
 
 

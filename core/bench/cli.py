@@ -79,7 +79,7 @@ class RichReporter(Reporter):
     def __init__(self, quiet: bool = False) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, markup=False, emoji=False)
         self.quiet = quiet
         self._progress: Any = None
         self._task: Any = None
@@ -96,11 +96,11 @@ class RichReporter(Reporter):
         if self.quiet:
             return
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"),
+            TextColumn("{task.fields[last]}", markup=False),
             console=self.console,
             transient=False,
         )
@@ -126,11 +126,10 @@ class RichReporter(Reporter):
             self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
 
     def warn(self, message: str) -> None:
-        from rich.markup import escape
-
+        from ..cli import styled
         from ..urls import redact
 
-        self.console.print(f"[yellow]warning:[/yellow] {escape(redact(message))}", highlight=False)
+        self.console.print(styled(("warning:", "yellow"), f" {redact(message)}"), highlight=False)
 
     def stop(self) -> None:
         if self._progress is not None:
@@ -149,7 +148,9 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 200))
+    from ..cli import styled
+
+    console = Console(width=max(Console().width, 200), markup=False, emoji=False)
     for title, entries, columns in (
         ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
         ("events / streams", summary.measurements, MEASUREMENT_COLUMNS),
@@ -163,9 +164,9 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
         for r in rows:
             table.add_row(*r)
         console.print(table)
-    err = Console(stderr=True)
+    err = Console(stderr=True, markup=False, emoji=False)
     for warning in summary.warnings:
-        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        err.print(styled(("warning:", "yellow"), f" {warning}"), highlight=False)
 
 
 def _finish(outcome: Outcome, *, as_json: bool) -> None:

@@ -61,18 +61,28 @@ class SqliteDialect(SqlDialect):
             await conn.execution_options(**{WRITE_OPTION: False})
 
 
+def database_path(url: BackendURL) -> Path:
+    """The absolute path of the sqlite file ``url`` names; `InvalidURLError` if it names none.
+
+    ``sqlite:///:memory:`` is refused rather than read as a file named ``:memory:``: the
+    stores on one file share it through several connections, and SQLite gives each
+    connection its own private in-memory database. ``memory://`` is the in-process backend.
+    """
+    path = url.file_path()
+    if path is None or path.name == ":memory:":
+        raise InvalidURLError(
+            f"{url} names no file; use sqlite:///relative/path.db or sqlite:////absolute/path.db "
+            "(sqlite's :memory: database is not supported: use memory:// for in-process stores)"
+        )
+    return path.expanduser().resolve()
+
+
 def engine_key(url: BackendURL) -> tuple[str, str]:
     """The `BackendOptions.shared` key of the engine for ``url``: the absolute file path.
 
     Two spellings of one file (relative, absolute) share one engine and pool.
     """
-    path = url.file_path()
-    if path is None:
-        raise InvalidURLError(
-            f"{url} names no file; use sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db (memory:// is the in-memory backend)"
-        )
-    return ("sqlalchemy-engine", "sqlite:///" + str(path.expanduser().resolve()))
+    return ("sqlalchemy-engine", "sqlite:///" + str(database_path(url)))
 
 
 async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine:

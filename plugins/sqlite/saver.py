@@ -143,22 +143,16 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
     ) -> SqliteSaver:
         """Open (creating or upgrading the schema) the saver for ``url``; closed with ``options``."""
-        from runstore.errors import InvalidURLError
-
-        from .engine import shared_engine, sqlite_write_lock
+        from .engine import database_path, shared_engine, sqlite_write_lock
         from .settings import SqliteSettings
 
         url.check_options(frozenset())
-        path = url.file_path()
-        if path is None:
-            raise InvalidURLError(
-                f"{url} names no file; use sqlite:///relative/app.db or sqlite:////abs/app.db"
-            )
+        path = database_path(url)
         engine = await shared_engine(url, options)
         await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
         cfg = options.settings.section(SqliteSettings)
         saver = cls(
-            path=path.expanduser().resolve(),
+            path=path,
             serde=serde,
             synchronous=cfg.synchronous,
             busy_timeout_ms=cfg.busy_timeout_ms,

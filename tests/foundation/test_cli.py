@@ -8,6 +8,9 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import runstore
 
@@ -124,3 +127,91 @@ def test_check_rejects_unknown_kind_prefix(tmp_path: Path) -> None:
     out = _runstore("check", "sewers=memory://", cwd=tmp_path)
     assert out.returncode == 2
     assert "unknown kind(s) ['sewers']" in out.stderr
+
+
+# -- every message keeps its square brackets (rich markup is off) ----------------------
+
+MISSING_DRIVER_PLUGIN = '''
+import runstore
+from runstore.plugins.memory.events import MemoryEventStore
+
+
+async def _open(url, options):
+    return MemoryEventStore()
+
+
+@runstore.hookimpl
+def runstore_register_event_stores(registry):
+    registry.add("bracketed", schemes=["bracketed"], factory=_open, drivers=["runstore_no_such_driver"],
+                 extra="bracketed")
+'''
+
+
+def _in_process(*args: str) -> tuple[int, str]:
+    """Run the CLI in this process (so test plugins registered here are seen); exit code and output."""
+    from click.testing import CliRunner
+
+    from runstore import cli
+
+    result = CliRunner().invoke(cli.main, list(args))
+    return result.exit_code, result.output
+
+
+def test_backends_table_prints_install_hints_with_brackets(tmp_path: Path) -> None:
+    from runstore import loader
+
+    module = tmp_path / "bracketed_plugin.py"
+    module.write_text(MISSING_DRIVER_PLUGIN)
+    loader.register_plugin_spec(str(module))
+    try:
+        code, out = _in_process("backends")
+    finally:
+        loader.unregister_plugin("bracketed_plugin")
+        loader.reset()
+    assert code == 0, out
+    assert "pip install 'runstore[bracketed]'" in out
+
+
+def test_new_plugin_messages_keep_brackets(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runstore", "new-plugin", "acme", "--directory", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pip install -e '.[test]' && runstore check acme://" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "runstore", "new-plugin", "Bad-Name", "--directory", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert bad.returncode == 2
+    assert "([a-z][a-z0-9_]*)" in bad.stderr
+
+
+def test_errors_keep_brackets(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from runstore import cli
+    from runstore.errors import MissingDriverError
+
+    def fail(**_: Any) -> None:
+        raise MissingDriverError("postgres", "asyncpg", "postgres")
+
+    monkeypatch.setattr(cli, "main", fail)
+    with pytest.raises(SystemExit) as exited:
+        cli.run()
+    assert exited.value.code == 2
+    assert "pip install 'runstore[postgres]'" in capsys.readouterr().err
+
+
+def test_check_failures_keep_test_ids_with_brackets(tmp_path: Path) -> None:
+    plugin = tmp_path / "forgetful_plugin.py"
+    plugin.write_text(textwrap.dedent(FORGETFUL_SAVER))
+    out = _runstore("check", "forgetful://", "--plugin", str(plugin), "-k", "roundtrip", cwd=tmp_path)
+    assert out.returncode == 1
+    # The failure lines name the parametrized test ids whole, brackets included.
+    assert "[forgetful]" in out.stdout and "FAILED" in out.stdout
+
+
+def test_python_dash_m_runstore(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "runstore", "--version"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"runstore, version {runstore.__version__}"

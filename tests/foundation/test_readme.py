@@ -65,3 +65,25 @@ def test_readme_plugin_example_is_selectable(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "AcmeEventStore"
+
+
+def test_readme_plugin_example_passes_runstore_check(tmp_path: Path) -> None:
+    """The example plugin, as the README shows it, passes the conformance suite."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    plugin = next(b for b in _python_blocks() if "runstore_register_event_stores" in b)
+    (tmp_path / "acme_runstore").mkdir()
+    (tmp_path / "acme_runstore" / "__init__.py").write_text(plugin)
+    out = subprocess.run(
+        [sys.executable, "-m", "runstore", "check", "acme://", "--plugin", "acme_runstore", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["ok"] is True
+    suites = result["backends"]["events:acme"]["suites"]
+    assert sum(s["passed"] for s in suites.values()) >= 50

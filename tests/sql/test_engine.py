@@ -52,6 +52,24 @@ def test_sqlite_without_path_is_a_clear_error() -> None:
         sqlite_engine.engine_key(BackendURL.parse("sqlite://"))
 
 
+@pytest.mark.parametrize("kind", ["checkpointer", "events", "runs"])
+async def test_sqlite_memory_database_is_a_clear_error_and_creates_no_file(tmp_path, monkeypatch, kind) -> None:
+    import runstore
+
+    monkeypatch.chdir(tmp_path)
+    urls = {"checkpointer": "memory://", "events": "memory://", "runs": "memory://",
+            kind: "sqlite:///:memory:"}
+    from runstore.checkpoint.modes import reset_checkpoint_mode_for_tests
+
+    try:
+        with pytest.raises(InvalidURLError, match="memory:// for in-process"):
+            async with runstore.open(**urls):
+                pass
+    finally:
+        reset_checkpoint_mode_for_tests()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_postgres_key_keeps_schema_only() -> None:
     a = postgres_engine.engine_key(BackendURL.parse("postgresql://u:pw@h:5432/db?schema=a"))
     b = postgres_engine.engine_key(BackendURL.parse("postgres://u:pw@h:5432/db?schema=b"))
