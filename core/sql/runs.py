@@ -22,11 +22,10 @@ Schema (component ``runs``, versioned by `runstore.sql.migrations`):
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -500,28 +499,6 @@ def delete_script(run_id: str, now: int, postgres: bool) -> Script[bool]:
 # -- drivers and the store ----------------------------------------------------------------
 
 
-async def settle(awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable`` to its end in its own task, even if the caller is cancelled.
-
-    A cancellation of the caller is re-raised once the task has finished, so when this
-    returns or raises, the operation is over (committed or rolled back).
-    """
-    task = asyncio.ensure_future(awaitable)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
-
-
-
 class RunDriver(ABC):
     """Runs scripts on one database: writes in one transaction each, reads as they come.
 
@@ -680,5 +657,4 @@ __all__ = [
     "record",
     "run_script",
     "run_script_in_transaction",
-    "settle",
 ]

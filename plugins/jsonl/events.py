@@ -30,6 +30,7 @@ try:  # POSIX; elsewhere crash recovery of batches is skipped
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
+from runstore.cancellation import settle
 from runstore.errors import InvalidURLError
 from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, Page, RunEventStore
 from runstore.identity import message_identity
@@ -240,19 +241,7 @@ class JsonlEventStore(RunEventStore):
         async with contextlib.AsyncExitStack() as stack:
             for lock in locks:
                 await stack.enter_async_context(lock)
-            future = asyncio.ensure_future(asyncio.to_thread(fn))
-            cancelled = False
-            while True:
-                try:
-                    result = await asyncio.shield(future)
-                    break
-                except asyncio.CancelledError:
-                    if future.done():
-                        raise
-                    cancelled = True
-            if cancelled:
-                raise asyncio.CancelledError
-            return result
+            return await settle(asyncio.to_thread(fn))
 
     # -- disk helpers (worker thread) -----------------------------------------------
 

@@ -20,12 +20,13 @@ from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
 from runstore.sql.dialect import driver_connection
 from runstore.sql.migrations import ensure_schema
-from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDriver, Script, SqlRunStore, settle
+from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
 from .engine import POSTGRES, SCHEMES, shared_engine

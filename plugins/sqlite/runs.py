@@ -7,7 +7,7 @@ IMMEDIATE`` ... ``COMMIT`` (after queueing on the engine's in-process write lock
 with the saver and the event store), so every writer of every process is serialized
 and each operation is all-or-nothing. A caller cancelled meanwhile does not stop the
 call: it commits or rolls back as a whole on the worker thread, and the cancelled
-caller returns (still holding the write lock) once it has (`runstore.sql.runs.settle`).
+caller returns (still holding the write lock) once it has (`runstore.cancellation.settle`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, InvalidURLError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
@@ -29,7 +30,6 @@ from runstore.sql.runs import (
     Script,
     SqlRunStore,
     run_script,
-    settle,
 )
 from runstore.urls import BackendURL
 
