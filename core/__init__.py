@@ -94,6 +94,12 @@ _EXPORTS: dict[str, str] = {
     "CheckpointModeMismatchError": ".errors",
     "CheckpointModeReconfigurationError": ".errors",
     "SyncCallOnEventLoopError": ".errors",
+    "InvalidSaverInputError": ".errors",
+    "InvalidCursorError": ".errors",
+    "ThreadDeletedError": ".errors",
+    # the thread index
+    "ThreadInfo": ".checkpoint.threads",
+    "ThreadPage": ".checkpoint.threads",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -114,6 +120,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .capabilities import CAPABILITIES, Kind
+    from .checkpoint.threads import ThreadInfo, ThreadPage
     from .errors import (
         BackendNotFoundError,
         BackendUnavailableError,
@@ -123,12 +130,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         ConfigError,
         DuplicateBackendError,
         IncompleteMessageRunLookupError,
+        InvalidCursorError,
+        InvalidSaverInputError,
         InvalidURLError,
         MissingDriverError,
         OwnerContextMissingError,
         PluginError,
         RunstoreError,
         SyncCallOnEventLoopError,
+        ThreadDeletedError,
     )
     from .events import EventRecord, RunEventStore
     from .hookspecs import hookimpl, hookspec

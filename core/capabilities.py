@@ -26,6 +26,8 @@ CAPABILITIES: dict[str, str] = {
     "delete_for_runs": "saver implements adelete_for_runs/delete_for_runs",
     "delta_history": "saver overrides the delta-history walk natively",
     "sync_api": "saver implements the synchronous twins of its async methods",
+    "thread_index": "saver keeps a per-thread record with its writes: get_thread/list_threads "
+    "(filters, status, keyset cursors), and a deletion tombstone that refuses late writes",
     "replay": "stream bridge replays retained events to late subscribers",
 }
 

@@ -127,3 +127,25 @@ class SyncCallOnEventLoopError(RunstoreError, RuntimeError):
 class InvalidSaverInputError(RunstoreError, ValueError):
     """A checkpoint saver call got an id or value no saver can store; the message names
     the field and what is accepted. Nothing was written."""
+
+
+class InvalidCursorError(InvalidSaverInputError):
+    """A ``list_threads`` cursor is malformed or was made for another ordering."""
+
+
+class ThreadDeletedError(RunstoreError):
+    """A write continued a thread that was deleted (a late write), so it was refused.
+
+    The deleted thread's tombstone keeps such writes from bringing it back; a new
+    history on the same thread id starts with a checkpoint that has no parent.
+    """
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} was deleted; this write continues its deleted history and "
+            "was refused (start the thread again with a checkpoint that has no parent)"
+        )
+
+    def __reduce__(self) -> tuple[type[ThreadDeletedError], tuple[str]]:
+        return (type(self), (self.thread_id,))

@@ -63,7 +63,14 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory=_open_saver,
-        capabilities=["copy_thread", "prune", "delete_for_runs", "delta_history", "sync_api"],
+        capabilities=[
+            "copy_thread",
+            "prune",
+            "delete_for_runs",
+            "delta_history",
+            "sync_api",
+            "thread_index",
+        ],
         description="in-process checkpoint saver",
     )
 

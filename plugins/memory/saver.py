@@ -14,7 +14,7 @@ import builtins
 import functools
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +49,18 @@ from runstore.checkpoint.saverbase import (
     reconstruction_ancestors,
     write_slot,
 )
+from runstore.checkpoint.threads import (
+    Removed,
+    ThreadInfo,
+    ThreadPage,
+    clock_micros,
+    next_cursor,
+    status_of,
+    thread_info,
+    thread_query,
+)
+from runstore.errors import ThreadDeletedError
+from runstore.runs import Clock, system_clock
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -84,6 +96,30 @@ class _Entry:
     # The metadata as the SQL savers store it (JSON form), for filters and the
     # delta counters (`saverbase.delta_channels`).
     stored_metadata: dict[str, Any] = field(default_factory=dict)
+    # The saver's clock at the first put of this id (microseconds since the epoch).
+    created_at: int = 0
+    # What the entry holds, as `ThreadInfo.bytes` counts it (record and metadata).
+    size: int = 0
+
+
+@dataclass
+class _Record:
+    """A thread's index record; counts, latest checkpoint and status are read from the
+    namespaces when asked (nothing here can fall behind them)."""
+
+    created_at: int
+    updated_at: int
+    touched_at: int
+    retention: dict[str, Any] | None = None
+    swept_at: int | None = None
+    sweep_after: int | None = None
+    fence: int = 0
+    deleted_at: int | None = None
+
+    def restart(self, now: int) -> None:
+        """Begin a new history after a tombstone (only ``fence`` survives)."""
+        self.created_at = self.updated_at = self.touched_at = now
+        self.retention = self.swept_at = self.sweep_after = self.deleted_at = None
 
 
 @dataclass
@@ -171,6 +207,8 @@ class _Namespace:
                     stored_metadata=e.stored_metadata,
                     parent=e.parent,
                     run_id=e.run_id,
+                    created_at=e.created_at,
+                    size=e.size,
                 )
                 for cid, e in self.entries.items()
             },
@@ -197,9 +235,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
     """In-process LangGraph checkpoint saver with copy, prune, delete-for-runs and a native
     delta-history walk. Sync twins are safe on any thread (nothing here blocks)."""
 
+    #: The thread index's clock (created/updated times); tests set a `ManualClock`.
+    clock: Clock = staticmethod(system_clock)
+
     def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self._threads: dict[str, dict[str, _Namespace]] = {}
+        self._records: dict[str, _Record] = {}
         self._lock = threading.RLock()
 
     @classmethod
@@ -213,6 +255,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
     async def aclose(self) -> None:
         """Drop everything stored."""
         self._threads.clear()
+        self._records.clear()
 
     # ------------------------------------------------------------------ helpers
 
@@ -342,9 +385,11 @@ class MemorySaver(BaseCheckpointSaver[str]):
         )
         full_metadata = get_checkpoint_metadata(config, metadata)
         # Raises for metadata JSON cannot hold, before anything is stored.
-        stored_metadata = orjson.loads(
-            codec.metadata_text(codec.merged_metadata(config, metadata))
-        )
+        metadata_text = codec.metadata_text(codec.merged_metadata(config, metadata))
+        stored_metadata = orjson.loads(metadata_text)
+        now = clock_micros(self.clock)
+        record = self._touch(thread_id, now, starts=parent is None)
+        record.updated_at = max(record.updated_at, now)
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         values = checkpoint.get("channel_values") or {}
         dumps = self.serde.dumps_typed
@@ -362,7 +407,9 @@ class MemorySaver(BaseCheckpointSaver[str]):
             ):
                 ns.blobs[(channel, version)] = dumps(value)
         run_id = stored_metadata.get("run_id")
+        previous = ns.entries.get(checkpoint_id)
         ns.add_id(checkpoint_id)
+        record_bytes = dumps(skeleton)
         ns.entries[checkpoint_id] = _Entry(
             skeleton=skeleton,
             versions=skeleton["channel_versions"],
@@ -370,6 +417,8 @@ class MemorySaver(BaseCheckpointSaver[str]):
             parent=parent,
             run_id=None if run_id is None else str(run_id),
             stored_metadata=stored_metadata,
+            created_at=now if previous is None else previous.created_at,
+            size=len(record_bytes[1]) + len(metadata_text),
         )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
@@ -385,6 +434,9 @@ class MemorySaver(BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns, checkpoint_id, task_id, task_path = check_put_writes(
             config, writes, task_id, task_path
         )
+        if not writes:
+            return
+        self._touch(thread_id, clock_micros(self.clock), starts=False)
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         stored = ns.writes.get(checkpoint_id)
         if stored is None:
@@ -401,10 +453,40 @@ class MemorySaver(BaseCheckpointSaver[str]):
         if changed:
             stored._sorted = None
 
+    def _touch(self, thread_id: str, now: int, *, starts: bool) -> _Record:
+        """The thread's record for a write at ``now``; a write that does not start a
+        history (``starts``: a put without a parent) on a deleted thread is refused."""
+        record = self._records.get(thread_id)
+        if record is None:
+            record = self._records[thread_id] = _Record(now, now, now)
+        elif record.deleted_at is not None:
+            if not starts:
+                raise ThreadDeletedError(thread_id)
+            record.restart(now)
+        record.touched_at = max(record.touched_at, now)
+        return record
+
     @_locked
     def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint and write of ``thread_id``."""
-        self._threads.pop(checked_text(thread_id, "thread_id"), None)
+        """Delete every checkpoint and write of ``thread_id``; the thread keeps a tombstone
+        that refuses late writes."""
+        self._purge([checked_text(thread_id, "thread_id")], dry_run=False)
+
+    def _purge(self, thread_ids: Sequence[str], *, dry_run: bool) -> Removed:
+        now = clock_micros(self.clock)
+        removed = Removed()
+        for thread_id in thread_ids:
+            namespaces = self._threads.get(thread_id, {})
+            live = self._info(thread_id) is not None
+            removed += Removed(int(live)) + _footprint(namespaces.values())
+            if dry_run:
+                continue
+            self._threads.pop(thread_id, None)
+            record = self._records.get(thread_id)
+            if record is not None:
+                record.restart(now)
+                record.deleted_at = now
+        return removed
 
     @_locked
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -414,6 +496,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
         target_id = checked_text(target_thread_id, "target_thread_id")
         if not source:
             return
+        now = clock_micros(self.clock)
+        record = self._records.get(target_id)
+        if record is None or record.deleted_at is not None:
+            self._records[target_id] = _Record(now, now, now, fence=record.fence if record else 0)
+        else:
+            record.updated_at = max(record.updated_at, now)
+            record.touched_at = max(record.touched_at, now)
         target = self._threads.setdefault(target_id, {})
         for checkpoint_ns, ns in source.items():
             clone = ns.copy()
@@ -435,7 +524,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
         check_prune_strategy(strategy)
         for thread_id in checked_ids(thread_ids, "thread_ids"):
             if strategy == "delete":
-                self._threads.pop(thread_id, None)
+                self._purge([thread_id], dry_run=False)
                 continue
             for ns in self._threads.get(thread_id, {}).values():
                 latest = ns.latest()
@@ -517,6 +606,101 @@ class MemorySaver(BaseCheckpointSaver[str]):
             result[ch] = history
         return result
 
+    # ------------------------------------------------------------------ thread index
+
+    def _info(self, thread_id: str) -> ThreadInfo | None:
+        """The thread's `ThreadInfo`, computed from its namespaces (``None``: not live)."""
+        record = self._records.get(thread_id)
+        namespaces = self._threads.get(thread_id)
+        if record is None or record.deleted_at is not None or not namespaces:
+            return None
+        checkpoints = sum(len(ns.entries) for ns in namespaces.values())
+        if not checkpoints:
+            return None
+        root = namespaces.get("")
+        head = root.latest() if root is not None else None
+        metadata: dict[str, Any] = {}
+        status = "idle"
+        if root is not None and head is not None:
+            metadata = root.entries[head].stored_metadata
+            head_writes = root.writes.get(head)
+            if head_writes is not None:
+                status = status_of(w[1] for w in head_writes.by_key.values())
+        footprint = _footprint(namespaces.values())
+        return thread_info(
+            thread_id,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            touched_at=record.touched_at,
+            latest_checkpoint_id=head,
+            checkpoints=checkpoints,
+            writes=footprint.writes,
+            bytes=footprint.bytes,
+            status=status,
+            metadata=metadata,
+            retention=record.retention,
+        )
+
+    @_locked
+    def get_thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread's index record, or ``None`` if it has no checkpoint (or was deleted)."""
+        return self._info(checked_text(thread_id, "thread_id"))
+
+    @_locked
+    def list_threads(
+        self,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        order_by: str = "updated_at",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ThreadPage:
+        """One page of threads, newest first by ``order_by`` (docs/threads.md)."""
+        query = thread_query(
+            filter=filter,
+            status=status,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            order_by=order_by,
+            limit=limit,
+            cursor=cursor,
+        )
+        keyed: list[tuple[tuple[int, str], str]] = []
+        for thread_id, record in self._records.items():
+            if record.deleted_at is not None:
+                continue
+            if query.updated_after is not None and record.updated_at <= query.updated_after:
+                continue
+            if query.updated_before is not None and record.updated_at >= query.updated_before:
+                continue
+            key = (record.updated_at if order_by == "updated_at" else record.created_at, thread_id)
+            if query.after is not None and key >= query.after:
+                continue
+            keyed.append((key, thread_id))
+        keyed.sort(reverse=True)
+        threads: list[ThreadInfo] = []
+        for _, thread_id in keyed:
+            info = self._info(thread_id)
+            if info is None or (query.status is not None and info.status != query.status):
+                continue
+            if not metadata_matches(info.metadata, query.terms):
+                continue
+            threads.append(info)
+            if len(threads) == query.limit:
+                break
+        return ThreadPage(threads, next_cursor(query, threads))
+
+    async def aget_thread(self, thread_id: str) -> ThreadInfo | None:
+        """Async `get_thread`."""
+        return self.get_thread(thread_id)
+
+    async def alist_threads(self, **kwargs: Any) -> ThreadPage:
+        """Async `list_threads` (same keyword arguments)."""
+        return self.list_threads(**kwargs)
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A string version: a zero-padded counter (orders versions) plus a random tail."""
         if current is None:
@@ -587,3 +771,19 @@ class MemorySaver(BaseCheckpointSaver[str]):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async `get_delta_channel_history`."""
         return self.get_delta_channel_history(config=config, channels=channels)
+
+
+def _footprint(namespaces: Iterable[_Namespace]) -> Removed:
+    """The rows and bytes namespaces hold, counted as the SQL savers count them."""
+    checkpoints = writes = blobs = size = 0
+    for ns in namespaces:
+        checkpoints += len(ns.entries)
+        size += sum(e.size for e in ns.entries.values())
+        for stored in ns.writes.values():
+            writes += len(stored.by_key)
+            size += sum(len(w[2][1]) for w in stored.by_key.values())
+        for blob in ns.blobs.values():
+            if blob is not None:
+                blobs += 1
+                size += len(blob[1])
+    return Removed(0, checkpoints, writes, blobs, size)

@@ -65,6 +65,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "delete_for_runs",
             "delta_history",
             "sync_api",
+            "thread_index",
         ],
         drivers=DRIVERS,
         extra="postgres",

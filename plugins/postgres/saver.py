@@ -18,6 +18,7 @@ Design notes and measurements: docs/savers.md, section "PostgreSQL".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -46,6 +47,17 @@ from runstore.checkpoint.saverbase import (
     history_channels,
     run_sync,
 )
+from runstore.checkpoint.threads import (
+    Removed,
+    ThreadInfo,
+    ThreadPage,
+    clock_micros,
+    next_cursor,
+    thread_info,
+    thread_query,
+)
+from runstore.errors import ThreadDeletedError
+from runstore.runs import Clock, system_clock
 from runstore.urls import BackendURL
 
 from . import sql
@@ -63,9 +75,6 @@ R = TypeVar("R")
 
 __all__ = ["COMPONENT", "SCHEMA_MIGRATIONS", "PostgresSaver"]
 
-#: The transaction of prune and delete_for_runs: one snapshot for the decision and the deletes.
-_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-
 
 class PostgresSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoint saver on PostgreSQL (asyncpg), delta-safe, with sync twins.
@@ -74,6 +83,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
     called from a thread other than the one running the saver's event loop.
     """
 
+    #: The thread index's clock (created/updated times); tests set a `ManualClock`.
+    clock: Clock = staticmethod(system_clock)
     #: Leased connections kept between calls (each counts against the shared pool).
     MAX_IDLE_CONNECTIONS = 3
     #: Blob keys (thread, ns, channel, version) known to be stored, for carried values.
@@ -149,12 +160,12 @@ class PostgresSaver(BaseCheckpointSaver[str]):
     # -- helpers -----------------------------------------------------------------
 
     async def _delete(
-        self, fn: Callable[[Any], Coroutine[Any, Any, None]], operation: str, begin: str | None = None
-    ) -> None:
+        self, fn: Callable[[Any], Coroutine[Any, Any, R]], operation: str, begin: str | None = None
+    ) -> R:
         """Run a deleting write (idempotent) and forget the blobs known to be stored."""
         try:
             with self._prefetch.writing():
-                await self._leases.run(
+                return await self._leases.run(
                     fn, operation=operation, write=True, idempotent=True, begin=begin
                 )
         finally:
@@ -293,9 +304,14 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             [b.type for b in carried],
             [b.blob for b in carried],
             row.channel_versions,
+            clock_micros(self.clock),
+            len(row.checkpoint)
+            + len(row.metadata)
+            + sum(len(b.blob) for b in enc.blobs)
+            + sum(len(b.blob) for b in carried),
         )
 
-        with self._prefetch.writing():
+        with self._prefetch.writing(), _refused(thread_id):
             await self._commits.submit((sql.PUT_SQL, args))
         for b in enc.blobs:
             self._remember((thread_id, ns, b.channel, b.version))
@@ -333,19 +349,57 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             [w.channel for w in vals],
             [w.type for w in vals],
             [w.blob for w in vals],
+            clock_micros(self.clock),
         )
 
-        with self._prefetch.writing():
+        with self._prefetch.writing(), _refused(first.thread_id):
             await self._commits.submit((sql.PUT_WRITES_SQL, args))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces)."""
-        ids = [checked_text(thread_id, "thread_id")]
+        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces); the
+        thread keeps a tombstone that refuses late writes."""
+        await self._purge([checked_text(thread_id, "thread_id")], dry_run=False)
 
-        async def go(conn: Any) -> None:
-            await conn.execute(sql.DELETE_THREAD_SQL, ids)
+    async def _purge(self, thread_ids: Sequence[str], *, dry_run: bool) -> Removed:
+        now = clock_micros(self.clock)
 
-        await self._delete(go, "delete_thread")
+        async def go(conn: Any) -> Removed:
+            removed = Removed()
+            # Sorted: two deletions of the same threads lock them in one order.
+            for thread_id in sorted(set(thread_ids)):
+                live = await conn.fetchval(sql.LOCK_THREAD_SQL, thread_id)
+                statement = sql.THREAD_FOOTPRINT_SQL if dry_run else sql.PURGE_THREAD_SQL
+                ck, ck_bytes, wr, wr_bytes, bl, bl_bytes = await conn.fetchrow(
+                    statement, thread_id
+                )
+                removed += Removed(int(bool(live)), ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
+                if not dry_run:
+                    await conn.execute(sql.TOMBSTONE_THREAD_SQL, thread_id, now)
+            return removed
+
+        if dry_run:
+            return await self._leases.run(go, operation="purge_thread", begin="BEGIN")
+        return await self._delete(go, "delete_thread", begin="BEGIN")
+
+    async def _remove_checkpoints(
+        self, conn: Any, thread_id: str, ns: str, ids: Sequence[str]
+    ) -> Removed:
+        """Delete checkpoints ``ids`` of one namespace with their writes and the blobs no
+        remaining checkpoint holds, and shrink the thread's record by what went."""
+        ck, ck_bytes, wr, wr_bytes = await conn.fetchrow(
+            sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, list(ids)
+        )
+        bl, bl_bytes = await conn.fetchrow(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+        removed = Removed(0, ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
+        await conn.execute(
+            sql.SHRINK_THREAD_SQL,
+            thread_id,
+            ck,
+            wr,
+            removed.bytes,
+            list(ids) if ns == "" else [],
+        )
+        return removed
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole source thread (every checkpoint with its values and writes) in one statement."""
@@ -354,11 +408,18 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         if src == dst:
             return
 
+        now = clock_micros(self.clock)
+
         async def go(conn: Any) -> None:
             await conn.execute(sql.COPY_THREAD_SQL, src, dst)
+            if await conn.fetchval(sql.THREAD_EXISTS_SQL, dst):
+                await conn.execute(sql.ENSURE_THREAD_SQL, dst, now)
+                await conn.execute(sql.REFRESH_THREAD_SQL, dst)
 
         with self._prefetch.writing():
-            await self._leases.run(go, operation="copy_thread", write=True, idempotent=True)
+            await self._leases.run(
+                go, operation="copy_thread", write=True, idempotent=True, begin="BEGIN"
+            )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``delete`` drops them; ``keep_latest`` keeps each namespace's head and
@@ -366,23 +427,21 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         ids = checked_ids(thread_ids, "thread_ids")
         if check_prune_strategy(strategy) == "delete":
             if ids:
-
-                async def drop(conn: Any) -> None:
-                    await conn.execute(sql.DELETE_THREAD_SQL, ids)
-
-                await self._delete(drop, "prune")
+                await self._purge(ids, dry_run=False)
             return
         if not ids:
             return
 
         async def go(conn: Any) -> None:
-            # One snapshot (the repeatable-read transaction) for the keep set and the
-            # deletes; checkpoints a running graph saves meanwhile are newer than our
-            # snapshot and never touched.
+            # The keep set comes from one statement; checkpoints a running graph saves
+            # meanwhile are newer than the latest it kept, and never touched. (Read
+            # committed: the thread records shrink relative to concurrent writers' counts.)
             keep: dict[tuple[str, str], list[str]] = {}
             for r in await conn.fetch(sql.PRUNE_KEEP_SQL, ids):
                 keep.setdefault((r[0], r[1]), []).append(r[2])
-            for (thread_id, ns), kept in keep.items():
+            for thread_id in sorted({t for t, _ in keep}):
+                await conn.fetchval(sql.LOCK_THREAD_SQL, thread_id)
+            for (thread_id, ns), kept in sorted(keep.items()):
                 doomed = await conn.fetch(
                     f"SELECT checkpoint_id FROM {codec.CHECKPOINTS} WHERE thread_id = $1"
                     " AND checkpoint_ns = $2 AND checkpoint_id <> ALL($3::text[])"
@@ -395,10 +454,9 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                 if not doomed:
                     continue
                 gone = [r[0] for r in doomed]
-                await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
-                await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+                await self._remove_checkpoints(conn, thread_id, ns, gone)
 
-        await self._delete(go, "prune", begin=_SNAPSHOT)
+        await self._delete(go, "prune", begin="BEGIN")
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by ``run_ids``, except those a
@@ -412,11 +470,13 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             for r in await conn.fetch(sql.RUNS_KEEP_SQL, ids):
                 if not r["needed"]:
                     doomed.setdefault((r[0], r[1]), []).append(r[2])
-            for (thread_id, ns), gone in doomed.items():
-                await conn.execute(sql.DELETE_CHECKPOINTS_SQL, thread_id, ns, gone)
-                await conn.execute(sql.DELETE_GARBAGE_BLOBS_SQL, thread_id, ns)
+            # Records first, in one order: a writer locks its record before its rows.
+            for thread_id in sorted({t for t, _ in doomed}):
+                await conn.fetchval(sql.LOCK_THREAD_SQL, thread_id)
+            for (thread_id, ns), gone in sorted(doomed.items()):
+                await self._remove_checkpoints(conn, thread_id, ns, gone)
 
-        await self._delete(go, "delete_for_runs", begin=_SNAPSHOT)
+        await self._delete(go, "delete_for_runs", begin="BEGIN")
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -451,6 +511,49 @@ class PostgresSaver(BaseCheckpointSaver[str]):
                 by_parent_links, operation="get_delta_channel_history"
             )
         return codec.assemble_delta_history(self.serde, channels, rows)
+
+    # -- thread index ----------------------------------------------------------------
+
+    async def aget_thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread's index record, or ``None`` if it has no checkpoint (or was deleted)."""
+        tid = checked_text(thread_id, "thread_id")
+
+        async def go(conn: Any) -> Any:
+            return await conn.fetchrow(sql.GET_THREAD_SQL, tid)
+
+        row = await self._leases.run(go, operation="get_thread")
+        return None if row is None else thread_info(**dict(row))
+
+    async def alist_threads(
+        self,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        order_by: str = "updated_at",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ThreadPage:
+        """One page of threads, newest first by ``order_by``, answered from the record
+        table's indexes (docs/threads.md)."""
+        query = thread_query(
+            filter=filter,
+            status=status,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            order_by=order_by,
+            limit=limit,
+            cursor=cursor,
+        )
+        statement, args = sql.list_threads_sql(query)
+
+        async def go(conn: Any) -> list[Any]:
+            return list(await conn.fetch(statement, *args))
+
+        rows = await self._leases.run(go, operation="list_threads")
+        threads = [thread_info(**dict(row)) for row in rows]
+        return ThreadPage(threads, next_cursor(query, threads))
 
     # -- sync twins ------------------------------------------------------------------
 
@@ -520,6 +623,28 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             lambda: self.aget_delta_channel_history(config=config, channels=channels),
         )
 
+    def get_thread(self, thread_id: str) -> ThreadInfo | None:
+        """Sync twin of `aget_thread`."""
+        return self._sync("get_thread", lambda: self.aget_thread(thread_id))
+
+    def list_threads(self, **kwargs: Any) -> ThreadPage:
+        """Sync twin of `alist_threads` (same keyword arguments)."""
+        return self._sync("list_threads", lambda: self.alist_threads(**kwargs))
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Next channel version: the stock savers' zero-padded counter plus a random fraction."""
         return codec.next_version(current)
+
+
+@contextlib.contextmanager
+def _refused(thread_id: str) -> Iterator[None]:
+    """Turn the database's refusal of a write to a deleted thread into `ThreadDeletedError`."""
+    try:
+        yield
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None:
+            if getattr(cause, "sqlstate", None) == sql.THREAD_DELETED_SQLSTATE:
+                raise ThreadDeletedError(thread_id) from exc
+            cause = cause.__cause__
+        raise

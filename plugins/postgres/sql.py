@@ -13,16 +13,26 @@ keeping them together keeps each fragment defined once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import get_checkpoint_id
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
-from runstore.checkpoint.filters import filter_terms
+from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES, dump_json
+from runstore.checkpoint.filters import FilterTerm, filter_terms
 from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY, PREFETCH_MAX_SUPERSTEPS, checked_text
+from runstore.checkpoint.threads import (
+    THREADS,
+    ThreadQuery,
+    backfill_sql,
+    footprint_sql,
+    refresh_sql,
+    status_case,
+    stronger_status_sql,
+)
+from runstore.runs import system_clock, to_micros
 from runstore.sql.migrations import Migration
 
 if TYPE_CHECKING:
@@ -47,6 +57,78 @@ async def _use_lz4(conn: AsyncConnection) -> None:
         return
     for table, column in ((BLOBS, "blob"), (WRITES, "blob"), (CHECKPOINTS, "checkpoint")):
         await conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
+#: SQLSTATE of the error `runstore_thread_deleted` raises (a write refused by a tombstone).
+THREAD_DELETED_SQLSTATE = "RS410"
+
+#: One row per thread (`runstore.checkpoint.threads`); times in microseconds since the
+#: epoch. ``fence`` and ``deleted_at`` serve fenced writes and the deletion tombstone.
+#: Thread ids sort bytewise (``C``), as in sqlite and Python, so pages agree everywhere.
+_THREADS_DDL = [
+    f"""CREATE TABLE IF NOT EXISTS {THREADS} (
+        thread_id TEXT COLLATE "C" PRIMARY KEY,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        touched_at BIGINT NOT NULL,
+        latest_checkpoint_id TEXT,
+        metadata JSONB NOT NULL DEFAULT '{{}}',
+        status TEXT NOT NULL DEFAULT 'idle',
+        checkpoints BIGINT NOT NULL DEFAULT 0,
+        writes BIGINT NOT NULL DEFAULT 0,
+        bytes BIGINT NOT NULL DEFAULT 0,
+        oldest_at BIGINT,
+        retention JSONB,
+        swept_at BIGINT,
+        sweep_after BIGINT,
+        claimed_until BIGINT,
+        fence BIGINT NOT NULL DEFAULT 0,
+        deleted_at BIGINT
+    )""",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_updated_idx ON {THREADS} (updated_at, thread_id)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_created_idx ON {THREADS} (created_at, thread_id)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_status_idx ON {THREADS}"
+    " (status, updated_at, thread_id) WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_touched_idx ON {THREADS} (touched_at)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_deleted_idx ON {THREADS} (deleted_at)"
+    " WHERE deleted_at IS NOT NULL",
+    # Metadata filters add a containment test (`metadata @> doc`) this index answers.
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_metadata_idx ON {THREADS}"
+    " USING gin (metadata jsonb_path_ops) WHERE deleted_at IS NULL",
+    # A write that continues a deleted thread calls this to fail the whole statement.
+    f"""CREATE OR REPLACE FUNCTION runstore_thread_deleted(thread text) RETURNS boolean
+    LANGUAGE plpgsql AS $fn$
+    BEGIN
+        RAISE EXCEPTION USING ERRCODE = '{THREAD_DELETED_SQLSTATE}',
+            MESSAGE = 'thread ' || thread || ' was deleted';
+    END
+    $fn$""",
+]
+
+
+async def _thread_index(conn: AsyncConnection) -> None:
+    """Version 3: the thread index, back-filled; ``created_at`` on checkpoints (rows stored
+    before get the migration's time, so their age counts from the upgrade)."""
+    now = to_micros(system_clock())
+    # A constant default: PostgreSQL adds the column without rewriting the table.
+    await conn.exec_driver_sql(
+        f"ALTER TABLE {CHECKPOINTS} ADD COLUMN created_at BIGINT NOT NULL DEFAULT {now}"
+    )
+    await conn.exec_driver_sql(f"ALTER TABLE {CHECKPOINTS} ALTER COLUMN created_at DROP DEFAULT")
+    for statement in _THREADS_DDL:
+        await conn.exec_driver_sql(statement)
+    await conn.exec_driver_sql(
+        backfill_sql(
+            now,
+            metadata_text="x.metadata::text",
+            checkpoints=CHECKPOINTS,
+            blobs=BLOBS,
+            writes=WRITES,
+        )
+    )
 
 
 #: Schema versions; append, never edit a released one. (Version 1's tables are the
@@ -96,50 +178,120 @@ SCHEMA_MIGRATIONS: list[Migration] = [
         "checkpoints, channel blobs, pending writes, run_id index",
     ),
     Migration(2, [_use_lz4], "lz4 compression of the value columns when available"),
+    Migration(3, [_thread_index], "the thread index, checkpoints.created_at"),
 ]
 
-# One statement: both blob inserts and the checkpoint upsert commit together (one
-# WAL flush). New-version blobs replace (re-putting a checkpoint replaces its values,
-# as InMemorySaver does); carried blobs only fill a gap.
+# A write first locks its thread's record (`FOR NO KEY UPDATE`: a concurrent deletion
+# commits before or after it, never in between) and fails if the thread was deleted;
+# a put without a parent starts a deleted thread again.
+_THREAD_GUARD = f"""
+th AS (
+    SELECT deleted_at FROM {THREADS} WHERE thread_id = $1 FOR NO KEY UPDATE
+), ok AS (
+    SELECT CASE WHEN {{continues}} AND EXISTS (SELECT 1 FROM th WHERE deleted_at IS NOT NULL)
+                THEN runstore_thread_deleted($1) ELSE true END AS go
+)"""
+
+# The record takes the latest root checkpoint's metadata and status; `t` is the record
+# as locked (the newest version), so concurrent puts never move it backwards.
+_IS_HEAD = (
+    "($2 = '' AND (t.deleted_at IS NOT NULL OR t.latest_checkpoint_id IS NULL"
+    " OR $3 >= t.latest_checkpoint_id))"
+)
+_LIVE = "CASE WHEN t.deleted_at IS NULL THEN {0} ELSE {1} END"
+
+# One statement: both blob inserts, the checkpoint upsert and the thread record commit
+# together (one WAL flush). New-version blobs replace (re-putting a checkpoint replaces
+# its values, as InMemorySaver does); carried blobs only fill a gap. $19 is the
+# saver's clock, $20 the bytes the put stores.
 PUT_SQL = f"""
-WITH new_blobs AS (
+WITH {_THREAD_GUARD.format(continues="$4::text IS NOT NULL")}, new_blobs AS (
     INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT $1, $2, u.channel, u.version, u.type, u.blob
-    FROM unnest($10::text[], $11::text[], $12::text[], $13::bytea[]) AS u(channel, version, type, blob)
+    FROM ok, unnest($10::text[], $11::text[], $12::text[], $13::bytea[]) AS u(channel, version, type, blob)
+    WHERE ok.go
     ON CONFLICT (thread_id, checkpoint_ns, channel, version)
     DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
 ), carried_blobs AS (
     INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT $1, $2, u.channel, u.version, u.type, u.blob
-    FROM unnest($14::text[], $15::text[], $16::text[], $17::bytea[]) AS u(channel, version, type, blob)
+    FROM ok, unnest($14::text[], $15::text[], $16::text[], $17::bytea[]) AS u(channel, version, type, blob)
+    WHERE ok.go
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+), ck AS (
+    INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+                               run_id, type, checkpoint, metadata, value_versions,
+                               channel_versions, created_at)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9::text::jsonb, $18::text::jsonb, $19
+    FROM ok WHERE ok.go
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+        run_id = EXCLUDED.run_id,
+        type = EXCLUDED.type,
+        checkpoint = EXCLUDED.checkpoint,
+        metadata = EXCLUDED.metadata,
+        value_versions = EXCLUDED.value_versions,
+        channel_versions = EXCLUDED.channel_versions
+    RETURNING (xmax = 0) AS added
 )
-INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
-                           run_id, type, checkpoint, metadata, value_versions, channel_versions)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9::text::jsonb, $18::text::jsonb)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
-    run_id = EXCLUDED.run_id,
-    type = EXCLUDED.type,
-    checkpoint = EXCLUDED.checkpoint,
-    metadata = EXCLUDED.metadata,
-    value_versions = EXCLUDED.value_versions,
-    channel_versions = EXCLUDED.channel_versions
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, latest_checkpoint_id,
+                            metadata, status, checkpoints, writes, bytes, oldest_at)
+SELECT $1, $19, $19, $19, CASE WHEN $2 = '' THEN $3 END,
+       CASE WHEN $2 = '' THEN $8::text::jsonb ELSE '{{}}'::jsonb END,
+       {status_case(lambda ch: (
+           f"EXISTS (SELECT 1 FROM {WRITES} x WHERE x.thread_id = $1 AND x.checkpoint_ns = $2"
+           f" AND x.checkpoint_id = $3 AND x.idx < 0 AND x.channel = '{ch}')"
+       ))},
+       ck.added::int, 0, $20, CASE WHEN ck.added THEN $19 END
+FROM ck
+ON CONFLICT (thread_id) DO UPDATE SET
+    created_at = {_LIVE.format("t.created_at", "EXCLUDED.created_at")},
+    updated_at = {_LIVE.format("greatest(t.updated_at, EXCLUDED.updated_at)", "EXCLUDED.updated_at")},
+    touched_at = {_LIVE.format("greatest(t.touched_at, EXCLUDED.touched_at)", "EXCLUDED.touched_at")},
+    checkpoints = {_LIVE.format("t.checkpoints", "0")} + EXCLUDED.checkpoints,
+    writes = {_LIVE.format("t.writes", "0")},
+    bytes = {_LIVE.format("t.bytes", "0")} + EXCLUDED.bytes,
+    oldest_at = {_LIVE.format("least(t.oldest_at, EXCLUDED.oldest_at)", "EXCLUDED.oldest_at")},
+    latest_checkpoint_id = CASE WHEN {_IS_HEAD} THEN $3 ELSE t.latest_checkpoint_id END,
+    metadata = CASE WHEN {_IS_HEAD} THEN EXCLUDED.metadata ELSE t.metadata END,
+    status = CASE WHEN {_IS_HEAD} THEN EXCLUDED.status ELSE t.status END,
+    retention = {_LIVE.format("t.retention", "NULL")},
+    swept_at = {_LIVE.format("t.swept_at", "NULL")},
+    sweep_after = {_LIVE.format("t.sweep_after", "NULL")},
+    claimed_until = {_LIVE.format("t.claimed_until", "NULL")},
+    deleted_at = NULL
 """
 
 # Normal writes are first-write-wins per (task_id, idx); the special negative slots
-# (errors, interrupts, resumes) are last-write-wins.
+# (errors, interrupts, resumes) are last-write-wins. The thread record counts the rows
+# added; a special write on the latest root checkpoint can raise its status. $10 is
+# the saver's clock.
 PUT_WRITES_SQL = f"""
-INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
-                      idx, channel, type, blob)
-SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
-FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) AS u(idx, channel, type, blob)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-    task_path = EXCLUDED.task_path,
-    channel = EXCLUDED.channel,
-    type = EXCLUDED.type,
-    blob = EXCLUDED.blob
-WHERE {WRITES}.idx < 0
+WITH {_THREAD_GUARD.format(continues="true")}, w AS (
+    INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                          idx, channel, type, blob)
+    SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
+    FROM ok, unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) AS u(idx, channel, type, blob)
+    WHERE ok.go
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        task_path = EXCLUDED.task_path,
+        channel = EXCLUDED.channel,
+        type = EXCLUDED.type,
+        blob = EXCLUDED.blob
+    WHERE {WRITES}.idx < 0
+    RETURNING (xmax = 0) AS added, length(blob) AS size, channel
+)
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, status, writes, bytes)
+SELECT $1, $10, $10, $10,
+       {status_case(lambda ch: f"bool_or(w.channel = '{ch}')")},
+       count(*) FILTER (WHERE w.added), coalesce(sum(w.size) FILTER (WHERE w.added), 0)
+FROM w
+ON CONFLICT (thread_id) DO UPDATE SET
+    writes = t.writes + EXCLUDED.writes,
+    bytes = t.bytes + EXCLUDED.bytes,
+    touched_at = greatest(t.touched_at, EXCLUDED.touched_at),
+    status = CASE WHEN $2 = '' AND t.latest_checkpoint_id = $3
+                  THEN {stronger_status_sql("t.status", "EXCLUDED.status")} ELSE t.status END
 """
 
 # Checkpoint row + its held values + its pending writes, as parallel arrays so
@@ -390,10 +542,71 @@ _BY_ID_WHERE = " WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoin
 GET_BY_ID_SQL = _tuple_sql(f"{CHECKPOINTS} c", _BY_ID_WHERE)
 GET_LATEST_SQL = _tuple_sql(_LATEST_SOURCE, prefetch=True)
 
-DELETE_THREAD_SQL = f"""
-WITH c AS (DELETE FROM {CHECKPOINTS} WHERE thread_id = ANY($1::text[])),
-     b AS (DELETE FROM {BLOBS} WHERE thread_id = ANY($1::text[]))
-DELETE FROM {WRITES} WHERE thread_id = ANY($1::text[])
+# Delete a thread's rows (after `LOCK_THREAD_SQL`); answers what they held, like
+# `THREAD_FOOTPRINT_SQL` answers without deleting.
+PURGE_THREAD_SQL = f"""
+WITH c AS (DELETE FROM {CHECKPOINTS} WHERE thread_id = $1
+           RETURNING length(checkpoint) + length(metadata::text) AS n),
+     b AS (DELETE FROM {BLOBS} WHERE thread_id = $1 RETURNING length(blob) AS n),
+     w AS (DELETE FROM {WRITES} WHERE thread_id = $1 RETURNING length(blob) AS n)
+SELECT (SELECT count(*) FROM c), (SELECT coalesce(sum(n), 0) FROM c),
+       (SELECT count(*) FROM w), (SELECT coalesce(sum(n), 0) FROM w),
+       (SELECT count(*) FROM b), (SELECT coalesce(sum(n), 0) FROM b)
+"""
+THREAD_FOOTPRINT_SQL = footprint_sql(
+    "$1", metadata_text="x.metadata::text", checkpoints=CHECKPOINTS, blobs=BLOBS, writes=WRITES
+)
+# A deletion first locks the thread's record: writes that locked it first have committed
+# (and their rows are deleted next); later ones wait and then see the tombstone.
+LOCK_THREAD_SQL = (
+    f"SELECT deleted_at IS NULL AND checkpoints > 0 FROM {THREADS} WHERE thread_id = $1 FOR UPDATE"
+)
+# The deletion tombstone: the record stays (keeping `fence`) so late writes are refused.
+TOMBSTONE_THREAD_SQL = f"""
+UPDATE {THREADS} SET deleted_at = $2, updated_at = $2, touched_at = $2,
+    latest_checkpoint_id = NULL, metadata = '{{}}', status = 'idle', checkpoints = 0,
+    writes = 0, bytes = 0, oldest_at = NULL, retention = NULL, swept_at = NULL,
+    sweep_after = NULL, claimed_until = NULL
+WHERE thread_id = $1
+"""
+# A copy target becomes a live thread (reviving a tombstone: copying is deliberate).
+ENSURE_THREAD_SQL = f"""
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at) VALUES ($1, $2, $2, $2)
+ON CONFLICT (thread_id) DO UPDATE SET
+    created_at = CASE WHEN t.deleted_at IS NULL THEN t.created_at ELSE EXCLUDED.created_at END,
+    updated_at = greatest(t.updated_at, EXCLUDED.updated_at),
+    touched_at = greatest(t.touched_at, EXCLUDED.touched_at), deleted_at = NULL
+"""
+THREAD_EXISTS_SQL = f"SELECT EXISTS (SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = $1)"
+#: The record recomputed from the thread's rows (after a copy into it).
+REFRESH_THREAD_SQL = refresh_sql(
+    "$1", metadata_text="x.metadata::text", checkpoints=CHECKPOINTS, blobs=BLOBS, writes=WRITES
+)
+_HEAD_OF_1 = (
+    f"(SELECT max(h.checkpoint_id) FROM {CHECKPOINTS} h WHERE h.thread_id = $1"
+    " AND h.checkpoint_ns = '')"
+)
+# Rows deleted from a live thread (prune, delete_for_runs, retention): counts drop by
+# what was deleted, relative to the record as locked, so concurrent writers' counts
+# stay exact. When the latest root checkpoint itself went ($5 lists the deleted root
+# ids), the record takes the new latest one's metadata and status.
+SHRINK_THREAD_SQL = f"""
+UPDATE {THREADS} SET
+    checkpoints = greatest(checkpoints - $2, 0), writes = greatest(writes - $3, 0),
+    bytes = greatest(bytes - $4, 0),
+    oldest_at = (SELECT min(x.created_at) FROM {CHECKPOINTS} x WHERE x.thread_id = $1),
+    latest_checkpoint_id = CASE WHEN latest_checkpoint_id = ANY($5::text[])
+                                THEN {_HEAD_OF_1} ELSE latest_checkpoint_id END,
+    metadata = CASE WHEN latest_checkpoint_id = ANY($5::text[])
+                    THEN coalesce((SELECT x.metadata FROM {CHECKPOINTS} x WHERE x.thread_id = $1
+                                   AND x.checkpoint_ns = '' AND x.checkpoint_id = {_HEAD_OF_1}),
+                                  '{{}}'::jsonb)
+                    ELSE metadata END,
+    status = CASE WHEN latest_checkpoint_id = ANY($5::text[]) THEN {status_case(lambda ch: (
+        f"EXISTS (SELECT 1 FROM {WRITES} w WHERE w.thread_id = $1 AND w.checkpoint_ns = ''"
+        f" AND w.checkpoint_id = {_HEAD_OF_1} AND w.channel = '{ch}')"
+    ))} ELSE status END
+WHERE thread_id = $1 AND deleted_at IS NULL
 """
 
 # The source wins on an id present in both threads (same rule as the sqlite saver).
@@ -401,9 +614,9 @@ COPY_THREAD_SQL = f"""
 WITH c AS (
     INSERT INTO {CHECKPOINTS} AS t (thread_id, checkpoint_ns, checkpoint_id,
                                     parent_checkpoint_id, run_id, type, checkpoint, metadata,
-                                    value_versions, channel_versions)
+                                    value_versions, channel_versions, created_at)
     SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint,
-           metadata, value_versions, channel_versions
+           metadata, value_versions, channel_versions, created_at
     FROM {CHECKPOINTS} WHERE thread_id = $1
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
@@ -486,29 +699,38 @@ FROM doomed d
 
 # Delete the given checkpoints of one (thread, ns) with their writes, cut the parent
 # links that pointed at them, then drop blobs no remaining checkpoint holds.
+# Answers the checkpoint rows and write rows deleted, with their bytes.
 DELETE_CHECKPOINTS_SQL = f"""
 WITH gone AS (
     DELETE FROM {CHECKPOINTS}
     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
-    RETURNING checkpoint_id
+    RETURNING length(checkpoint) + length(metadata::text) AS n
 ), w AS (
     DELETE FROM {WRITES}
     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
+    RETURNING length(blob) AS n
+), cut AS (
+    UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND parent_checkpoint_id = ANY($3::text[])
+      AND checkpoint_id <> ALL($3::text[])
 )
-UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL
-WHERE thread_id = $1 AND checkpoint_ns = $2 AND parent_checkpoint_id = ANY($3::text[])
-  AND checkpoint_id <> ALL($3::text[])
+SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(n), 0) FROM gone),
+       (SELECT count(*) FROM w), (SELECT coalesce(sum(n), 0) FROM w)
 """
 
+# Answers the blob rows deleted and their bytes.
 DELETE_GARBAGE_BLOBS_SQL = f"""
 WITH held AS (
     SELECT DISTINCT v.key AS channel, v.value AS version
     FROM {CHECKPOINTS} c CROSS JOIN LATERAL jsonb_each_text(c.value_versions) AS v
     WHERE c.thread_id = $1 AND c.checkpoint_ns = $2
+), gone AS (
+    DELETE FROM {BLOBS} b
+    WHERE b.thread_id = $1 AND b.checkpoint_ns = $2
+      AND NOT EXISTS (SELECT 1 FROM held h WHERE h.channel = b.channel AND h.version = b.version)
+    RETURNING length(b.blob) AS n
 )
-DELETE FROM {BLOBS} b
-WHERE b.thread_id = $1 AND b.checkpoint_ns = $2
-  AND NOT EXISTS (SELECT 1 FROM held h WHERE h.channel = b.channel AND h.version = b.version)
+SELECT count(*), coalesce(sum(n), 0) FROM gone
 """
 
 
@@ -540,30 +762,7 @@ def list_sql(
         wheres.append(f"checkpoint_ns = {arg(ns)}")
     if checkpoint_id := configurable.get("checkpoint_id"):
         wheres.append(f"checkpoint_id = {arg(checked_text(checkpoint_id, 'checkpoint_id'))}")
-    for term in filter_terms(filter):
-        if term.kind == "never":
-            wheres.append("false")
-            continue
-        key = f"{arg(term.key)}::text"
-        if term.kind == "null":
-            wheres.append(f"(metadata -> {key} IS NULL OR metadata -> {key} = 'null'::jsonb)")
-        elif term.kind == "bool":
-            wheres.append(f"metadata -> {key} = '{'true' if term.value else 'false'}'::jsonb")
-        elif term.kind == "number":
-            # CASE, not AND: SQL does not promise to test the type before the cast.
-            wheres.append(
-                f"(CASE WHEN jsonb_typeof(metadata -> {key}) = 'number'"
-                f" THEN (metadata ->> {key})::numeric = {arg(repr(term.value))}::numeric"
-                " ELSE false END)"
-            )
-        elif term.kind == "text":
-            wheres.append(
-                f"(jsonb_typeof(metadata -> {key}) = 'string'"
-                f" AND metadata ->> {key} = {arg(term.value)})"
-            )
-        else:
-            # jsonb equality is the shared document rule: numbers by value, keys unordered.
-            wheres.append(f"metadata -> {key} = {arg(term.json_text)}::text::jsonb")
+    wheres.extend(filter_clauses(filter_terms(filter), "metadata", arg))
     if before is not None and (before_id := get_checkpoint_id(before)):
         wheres.append(f"checkpoint_id < {arg(checked_text(before_id, 'before checkpoint_id'))}")
     inner = f"SELECT * FROM {CHECKPOINTS}"
@@ -576,5 +775,83 @@ def list_sql(
         "SELECT "
         + _TUPLE_COLUMNS.format(source=f"({inner}) c")
         + " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+    )
+    return statement, args
+
+
+def filter_clauses(
+    terms: list[FilterTerm], column: str, arg: Callable[[Any], str], *, indexed: bool = False
+) -> list[str]:
+    """SQL conditions matching the JSONB ``column`` by the metadata filter rule
+    (`runstore.checkpoint.filters`); ``arg(value)`` adds a parameter and renders it.
+
+    With ``indexed``, each term that needs the key present also gets a containment test
+    (``column @> {key: value}``), implied by it, that a GIN ``jsonb_path_ops`` index answers.
+    """
+    wheres: list[str] = []
+    for term in terms:
+        if term.kind == "never":
+            wheres.append("false")
+            continue
+        if indexed and term.kind != "null":
+            wheres.append(f"{column} @> {arg(dump_json({term.key: term.value}))}::text::jsonb")
+        key = f"{arg(term.key)}::text"
+        if term.kind == "null":
+            wheres.append(f"({column} -> {key} IS NULL OR {column} -> {key} = 'null'::jsonb)")
+        elif term.kind == "bool":
+            wheres.append(f"{column} -> {key} = '{'true' if term.value else 'false'}'::jsonb")
+        elif term.kind == "number":
+            # CASE, not AND: SQL does not promise to test the type before the cast.
+            wheres.append(
+                f"(CASE WHEN jsonb_typeof({column} -> {key}) = 'number'"
+                f" THEN ({column} ->> {key})::numeric = {arg(repr(term.value))}::numeric"
+                " ELSE false END)"
+            )
+        elif term.kind == "text":
+            wheres.append(
+                f"(jsonb_typeof({column} -> {key}) = 'string'"
+                f" AND {column} ->> {key} = {arg(term.value)})"
+            )
+        else:
+            # jsonb equality is the shared document rule: numbers by value, keys unordered.
+            wheres.append(f"{column} -> {key} = {arg(term.json_text)}::text::jsonb")
+    return wheres
+
+
+#: The columns of a `ThreadInfo`, in `runstore.checkpoint.threads.thread_info` order.
+THREAD_INFO_COLUMNS = (
+    "thread_id, created_at, updated_at, touched_at, latest_checkpoint_id, checkpoints, "
+    "writes, bytes, status, metadata::text AS metadata, retention::text AS retention"
+)
+#: A thread as the index shows it: live (no tombstone) and holding a checkpoint.
+LIVE_THREAD = "deleted_at IS NULL AND checkpoints > 0"
+GET_THREAD_SQL = (
+    f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE thread_id = $1 AND {LIVE_THREAD}"
+)
+
+
+def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
+    """The `list_threads` statement (one page, newest first) and its arguments; every
+    condition is one an index on the record table answers."""
+    args: list[Any] = []
+
+    def arg(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    wheres = [LIVE_THREAD]
+    if query.status is not None:
+        wheres.append(f"status = {arg(query.status)}")
+    if query.updated_after is not None:
+        wheres.append(f"updated_at > {arg(query.updated_after)}")
+    if query.updated_before is not None:
+        wheres.append(f"updated_at < {arg(query.updated_before)}")
+    wheres.extend(filter_clauses(query.terms, "metadata", arg, indexed=True))
+    order = query.order_by
+    if query.after is not None:
+        wheres.append(f"({order}, thread_id) < ({arg(query.after[0])}, {arg(query.after[1])})")
+    statement = (
+        f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE {' AND '.join(wheres)}"
+        f" ORDER BY {order} DESC, thread_id DESC LIMIT {arg(query.limit)}"
     )
     return statement, args

@@ -63,6 +63,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "delete_for_runs",
             "delta_history",
             "sync_api",
+            "thread_index",
         ],
         description="aiosqlite checkpoint saver: sqlite:///path/app.db",
     )

@@ -25,6 +25,8 @@ from runstore.checkpoint.saverbase import (
     reconstruction_ancestors,
     worth_prefetching,
 )
+from runstore.checkpoint.threads import Removed, status_of, stronger_status
+from runstore.errors import ThreadDeletedError
 
 from . import sql
 
@@ -189,6 +191,19 @@ def list_page(
     return read_tx(conn, body)
 
 
+def get_thread(conn: sqlite3.Connection, thread_id: str) -> tuple[Any, ...] | None:
+    """The thread's record (`sql.THREAD_INFO_COLUMNS`), if it is live."""
+    row: tuple[Any, ...] | None = conn.execute(sql.SELECT_THREAD, (thread_id,)).fetchone()
+    return row
+
+
+def list_threads(
+    conn: sqlite3.Connection, statement: str, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    """One page of thread records (`sql.list_threads_sql`)."""
+    return conn.execute(statement, params).fetchall()
+
+
 def delta(
     conn: sqlite3.Connection,
     thread_id: str,
@@ -221,54 +236,138 @@ def delta(
 
 
 def put(
-    conn: sqlite3.Connection, encoded: codec.EncodedCheckpoint, serde: SerializerProtocol
+    conn: sqlite3.Connection,
+    encoded: codec.EncodedCheckpoint,
+    serde: SerializerProtocol,
+    now: int,
 ) -> None:
-    """Store one encoded checkpoint: its record, its new blobs, and carried values
-    whose blob is missing."""
+    """Store one encoded checkpoint (its record, its new blobs, and carried values whose
+    blob is missing) and update its thread's record. A checkpoint with a parent on a
+    deleted thread is a late write and raises `ThreadDeletedError`."""
     row = encoded.row
-    conn.execute(sql.INSERT_CHECKPOINT, row)
+    state = conn.execute(sql.THREAD_STATE, (row.thread_id,)).fetchone()
+    restart = state is not None and state[0] is not None
+    if restart and row.parent_checkpoint_id is not None:
+        raise ThreadDeletedError(row.thread_id)
+    key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+    added = conn.execute(sql.CHECKPOINT_EXISTS, key).fetchone() is None
+    conn.execute(sql.INSERT_CHECKPOINT, (*row, now))
+    size = len(row.checkpoint) + len(row.metadata)
     if encoded.blobs:
         conn.executemany(sql.INSERT_BLOB, encoded.blobs)
-    if not encoded.carried:
-        return
-    # Normally stored by the put that created the version; only a hand-made
-    # checkpoint gets here without it, and then its value must not be lost.
-    missing = conn.execute(
-        sql.MISSING_BLOBS, (codec.dump_json(encoded.carried), row.thread_id, row.checkpoint_ns)
-    ).fetchall()
-    for (channel,) in missing:
-        conn.execute(
-            sql.INSERT_BLOB,
-            codec.encode_blob(
+        size += sum(len(b.blob or b"") for b in encoded.blobs)
+    if encoded.carried:
+        # Normally stored by the put that created the version; only a hand-made
+        # checkpoint gets here without it, and then its value must not be lost.
+        missing = conn.execute(
+            sql.MISSING_BLOBS,
+            (codec.dump_json(encoded.carried), row.thread_id, row.checkpoint_ns),
+        ).fetchall()
+        for (channel,) in missing:
+            blob = codec.encode_blob(
                 serde,
                 row.thread_id,
                 row.checkpoint_ns,
                 channel,
                 encoded.carried[channel],
                 encoded.carried_values[channel],
-            ),
-        )
+            )
+            conn.execute(sql.INSERT_BLOB, blob)
+            size += len(blob.blob)
+    latest = None if state is None or restart else state[1]
+    head = row.checkpoint_ns == "" and (latest is None or row.checkpoint_id >= latest)
+    params = {
+        "thread_id": row.thread_id,
+        "now": now,
+        "added": int(added),
+        "bytes": size,
+        "head": int(head),
+        "latest": row.checkpoint_id if head else None,
+        "metadata": row.metadata if head else "{}",
+        "status": _head_status(conn, row.thread_id, row.checkpoint_id) if head else "idle",
+    }
+    if state is None or restart:
+        conn.execute(sql.START_THREAD, params)
+    else:
+        conn.execute(sql.PUT_THREAD, params)
 
 
-def put_writes(conn: sqlite3.Connection, encoded: codec.EncodedWrites) -> None:
-    """Store pending writes: first write wins, special slots last write wins."""
-    if encoded.first_wins:
-        conn.executemany(sql.INSERT_WRITE_FIRST, encoded.first_wins)
-    if encoded.last_wins:
-        conn.executemany(sql.INSERT_WRITE_LAST, encoded.last_wins)
+def _head_status(conn: sqlite3.Connection, thread_id: str, checkpoint_id: str) -> str:
+    """The status of a root checkpoint from its stored special writes (they may precede it)."""
+    rows = conn.execute(sql.HEAD_SPECIAL_CHANNELS, (thread_id, checkpoint_id)).fetchall()
+    return status_of(r[0] for r in rows)
 
 
-def delete_threads(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> None:
-    """Delete every checkpoint, blob and write of the threads."""
+def put_writes(conn: sqlite3.Connection, encoded: codec.EncodedWrites, now: int) -> None:
+    """Store pending writes (first write wins, special slots last write wins) and count
+    them in their thread's record; writes to a deleted thread raise `ThreadDeletedError`."""
+    rows = [*encoded.first_wins, *encoded.last_wins]
+    if not rows:
+        return
+    first = rows[0]
+    state = conn.execute(sql.THREAD_STATE, (first.thread_id,)).fetchone()
+    if state is not None and state[0] is not None:
+        raise ThreadDeletedError(first.thread_id)
+    added = size = 0
+    for w in encoded.first_wins:
+        if conn.execute(sql.INSERT_WRITE_FIRST, w).rowcount:
+            added += 1
+            size += len(w.blob or b"")
+    for w in encoded.last_wins:
+        key = (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)
+        if conn.execute(sql.WRITE_EXISTS, key).fetchone() is None:
+            added += 1
+        size += len(w.blob or b"")
+        conn.execute(sql.INSERT_WRITE_LAST, w)
+    status = "idle" if state is None else state[2]
+    if first.checkpoint_ns == "" and state is not None and first.checkpoint_id == state[1]:
+        status = stronger_status(status, status_of(w.channel for w in encoded.last_wins))
+    conn.execute(
+        sql.WRITES_THREAD,
+        {"thread_id": first.thread_id, "now": now, "added": added, "bytes": size, "status": status},
+    )
+
+
+def purge_threads(
+    conn: sqlite3.Connection, thread_ids: Sequence[str], now: int, dry_run: bool = False
+) -> Removed:
+    """Delete every checkpoint, blob and write of the threads and leave each a tombstone
+    (late writes are refused); what was (or, with ``dry_run``, would be) removed."""
+    removed = Removed()
     for thread_id in thread_ids:
+        params = {"thread_id": thread_id, "now": now}
+        ck, ck_bytes, wr, wr_bytes, bl, bl_bytes = conn.execute(
+            sql.THREAD_FOOTPRINT, params
+        ).fetchone()
+        live = conn.execute(sql.SELECT_THREAD, (thread_id,)).fetchone() is not None
+        removed += Removed(int(live), ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
+        if dry_run:
+            continue
         for table in (CHECKPOINTS, BLOBS, WRITES):
             conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+        conn.execute(sql.TOMBSTONE_THREAD, params)
+    return removed
 
 
-def copy_thread(conn: sqlite3.Connection, source: str, target: str) -> None:
+def delete_threads(conn: sqlite3.Connection, thread_ids: Sequence[str], now: int) -> None:
+    """`purge_threads`, answering nothing (``delete_thread`` and ``prune(strategy="delete")``)."""
+    purge_threads(conn, thread_ids, now)
+
+
+def refresh_threads(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> None:
+    """Recompute the records of threads whose rows were deleted or copied in bulk."""
+    for thread_id in thread_ids:
+        conn.execute(sql.REFRESH_THREAD, {"thread_id": thread_id})
+
+
+def copy_thread(conn: sqlite3.Connection, source: str, target: str, now: int) -> None:
     """Copy every row of ``source`` to ``target`` (the source wins on a shared key)."""
     for statement in sql.copy_thread_statements():
         conn.execute(statement, (target, source))
+    if conn.execute(sql.CHECKPOINT_OF_THREAD, (target,)).fetchone() is None:
+        return  # nothing was copied: no thread to record
+    conn.execute(sql.ENSURE_THREAD, {"thread_id": target, "now": now})
+    refresh_threads(conn, [target])
 
 
 class Graph:
@@ -344,6 +443,7 @@ def prune_keep_latest(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> No
                 "WHERE thread_id = ? AND checkpoint_ns = ?)",
                 (thread_id, ns, thread_id, ns),
             )
+    refresh_threads(conn, thread_ids)
 
 
 def delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
@@ -361,3 +461,4 @@ def delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
             if cid not in doomed:
                 doomed.difference_update(graph.needed(cid))
         _remove(conn, thread_id, ns, sorted(doomed))
+    refresh_threads(conn, sorted({thread_id for thread_id, _ in pairs}))

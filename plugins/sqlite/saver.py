@@ -37,6 +37,15 @@ from runstore.checkpoint.saverbase import (
     ensure_off_loop,
     history_channels,
 )
+from runstore.checkpoint.threads import (
+    ThreadInfo,
+    ThreadPage,
+    clock_micros,
+    next_cursor,
+    thread_info,
+    thread_query,
+)
+from runstore.runs import Clock, system_clock
 from runstore.sql.migrations import ensure_schema
 
 from . import ops, sql
@@ -119,6 +128,9 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     run one worker-thread hop each; sync twins use a stdlib ``sqlite3`` connection
     from the calling thread and refuse to run on the saver's event loop thread.
     """
+
+    #: The thread index's clock (created/updated times); tests set a `ManualClock`.
+    clock: Clock = staticmethod(system_clock)
 
     def __init__(
         self,
@@ -277,7 +289,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Store ``checkpoint`` (record + blobs of ``new_versions``) under ``config``'s parent."""
         encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        await self._write(ops.put, encoded, self.serde)
+        await self._write(ops.put, encoded, self.serde, clock_micros(self.clock))
         return encoded.config
 
     async def aput_writes(
@@ -290,11 +302,12 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         """Store pending writes of ``task_id`` (first write wins; special channels last wins)."""
         encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if encoded.first_wins or encoded.last_wins:
-            await self._write(ops.put_writes, encoded)
+            await self._write(ops.put_writes, encoded, clock_micros(self.clock))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, blob and write of ``thread_id``."""
-        await self._write(ops.delete_threads, [checked_text(thread_id, "thread_id")])
+        ids = [checked_text(thread_id, "thread_id")]
+        await self._write(ops.delete_threads, ids, clock_micros(self.clock))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (whole parent chain), blob and write to another thread.
@@ -303,15 +316,16 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         """
         source = checked_text(source_thread_id, "source_thread_id")
         target = checked_text(target_thread_id, "target_thread_id")
-        await self._write(ops.copy_thread, source, target)
+        await self._write(ops.copy_thread, source, target, clock_micros(self.clock))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint and every ancestor its
         delta reconstruction reads (with their writes); ``delete``: drop the threads."""
-        fn = ops.delete_threads if check_prune_strategy(strategy) == "delete" else (
-            ops.prune_keep_latest
-        )
-        await self._write(fn, checked_ids(thread_ids, "thread_ids"))
+        ids = checked_ids(thread_ids, "thread_ids")
+        if check_prune_strategy(strategy) == "delete":
+            await self._write(ops.delete_threads, ids, clock_micros(self.clock))
+        else:
+            await self._write(ops.prune_keep_latest, ids)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete checkpoints (and writes) whose ``run_id`` is in ``run_ids``, keeping
@@ -336,6 +350,38 @@ class SqliteSaver(BaseCheckpointSaver[str]):
             else await self._read(ops.delta, thread_id, ns, checkpoint_id, wanted)
         )
         return codec.assemble_delta_history(self.serde, channels, rows)
+
+    # -- thread index ------------------------------------------------------------
+
+    async def aget_thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread's index record, or ``None`` if it has no checkpoint (or was deleted)."""
+        row = await self._read(ops.get_thread, checked_text(thread_id, "thread_id"))
+        return None if row is None else thread_info(*row[:1], **_thread_fields(row))
+
+    async def alist_threads(
+        self,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        order_by: str = "updated_at",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ThreadPage:
+        """One page of threads, newest first by ``order_by`` (docs/threads.md)."""
+        query = thread_query(
+            filter=filter,
+            status=status,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            order_by=order_by,
+            limit=limit,
+            cursor=cursor,
+        )
+        rows = await self._read(ops.list_threads, *sql.list_threads_sql(query))
+        threads = [thread_info(*row[:1], **_thread_fields(row)) for row in rows]
+        return ThreadPage(threads, next_cursor(query, threads))
 
     # -- sync twins --------------------------------------------------------------
 
@@ -378,7 +424,7 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Sync twin of `aput` (not on the saver's event loop thread)."""
         encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        self._sync_write("put", ops.put, encoded, self.serde)
+        self._sync_write("put", ops.put, encoded, self.serde, clock_micros(self.clock))
         return encoded.config
 
     def put_writes(
@@ -391,24 +437,26 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         """Sync twin of `aput_writes` (not on the saver's event loop thread)."""
         encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if encoded.first_wins or encoded.last_wins:
-            self._sync_write("put_writes", ops.put_writes, encoded)
+            self._sync_write("put_writes", ops.put_writes, encoded, clock_micros(self.clock))
 
     def delete_thread(self, thread_id: str) -> None:
         """Sync twin of `adelete_thread` (not on the saver's event loop thread)."""
-        self._sync_write("delete_thread", ops.delete_threads, [checked_text(thread_id, "thread_id")])
+        ids = [checked_text(thread_id, "thread_id")]
+        self._sync_write("delete_thread", ops.delete_threads, ids, clock_micros(self.clock))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Sync twin of `acopy_thread` (not on the saver's event loop thread)."""
         source = checked_text(source_thread_id, "source_thread_id")
         target = checked_text(target_thread_id, "target_thread_id")
-        self._sync_write("copy_thread", ops.copy_thread, source, target)
+        self._sync_write("copy_thread", ops.copy_thread, source, target, clock_micros(self.clock))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Sync twin of `aprune` (not on the saver's event loop thread)."""
-        fn = ops.delete_threads if check_prune_strategy(strategy) == "delete" else (
-            ops.prune_keep_latest
-        )
-        self._sync_write("prune", fn, checked_ids(thread_ids, "thread_ids"))
+        ids = checked_ids(thread_ids, "thread_ids")
+        if check_prune_strategy(strategy) == "delete":
+            self._sync_write("prune", ops.delete_threads, ids, clock_micros(self.clock))
+        else:
+            self._sync_write("prune", ops.prune_keep_latest, ids)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Sync twin of `adelete_for_runs` (not on the saver's event loop thread)."""
@@ -429,6 +477,42 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         )
         return codec.assemble_delta_history(self.serde, channels, rows)
 
+    def get_thread(self, thread_id: str) -> ThreadInfo | None:
+        """Sync twin of `aget_thread` (not on the saver's event loop thread)."""
+        row = self._sync_read("get_thread", ops.get_thread, checked_text(thread_id, "thread_id"))
+        return None if row is None else thread_info(*row[:1], **_thread_fields(row))
+
+    def list_threads(
+        self,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        order_by: str = "updated_at",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ThreadPage:
+        """Sync twin of `alist_threads` (not on the saver's event loop thread)."""
+        query = thread_query(
+            filter=filter,
+            status=status,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            order_by=order_by,
+            limit=limit,
+            cursor=cursor,
+        )
+        rows = self._sync_read("list_threads", ops.list_threads, *sql.list_threads_sql(query))
+        threads = [thread_info(*row[:1], **_thread_fields(row)) for row in rows]
+        return ThreadPage(threads, next_cursor(query, threads))
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A new channel version string after ``current`` (stock-saver compatible shape)."""
         return codec.next_version(current)
+
+
+def _thread_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """`thread_info` keywords from a row in `sql.THREAD_INFO_COLUMNS` order."""
+    names = [c.strip() for c in sql.THREAD_INFO_COLUMNS.split(",")][1:]
+    return dict(zip(names, row[1:], strict=True))

@@ -8,21 +8,90 @@ types. Statements insert whole rows in that column order.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import get_checkpoint_id
 
 from runstore.checkpoint import codec
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
-from runstore.checkpoint.filters import filter_terms
+from runstore.checkpoint.filters import FilterTerm, filter_terms
 from runstore.checkpoint.saverbase import checked_text
+from runstore.checkpoint.threads import (
+    THREADS,
+    ThreadQuery,
+    backfill_sql,
+    footprint_sql,
+    refresh_sql,
+)
+from runstore.runs import system_clock, to_micros
 from runstore.sql.migrations import Migration
 
-__all__ = ["SCHEMA_COMPONENT", "SCHEMA_MIGRATIONS", "JSON_EQUAL_FUNCTION", "list_where"]
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = [
+    "JSON_EQUAL_FUNCTION",
+    "SCHEMA_COMPONENT",
+    "SCHEMA_MIGRATIONS",
+    "filter_clauses",
+    "list_where",
+]
 
 #: Component name of this saver's schema in ``runstore_schema_versions``.
 SCHEMA_COMPONENT = "sqlite-saver"
+
+#: One row per thread (`runstore.checkpoint.threads`); times in microseconds since the
+#: epoch. ``fence`` and ``deleted_at`` serve fenced writes and the deletion tombstone.
+THREADS_TABLE = f"""CREATE TABLE IF NOT EXISTS {THREADS} (
+    thread_id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    touched_at INTEGER NOT NULL,
+    latest_checkpoint_id TEXT,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    status TEXT NOT NULL DEFAULT 'idle',
+    checkpoints INTEGER NOT NULL DEFAULT 0,
+    writes INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    oldest_at INTEGER,
+    retention TEXT,
+    swept_at INTEGER,
+    sweep_after INTEGER,
+    claimed_until INTEGER,
+    fence INTEGER NOT NULL DEFAULT 0,
+    deleted_at INTEGER
+)"""
+THREADS_INDEXES = [
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_updated ON {THREADS} (updated_at, thread_id)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_created ON {THREADS} (created_at, thread_id)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_status ON {THREADS} (status, updated_at, thread_id)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_touched ON {THREADS} (touched_at)"
+    " WHERE deleted_at IS NULL",
+    f"CREATE INDEX IF NOT EXISTS {THREADS}_deleted ON {THREADS} (deleted_at)"
+    " WHERE deleted_at IS NOT NULL",
+]
+
+
+async def _thread_index(conn: AsyncConnection) -> None:
+    """Version 4: the thread index, back-filled; ``created_at`` on checkpoints (rows
+    stored before get the migration's time: their age counts from the upgrade)."""
+    now = to_micros(system_clock())
+    await conn.exec_driver_sql(
+        f"ALTER TABLE {CHECKPOINTS} ADD COLUMN created_at INTEGER NOT NULL DEFAULT {now}"
+    )
+    await conn.exec_driver_sql(THREADS_TABLE)
+    for statement in THREADS_INDEXES:
+        await conn.exec_driver_sql(statement)
+    await conn.exec_driver_sql(
+        backfill_sql(
+            now, metadata_text="x.metadata", checkpoints=CHECKPOINTS, blobs=BLOBS, writes=WRITES
+        )
+    )
+
 
 SCHEMA_MIGRATIONS: list[Migration] = [
     Migration(
@@ -82,6 +151,7 @@ SCHEMA_MIGRATIONS: list[Migration] = [
         ],
         "the columns of the PostgreSQL saver: channel_versions, writes.blob",
     ),
+    Migration(4, [_thread_index], "the thread index, checkpoints.created_at"),
 ]
 
 _RECORD_COLUMNS = (
@@ -98,9 +168,22 @@ SELECT_WRITES = (
     f"SELECT task_id, channel, type, blob, task_path, idx FROM {WRITES} "
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
+#: A checkpoint row's columns: the codec's, then ``created_at`` (the saver's clock at
+#: its first put; a re-put keeps it).
+CHECKPOINT_COLUMNS = (*codec.CheckpointRow._fields, "created_at")
 INSERT_CHECKPOINT = (
-    f"INSERT OR REPLACE INTO {CHECKPOINTS} ({', '.join(codec.CheckpointRow._fields)}) "
-    f"VALUES ({', '.join('?' * len(codec.CheckpointRow._fields))})"
+    f"INSERT INTO {CHECKPOINTS} ({', '.join(CHECKPOINT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(CHECKPOINT_COLUMNS))}) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in codec.CheckpointRow._fields[3:])
+)
+CHECKPOINT_OF_THREAD = f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? LIMIT 1"
+WRITE_EXISTS = (
+    f"SELECT 1 FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "AND task_id = ? AND idx = ?"
+)
+CHECKPOINT_EXISTS = (
+    f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 INSERT_BLOB = (
     f"INSERT OR REPLACE INTO {BLOBS} ({', '.join(codec.BlobRow._fields)}) "
@@ -127,7 +210,7 @@ def copy_thread_statements() -> list[str]:
     on a key present in both threads the source's row wins."""
     out = []
     for table, columns in (
-        (CHECKPOINTS, codec.CheckpointRow._fields),
+        (CHECKPOINTS, CHECKPOINT_COLUMNS),
         (BLOBS, codec.BlobRow._fields),
         (WRITES, codec.WriteRow._fields),
     ):
@@ -212,8 +295,22 @@ def list_where(
     if checkpoint_id := configurable.get("checkpoint_id"):
         clauses.append("c.checkpoint_id = ?")
         params.append(checked_text(checkpoint_id, "checkpoint_id"))
-    for term in filter_terms(filter):
-        probe = "SELECT 1 FROM json_each(c.metadata) m WHERE m.key = ?"
+    where, args = filter_clauses(filter_terms(filter), "c.metadata")
+    clauses.extend(where)
+    params.extend(args)
+    if before is not None and (before_id := get_checkpoint_id(before)):
+        clauses.append("c.checkpoint_id < ?")
+        params.append(checked_text(before_id, "before checkpoint_id"))
+    return clauses, params
+
+
+def filter_clauses(terms: list[FilterTerm], column: str) -> tuple[list[str], list[Any]]:
+    """SQL conditions (sqlite JSON1) and parameters matching the JSON text in ``column``
+    by the metadata filter rule (`runstore.checkpoint.filters`)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for term in terms:
+        probe = f"SELECT 1 FROM json_each({column}) m WHERE m.key = ?"
         if term.kind == "null":
             clauses.append(f"NOT EXISTS ({probe} AND m.type != 'null')")
             params.append(term.key)
@@ -235,7 +332,109 @@ def list_where(
                 f"EXISTS ({probe} AND m.type = ? AND {JSON_EQUAL_FUNCTION}(m.value, ?))"
             )
             params.extend((term.key, term.json_type, term.json_text))
-    if before is not None and (before_id := get_checkpoint_id(before)):
-        clauses.append("c.checkpoint_id < ?")
-        params.append(checked_text(before_id, "before checkpoint_id"))
     return clauses, params
+
+
+# --------------------------------------------------------------------------- thread index
+
+#: The columns of a `ThreadInfo`, in `runstore.checkpoint.threads.thread_info` order.
+THREAD_INFO_COLUMNS = (
+    "thread_id, created_at, updated_at, touched_at, latest_checkpoint_id, checkpoints, "
+    "writes, bytes, status, metadata, retention"
+)
+#: A thread as the index shows it: live (no tombstone) and holding a checkpoint.
+LIVE_THREAD = "deleted_at IS NULL AND checkpoints > 0"
+SELECT_THREAD = f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE thread_id = ? AND {LIVE_THREAD}"
+#: What a write needs to know about its thread: tombstone, latest root checkpoint, status.
+THREAD_STATE = f"SELECT deleted_at, latest_checkpoint_id, status FROM {THREADS} WHERE thread_id = ?"
+HEAD_SPECIAL_CHANNELS = (
+    f"SELECT channel FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = '' "
+    "AND checkpoint_id = ? AND idx < 0"
+)
+
+# A thread's first checkpoint, or the first after its tombstone (a new history): the
+# record starts over; only `fence` survives a deletion.
+START_THREAD = f"""
+INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, latest_checkpoint_id,
+                       metadata, status, checkpoints, writes, bytes, oldest_at)
+VALUES (:thread_id, :now, :now, :now, :latest, :metadata, :status, :added, 0, :bytes, :now)
+ON CONFLICT (thread_id) DO UPDATE SET
+    created_at = excluded.created_at, updated_at = excluded.updated_at,
+    touched_at = excluded.touched_at, latest_checkpoint_id = excluded.latest_checkpoint_id,
+    metadata = excluded.metadata, status = excluded.status, checkpoints = excluded.checkpoints,
+    writes = 0, bytes = excluded.bytes, oldest_at = excluded.oldest_at, retention = NULL,
+    swept_at = NULL, sweep_after = NULL, claimed_until = NULL, deleted_at = NULL
+"""
+# A checkpoint of a live thread; :head says whether it is the thread's new latest root one.
+PUT_THREAD = f"""
+UPDATE {THREADS} SET
+    updated_at = max(updated_at, :now), touched_at = max(touched_at, :now),
+    checkpoints = checkpoints + :added, bytes = bytes + :bytes,
+    oldest_at = CASE WHEN :added THEN coalesce(min(oldest_at, :now), :now) ELSE oldest_at END,
+    latest_checkpoint_id = CASE WHEN :head THEN :latest ELSE latest_checkpoint_id END,
+    metadata = CASE WHEN :head THEN :metadata ELSE metadata END,
+    status = CASE WHEN :head THEN :status ELSE status END
+WHERE thread_id = :thread_id
+"""
+# Writes (possibly before their thread's first checkpoint: the row then starts empty).
+WRITES_THREAD = f"""
+INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, writes, bytes, status)
+VALUES (:thread_id, :now, :now, :now, :added, :bytes, :status)
+ON CONFLICT (thread_id) DO UPDATE SET
+    writes = writes + excluded.writes, bytes = bytes + excluded.bytes,
+    touched_at = max(touched_at, excluded.touched_at), status = excluded.status
+"""
+# The deletion tombstone: the record stays (keeping `fence`) so late writes are refused.
+TOMBSTONE_THREAD = f"""
+UPDATE {THREADS} SET deleted_at = :now, updated_at = :now, touched_at = :now,
+    latest_checkpoint_id = NULL, metadata = '{{}}', status = 'idle', checkpoints = 0,
+    writes = 0, bytes = 0, oldest_at = NULL, retention = NULL, swept_at = NULL,
+    sweep_after = NULL, claimed_until = NULL
+WHERE thread_id = :thread_id
+"""
+#: Rows and bytes a thread holds per table (a dry run of its deletion).
+THREAD_FOOTPRINT = footprint_sql(
+    ":thread_id", metadata_text="x.metadata", checkpoints=CHECKPOINTS, blobs=BLOBS, writes=WRITES
+)
+#: After rows of a thread were deleted or copied in bulk: the record from its rows (exact;
+#: sqlite writers are serialized, so nothing changes the rows meanwhile).
+REFRESH_THREAD = refresh_sql(
+    ":thread_id", metadata_text="x.metadata", checkpoints=CHECKPOINTS, blobs=BLOBS, writes=WRITES
+)
+# A copy target becomes a live thread (reviving a tombstone: copying is deliberate).
+ENSURE_THREAD = f"""
+INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at)
+VALUES (:thread_id, :now, :now, :now)
+ON CONFLICT (thread_id) DO UPDATE SET
+    created_at = CASE WHEN deleted_at IS NULL THEN created_at ELSE excluded.created_at END,
+    updated_at = max(updated_at, excluded.updated_at),
+    touched_at = max(touched_at, excluded.touched_at), deleted_at = NULL
+"""
+
+
+def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
+    """The `list_threads` statement (one page, newest first) and its parameters."""
+    clauses = [LIVE_THREAD]
+    params: list[Any] = []
+    if query.status is not None:
+        clauses.append("status = ?")
+        params.append(query.status)
+    if query.updated_after is not None:
+        clauses.append("updated_at > ?")
+        params.append(query.updated_after)
+    if query.updated_before is not None:
+        clauses.append("updated_at < ?")
+        params.append(query.updated_before)
+    where, args = filter_clauses(query.terms, "metadata")
+    clauses.extend(where)
+    params.extend(args)
+    order = query.order_by
+    if query.after is not None:
+        clauses.append(f"({order}, thread_id) < (?, ?)")
+        params.extend(query.after)
+    params.append(query.limit)
+    statement = (
+        f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE {' AND '.join(clauses)} "
+        f"ORDER BY {order} DESC, thread_id DESC LIMIT ?"
+    )
+    return statement, params

@@ -1,0 +1,457 @@
+"""The thread index contract (capability ``thread_index``), as generated tests.
+
+A saver declaring ``thread_index`` keeps one record per thread in the same transaction
+as every write: ``get_thread`` / ``list_threads`` answer from it, and a deleted thread
+keeps a tombstone that refuses writes continuing its history (docs/threads.md).
+Assertion messages name the contract that broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
+
+from runstore.checkpoint.threads import status_of
+from runstore.errors import InvalidCursorError, InvalidSaverInputError, ThreadDeletedError
+from runstore.runs import ManualClock
+
+from .savers_model import (
+    checkpoint_trees,
+    config_for,
+    make_checkpoint,
+    new_checkpoint_id,
+    new_thread_id,
+    write_tree,
+)
+
+Saver = BaseCheckpointSaver[Any]
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+pytestmark = pytest.mark.requires("thread_index")
+
+
+def _clock(saver: Saver) -> ManualClock:
+    clock = ManualClock(START)
+    saver.clock = clock  # type: ignore[attr-defined]
+    return clock
+
+
+async def _chain(
+    saver: Saver,
+    thread: str,
+    metas: list[dict[str, Any]],
+    clock: ManualClock | None = None,
+    ns: str = "",
+) -> list[str]:
+    ids: list[str] = []
+    parent: str | None = None
+    for meta in metas:
+        if clock is not None:
+            clock.advance(1)
+        cid = new_checkpoint_id()
+        await saver.aput(config_for(thread, parent, ns), make_checkpoint(cid, {}, {}), dict(meta), {})
+        ids.append(cid)
+        parent = cid
+    return ids
+
+
+async def _all_pages(saver: Saver, **kwargs: Any) -> list[Any]:
+    out: list[Any] = []
+    cursor = None
+    while True:
+        page = await saver.alist_threads(cursor=cursor, **kwargs)  # type: ignore[attr-defined]
+        out.extend(page.threads)
+        if page.next_cursor is None:
+            return out
+        assert len(page.threads) == kwargs.get("limit", 50), (
+            "contract: a page with a next_cursor is full"
+        )
+        cursor = page.next_cursor
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def test_record_follows_every_write(saver_target: Any) -> None:
+    """After generated trees in two namespaces and special writes on the head, the record
+    counts every checkpoint and write row, names the latest root checkpoint with its
+    metadata and status, and holds the first and last put times of the saver's clock."""
+    with saver_target.session() as session:
+
+        @given(
+            spec=checkpoint_trees(max_nodes=6),
+            child=st.one_of(st.none(), checkpoint_trees(max_nodes=3)),
+            special=st.lists(st.sampled_from([ERROR, INTERRUPT, RESUME]), max_size=2),
+        )
+        def check(spec: Any, child: Any, special: list[str]) -> None:
+            async def body() -> None:
+                saver = session.backend
+                clock = _clock(saver)
+                thread = new_thread_id()
+                tree = await write_tree(saver, spec, thread)
+                rows = sum(len(n.writes.by_key) for n in tree.nodes)
+                checkpoints = len(tree.nodes)
+                if child is not None:
+                    clock.advance(5)
+                    sub = await write_tree(saver, child, thread, "child:1")
+                    rows += sum(len(n.writes.by_key) for n in sub.nodes)
+                    checkpoints += len(sub.nodes)
+                head = max(tree.nodes, key=lambda n: n.id)
+                for i, channel in enumerate(special):
+                    clock.advance(1)
+                    await saver.aput_writes(tree.config(head.index), [(channel, i)], f"s{i}", "")
+                rows += len({(f"s{i}", ch) for i, ch in enumerate(special)})
+                info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+                assert info is not None, "contract: get_thread finds a thread with checkpoints"
+                note(repr(info))
+                assert info.checkpoints == checkpoints, (
+                    f"{info.checkpoints} != {checkpoints} (contract: the record counts every "
+                    "checkpoint of every namespace)"
+                )
+                assert info.writes == rows, (
+                    f"{info.writes} != {rows} (contract: the record counts stored write rows)"
+                )
+                assert info.latest_checkpoint_id == head.id, (
+                    "contract: latest_checkpoint_id is the root namespace's latest checkpoint"
+                )
+                for key, value in head.metadata.items():
+                    assert info.metadata.get(key) == value, (
+                        "contract: the record holds the latest root checkpoint's metadata"
+                    )
+                channels = [w[1] for w in head.writes.ordered()] + list(special)
+                assert info.status == status_of(channels), (
+                    f"{info.status} for writes on {channels} (contract: status is error, "
+                    "interrupted or idle from the latest checkpoint's pending writes)"
+                )
+                assert info.created_at == START + timedelta(seconds=0), (
+                    "contract: created_at is the saver clock at the thread's first write"
+                )
+                assert info.updated_at >= START and info.touched_at >= info.updated_at, (
+                    "contract: updated_at is the last put, touched_at the last write"
+                )
+                assert info.bytes > 0, "contract: bytes approximates what the thread stores"
+
+            session.run(body())
+
+        check()
+
+
+def test_updated_at_is_the_last_put_and_status_follows_the_head(saver_target: Any) -> None:
+    """updated_at moves with each put (not with writes); an interrupt write on the head
+    makes the thread interrupted, an error write errored, and a new head idle again."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        thread = new_thread_id()
+        [first] = await _chain(saver, thread, [{"n": 1}], clock)
+        clock.advance(10)
+        await saver.aput_writes(config_for(thread, first), [(INTERRUPT, "ask")], "t", "")
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "interrupted"
+        assert info.updated_at == START + timedelta(seconds=1), (
+            "contract: updated_at is the last put; writes move touched_at only"
+        )
+        assert info.touched_at == START + timedelta(seconds=11)
+        await saver.aput_writes(config_for(thread, first), [(ERROR, "boom")], "u", "")
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "error", "contract: error beats interrupted"
+        clock.advance(1)
+        cid = new_checkpoint_id()
+        await saver.aput(config_for(thread, first), make_checkpoint(cid, {}, {}), {"n": 2}, {})
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "idle" and info.metadata.get("n") == 2, (
+            "contract: a new latest checkpoint carries its own (empty) writes' status"
+        )
+        assert info.updated_at == START + timedelta(seconds=12)
+        assert await saver.aget_thread(new_thread_id()) is None  # type: ignore[attr-defined]
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def test_list_threads_pages_filters_and_orders(saver_target: Any) -> None:
+    """Walking every page of list_threads with a generated filter, status, time window,
+    order and page size yields exactly the matching threads, newest first, once each."""
+    with saver_target.session() as session:
+
+        @settings(max_examples=min(20, settings().max_examples))
+        @given(
+            threads=st.lists(
+                st.tuples(
+                    st.sampled_from(["a", "b"]),
+                    st.integers(0, 5),
+                    st.integers(0, 5),
+                    st.booleans(),
+                ),
+                min_size=1,
+                max_size=9,
+            ),
+            kind=st.sampled_from([None, "a", "b"]),
+            status=st.sampled_from([None, "idle", "interrupted"]),
+            window=st.one_of(st.none(), st.tuples(st.integers(0, 6), st.integers(0, 12))),
+            order_by=st.sampled_from(["updated_at", "created_at"]),
+            limit=st.integers(1, 4),
+        )
+        def check(
+            threads: list[tuple[str, int, int, bool]],
+            kind: str | None,
+            status: str | None,
+            window: tuple[int, int] | None,
+            order_by: str,
+            limit: int,
+        ) -> None:
+            async def body() -> None:
+                saver = session.backend
+                clock = _clock(saver)
+                tag = new_thread_id("tag")
+                model = []
+                for label, created, extra, interrupted in threads:
+                    thread = new_thread_id()
+                    clock.set(START + timedelta(seconds=created))
+                    ids = await _chain(saver, thread, [{"tag": tag, "kind": label}])
+                    clock.advance(extra)
+                    if extra:
+                        await _chain(saver, thread, [{"tag": tag, "kind": label}])
+                        ids = ids[:0]
+                    if interrupted:
+                        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+                        head = info.latest_checkpoint_id
+                        await saver.aput_writes(config_for(thread, head), [(INTERRUPT, 1)], "t", "")
+                    model.append(
+                        (thread, label, created, created + extra, "interrupted" if interrupted else "idle")
+                    )
+                flt: dict[str, Any] = {"tag": tag}
+                expected = model
+                if kind is not None:
+                    flt["kind"] = kind
+                    expected = [m for m in expected if m[1] == kind]
+                if status is not None:
+                    expected = [m for m in expected if m[4] == status]
+                kwargs: dict[str, Any] = {}
+                if window is not None:
+                    after, before = window
+                    kwargs["updated_after"] = START + timedelta(seconds=after)
+                    kwargs["updated_before"] = START + timedelta(seconds=before)
+                    expected = [m for m in expected if after < m[3] < before]
+                key = (lambda m: (m[3], m[0])) if order_by == "updated_at" else (lambda m: (m[2], m[0]))
+                expected = sorted(expected, key=key, reverse=True)
+                got = await _all_pages(
+                    saver, filter=flt, status=status, order_by=order_by, limit=limit, **kwargs
+                )
+                assert [t.thread_id for t in got] == [m[0] for m in expected], (
+                    f"list_threads(filter={flt}, status={status}, {kwargs}, order_by={order_by}, "
+                    f"limit={limit}) (contract: every matching thread once, newest first by "
+                    "order_by then thread_id, pages joined by next_cursor)"
+                )
+
+            session.run(body())
+
+        check()
+
+
+def test_list_threads_metadata_filter_follows_the_filter_rule(saver_target: Any) -> None:
+    """list_threads filters the latest checkpoint's metadata by the saver filter rule:
+    None matches a missing key, numbers by value, booleans never numbers."""
+
+    async def body(saver: Saver) -> None:
+        tag = new_thread_id("tag")
+        metas = [{"v": 1}, {"v": 1.0}, {"v": True}, {"v": "1"}, {}, {"v": None}, {"v": [1, {"x": 2}]}]
+        threads = []
+        for meta in metas:
+            thread = new_thread_id()
+            await _chain(saver, thread, [{"v": "old"}, {"tag": tag, **meta}])
+            threads.append(thread)
+
+        async def ids(flt: dict[str, Any]) -> set[str]:
+            return {t.thread_id for t in await _all_pages(saver, filter={"tag": tag, **flt})}
+
+        assert await ids({"v": 1}) == {threads[0], threads[1]}, "contract: numbers match by value"
+        assert await ids({"v": True}) == {threads[2]}, "contract: booleans never match numbers"
+        assert await ids({"v": "1"}) == {threads[3]}
+        assert await ids({"v": None}) == {threads[4], threads[5]}, (
+            "contract: None matches a missing key or null"
+        )
+        assert await ids({"v": [1.0, {"x": 2}]}) == {threads[6]}
+        assert await ids({"v": "old"}) == set(), (
+            "contract: filters look at the latest checkpoint's metadata only"
+        )
+
+    saver_target.run(body)
+
+
+def test_list_threads_cursor_is_stable_under_concurrent_writes(saver_target: Any) -> None:
+    """While pages are read, other threads are written: a thread not written meanwhile
+    appears exactly once, and no thread appears twice."""
+
+    async def body(saver: Saver) -> None:
+        tag = new_thread_id("tag")
+        threads = [new_thread_id() for _ in range(24)]
+        for thread in threads:
+            await _chain(saver, thread, [{"tag": tag}])
+        touched: set[str] = set()
+        seen: list[str] = []
+        cursor = None
+        step = 0
+        while True:
+            page = await saver.alist_threads(filter={"tag": tag}, limit=5, cursor=cursor)  # type: ignore[attr-defined]
+            seen.extend(t.thread_id for t in page.threads)
+            # Write to threads on both sides of the cursor, and start new ones.
+            for victim in (threads[step % 24], threads[(7 * step + 3) % 24]):
+                touched.add(victim)
+                info = await saver.aget_thread(victim)  # type: ignore[attr-defined]
+                await saver.aput(
+                    config_for(victim, info.latest_checkpoint_id),
+                    make_checkpoint(new_checkpoint_id(), {}, {}),
+                    {"tag": tag},
+                    {},
+                )
+            await _chain(saver, new_thread_id(), [{"tag": tag}])
+            step += 1
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert len(seen) == len(set(seen)), "contract: keyset pages never repeat a thread"
+        missing = [t for t in threads if t not in touched and t not in seen]
+        assert not missing, (
+            f"{len(missing)} thread(s) not written during paging were skipped (contract: keyset "
+            "cursors are stable under concurrent writes)"
+        )
+
+    saver_target.run(body)
+
+
+def test_list_threads_bad_arguments_and_cursors(saver_target: Any) -> None:
+    """Bad list_threads arguments raise InvalidSaverInputError naming what is accepted; a
+    malformed cursor, or one made for another order_by, raises InvalidCursorError."""
+
+    async def body(saver: Saver) -> None:
+        for thread in (new_thread_id(), new_thread_id()):
+            await _chain(saver, thread, [{"k": 1}])
+        page = await saver.alist_threads(limit=1)  # type: ignore[attr-defined]
+        assert page.next_cursor is not None
+        bad: list[tuple[dict[str, Any], type[Exception], str]] = [
+            ({"limit": 0}, InvalidSaverInputError, "limit"),
+            ({"limit": 1001}, InvalidSaverInputError, "limit"),
+            ({"limit": True}, InvalidSaverInputError, "limit"),
+            ({"status": "busy"}, InvalidSaverInputError, "status"),
+            ({"order_by": "thread_id"}, InvalidSaverInputError, "order_by"),
+            ({"updated_after": datetime(2030, 1, 1)}, InvalidSaverInputError, "updated_after"),
+            ({"filter": {1: 2}}, InvalidSaverInputError, "keys"),
+            ({"cursor": "not a cursor"}, InvalidCursorError, "cursor"),
+            ({"cursor": page.next_cursor[:-3]}, InvalidCursorError, "cursor"),
+            ({"cursor": ""}, InvalidCursorError, "cursor"),
+            ({"cursor": page.next_cursor, "order_by": "created_at"}, InvalidCursorError, "order_by"),
+        ]
+        for kwargs, error, word in bad:
+            with pytest.raises(error) as raised:
+                await saver.alist_threads(**kwargs)  # type: ignore[attr-defined]
+            assert word in str(raised.value), (
+                f"{kwargs}: {raised.value!r} (contract: the error names the argument)"
+            )
+        with pytest.raises(InvalidSaverInputError):
+            await saver.aget_thread("bad\x00id")  # type: ignore[attr-defined]
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("thread_index", "sync_api")
+def test_thread_index_sync_twins_match(saver_target: Any) -> None:
+    """get_thread and list_threads from a worker thread agree with the async calls."""
+
+    async def body(saver: Saver) -> None:
+        tag = new_thread_id("tag")
+        thread = new_thread_id()
+        await _chain(saver, thread, [{"tag": tag}, {"tag": tag, "n": 2}])
+        sync_info = await asyncio.to_thread(saver.get_thread, thread)  # type: ignore[attr-defined]
+        assert sync_info == await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        sync_page = await asyncio.to_thread(
+            lambda: saver.list_threads(filter={"tag": tag})  # type: ignore[attr-defined]
+        )
+        assert sync_page == await saver.alist_threads(filter={"tag": tag})  # type: ignore[attr-defined]
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- deletion
+
+
+def test_deleted_thread_keeps_a_tombstone(saver_target: Any) -> None:
+    """After delete_thread the thread is gone from the index; a put continuing its history
+    or writes to it raise ThreadDeletedError and store nothing; a put without a parent
+    starts a new history (new created_at, counts from zero)."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        thread = new_thread_id()
+        ids = await _chain(saver, thread, [{"n": 1}, {"n": 2}], clock)
+        await saver.adelete_thread(thread)
+        assert await saver.aget_thread(thread) is None  # type: ignore[attr-defined]
+        late = new_checkpoint_id()
+        with pytest.raises(ThreadDeletedError):
+            await saver.aput(config_for(thread, ids[-1]), make_checkpoint(late, {}, {}), {}, {})
+        with pytest.raises(ThreadDeletedError):
+            await saver.aput_writes(config_for(thread, ids[-1]), [("a", 1)], "t", "")
+        assert await saver.aget_tuple(config_for(thread)) is None, (
+            "contract: a late write never brings a deleted thread back"
+        )
+        clock.advance(100)
+        [fresh] = await _chain(saver, thread, [{"n": 3}])
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.checkpoints == 1 and info.writes == 0, (
+            "contract: a put without a parent starts the deleted thread again, from zero"
+        )
+        assert info.created_at == START + timedelta(seconds=102)
+        assert info.latest_checkpoint_id == fresh
+
+    saver_target.run(body)
+
+
+def test_delete_racing_writes_never_resurrects(saver_target: Any) -> None:
+    """delete_thread races a chain of puts and writes continuing the thread: afterwards the
+    thread has no checkpoint, each racing write either landed before the delete or
+    raised ThreadDeletedError, and the index does not show the thread."""
+
+    async def body(saver: Saver) -> None:
+        async def writer(thread: str, parent: str) -> list[str]:
+            outcomes = []
+            for i in range(8):
+                cid = new_checkpoint_id()
+                try:
+                    await saver.aput(
+                        config_for(thread, parent), make_checkpoint(cid, {}, {}), {"n": i}, {}
+                    )
+                    await saver.aput_writes(config_for(thread, cid), [("a", i)], "t", "")
+                except ThreadDeletedError:
+                    outcomes.append("refused")
+                    break
+                outcomes.append("ok")
+                parent = cid
+                await asyncio.sleep(0)
+            return outcomes
+
+        async def deleter(thread: str, delay: int) -> None:
+            for _ in range(delay):
+                await asyncio.sleep(0)
+            await saver.adelete_thread(thread)
+
+        for trial in range(6):
+            thread = new_thread_id()
+            ids = await _chain(saver, thread, [{"n": 0}])
+            outcomes, _ = await asyncio.gather(writer(thread, ids[-1]), deleter(thread, trial))
+            assert await saver.aget_tuple(config_for(thread)) is None, (
+                f"trial {trial}: writer {outcomes} (contract: a write racing delete_thread "
+                "never brings the thread back)"
+            )
+            assert [t async for t in saver.alist(config_for(thread))] == []
+            assert await saver.aget_thread(thread) is None  # type: ignore[attr-defined]
+
+    saver_target.run(body)
