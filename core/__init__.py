@@ -96,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     "SyncCallOnEventLoopError": ".errors",
     "InvalidSaverInputError": ".errors",
     "InvalidCursorError": ".errors",
+    "UndeclaredChannelError": ".errors",
     "ThreadDeletedError": ".errors",
     # the thread index
     "ThreadInfo": ".checkpoint.threads",
@@ -139,6 +140,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RunstoreError,
         SyncCallOnEventLoopError,
         ThreadDeletedError,
+        UndeclaredChannelError,
     )
     from .events import EventRecord, RunEventStore
     from .hookspecs import hookimpl, hookspec

@@ -129,6 +129,27 @@ class InvalidSaverInputError(RunstoreError, ValueError):
     the field and what is accepted. Nothing was written."""
 
 
+class UndeclaredChannelError(RunstoreError, ValueError):
+    """A state update named a key that no schema of the bound graph declares.
+
+    Such a value would be stored but never read back (neither the accessor nor the
+    graph has a channel for it), so the update is refused before anything is written.
+    ``key`` is the first undeclared key, ``declared`` the channels that are accepted.
+    """
+
+    def __init__(self, key: str, declared: Iterable[str]) -> None:
+        self.key = key
+        self.declared = sorted(declared)
+        super().__init__(
+            f"state key {key!r} is not a channel of the bound graph's state, so it could "
+            f"never be read back; declared channels: {', '.join(self.declared)} (declare it "
+            "in the graph's state schema, or bind the accessor with extra_schemas=[...])"
+        )
+
+    def __reduce__(self) -> tuple[type[UndeclaredChannelError], tuple[str, list[str]]]:
+        return (type(self), (self.key, self.declared))
+
+
 class InvalidCursorError(InvalidSaverInputError):
     """A ``list_threads`` cursor is malformed or was made for another ordering."""
 

@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, StateSnapshot
 
-from ..errors import CheckpointModeError
+from ..errors import CheckpointModeError, UndeclaredChannelError
 from . import modes
 from .forwarding import DeltaMarkingSaver
 
@@ -382,6 +382,11 @@ class CheckpointStateAccessor:
         self, head: CheckpointTuple | None, values: Mapping[str, Any], as_node: str | None
     ) -> tuple[Any, dict[str, Any], str]:
         node = as_node or DEFAULT_AS_NODE
+        declared = self._declared_channels()
+        for key in values:
+            if key not in declared:
+                # Stored, it would be write-only: reads build state from declared channels.
+                raise UndeclaredChannelError(str(key), declared)
         present = set(values)
         if head is not None:
             present.update(head.checkpoint["channel_values"])

@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from runstore import CheckpointModeError, CheckpointStateAccessor
+from runstore import CheckpointModeError, CheckpointStateAccessor, UndeclaredChannelError
 from runstore.checkpoint.forwarding import ForwardingSaver
 
 from .graphs import chat_builder, contents, thread, turn
@@ -173,3 +173,25 @@ async def test_resume_from_older_checkpoint(mode: str) -> None:
         assert "checkpoint_id" not in run_cfg["configurable"], "delta resumes on the head"
     await graph.ainvoke({"messages": [HumanMessage("q2b", id="h-q2b")]}, run_cfg)
     assert contents(await acc.aget(cfg)) == ["q1", "answer to q1", "q2b", "answer to q2b"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_update_of_an_undeclared_key_is_refused(mode: str, saver_opener: Any) -> None:
+    cfg = thread(f"t-{uuid.uuid4().hex}", mode)
+    async with saver_opener() as saver:
+        graph = chat_builder(mode).compile(checkpointer=saver)
+        await turn(graph, cfg, "q1")
+        acc = CheckpointStateAccessor.bind(chat_builder(mode), saver, mode=mode, snapshot_frequency=3)
+        head = (await acc.aget(cfg)).config["configurable"]["checkpoint_id"]
+        with pytest.raises(UndeclaredChannelError) as caught:
+            await acc.aupdate(cfg, {"title": "x", "todos": ["kept"]}, as_node="editor")
+        assert caught.value.key == "title"
+        assert {"messages", "todos"} <= set(caught.value.declared)
+        assert "'title'" in str(caught.value) and "messages" in str(caught.value)
+        after = await acc.aget(cfg)
+        assert after.config["configurable"]["checkpoint_id"] == head, "nothing was written"
+        assert "title" not in (await graph.aget_state(cfg)).values
+        # a declared key writes and reads back, through the accessor and the graph alike
+        await acc.aupdate(cfg, {"todos": ["kept"]}, as_node="editor")
+        assert (await acc.aget(cfg)).values["todos"] == ["kept"]
+        assert (await graph.aget_state(cfg)).values["todos"] == ["kept"]
