@@ -2,12 +2,14 @@
 
 Each operation is written once, as a *script*: a generator that yields `Stmt`\\ s (SQL
 with ``?`` placeholders) and receives their rows, deciding from what it read what to
-write next. A driver runs the whole script inside one transaction on one connection:
-the sqlite and memory drivers call `run_script` in one go (sqlite's ``BEGIN
-IMMEDIATE`` serializes every writer of the file), the PostgreSQL driver awaits each
-statement (the scripts lock what they decide on: the thread's row ``FOR UPDATE``, and
-claims ``FOR UPDATE SKIP LOCKED``). So the rules live in one place, and every
-check-and-write is atomic: nothing is checked outside the transaction that writes.
+write next. A `RunDriver`, one per backend in its plugin, runs the whole script inside
+one transaction on one connection: the sqlite and memory drivers call `run_script` in
+one go (sqlite's ``BEGIN IMMEDIATE`` serializes every writer of the file), the
+PostgreSQL driver awaits each statement. Where a database serializes writers with row
+locks instead, its driver's `RunDialect` says so and the scripts lock what they decide
+on (the thread's row ``FOR UPDATE``, claims ``FOR UPDATE SKIP LOCKED``). So the rules
+live in one place, and every check-and-write is atomic: nothing is checked outside the
+transaction that writes. Nothing here knows a particular database.
 
 Schema (component ``runs``, versioned by `runstore.sql.migrations`):
 
@@ -22,12 +24,11 @@ Schema (component ``runs``, versioned by `runstore.sql.migrations`):
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..records import dumps, loads
 from ..runs import (
@@ -82,7 +83,7 @@ _COLS = ", ".join(COLUMNS)
 
 _STATUS_LIST = "'pending', 'running', 'success', 'error', 'interrupted', 'timeout', 'cancelled'"
 
-#: Version 1 of the schema; the same DDL serves sqlite and PostgreSQL.
+#: Version 1 of the schema; the same DDL serves every backend.
 MIGRATIONS: list[Migration] = [
     Migration(
         1,
@@ -136,8 +137,18 @@ class Stmt:
 Script = Generator[Stmt, list[Row], T]
 
 
-def run_script(conn: sqlite3.Connection, script: Script[T]) -> T:
-    """Drive ``script`` on a stdlib sqlite3 connection (the caller owns the transaction)."""
+class _Rows(Protocol):
+    def fetchall(self) -> list[Any]: ...
+
+
+class QmarkConnection(Protocol):
+    """A synchronous DB-API style connection taking ``?`` placeholders (e.g. stdlib ``sqlite3``)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any], /) -> _Rows: ...
+
+
+def run_script(conn: QmarkConnection, script: Script[T]) -> T:
+    """Drive ``script`` on a synchronous connection (the caller owns the transaction)."""
     try:
         stmt = next(script)
         while True:
@@ -146,17 +157,22 @@ def run_script(conn: sqlite3.Connection, script: Script[T]) -> T:
         return done.value
 
 
-def run_script_in_transaction(conn: sqlite3.Connection, script: Script[T]) -> T:
-    """`run_script` inside ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back if it raises)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = run_script(conn, script)
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
+class RunDialect:
+    """What the scripts' SQL needs to know about a database; the defaults suit sqlite.
+
+    A plugin whose database differs subclasses it and sets it as its driver's
+    `RunDriver.dialect`.
+    """
+
+    #: Whether the scripts lock what they decide on (the thread's row, then the run's,
+    #: ``FOR UPDATE``; claims ``FOR UPDATE SKIP LOCKED``). ``False`` where a write
+    #: transaction already excludes every other writer (sqlite's ``BEGIN IMMEDIATE``).
+    row_locks: ClassVar[bool] = False
+
+    def in_list(self, column: str, values: Sequence[Any], params: list[Any]) -> str:
+        """A condition ``column IN values`` for a non-empty list, appending its parameters."""
+        params.extend(values)
+        return f"{column} IN ({', '.join('?' * len(values))})"
 
 
 def record(row: Row) -> RunRecord:
@@ -183,13 +199,6 @@ def record(row: Row) -> RunRecord:
     }
 
 
-def _in(column: str, values: Sequence[Any], postgres: bool) -> tuple[str, list[Any]]:
-    """``column IN (...)`` for a non-empty list (one array parameter on PostgreSQL)."""
-    if postgres:
-        return f"{column} = ANY(?)", [list(values)]
-    return f"{column} IN ({', '.join('?' * len(values))})", list(values)
-
-
 # -- script building blocks -------------------------------------------------------------
 
 
@@ -198,13 +207,13 @@ def _get(run_id: str, *, lock: bool = False) -> Script[RunRecord | None]:
     return record(rows[0]) if rows else None
 
 
-def _locked_run(run_id: str, postgres: bool) -> Script[RunRecord]:
-    """The run, read after locking its thread's row (then its own row) on PostgreSQL.
+def _locked_run(run_id: str, dialect: RunDialect) -> Script[RunRecord]:
+    """The run, read after locking its thread's row (then its own row) where rows are locked.
 
     Lock order is always thread row, then run row (claims too), so no two scripts
     wait on each other in a cycle. sqlite is serialized by ``BEGIN IMMEDIATE``.
     """
-    if postgres:
+    if dialect.row_locks:
         rows = yield Stmt(
             f"SELECT t.thread_id FROM {THREADS} t JOIN {RUNS} r ON r.thread_id = t.thread_id "
             "WHERE r.run_id = ? FOR UPDATE OF t",
@@ -212,15 +221,15 @@ def _locked_run(run_id: str, postgres: bool) -> Script[RunRecord]:
         )
         if not rows:
             raise RunNotFoundError(run_id)
-    run = yield from _get(run_id, lock=postgres)
+    run = yield from _get(run_id, lock=dialect.row_locks)
     if run is None:
         raise RunNotFoundError(run_id)
     return run
 
 
-def _active(thread_id: str, postgres: bool) -> Script[RunRecord | None]:
+def _active(thread_id: str, *, lock: bool) -> Script[RunRecord | None]:
     rows = yield Stmt(
-        f"SELECT {_COLS} FROM {RUNS} WHERE thread_id = ? AND active" + (" FOR UPDATE" if postgres else ""),
+        f"SELECT {_COLS} FROM {RUNS} WHERE thread_id = ? AND active" + (" FOR UPDATE" if lock else ""),
         (thread_id,),
     )
     return record(rows[0]) if rows else None
@@ -275,9 +284,9 @@ class NewRun:
     metadata: dict[str, Any]
 
 
-def create_script(new: NewRun, now: int, postgres: bool) -> Script[CreateResult]:
+def create_script(new: NewRun, now: int, dialect: RunDialect) -> Script[CreateResult]:
     """`RunStore.create`: lock the thread, honour the key, apply the strategy, insert."""
-    # Upserting the thread row takes its row lock on PostgreSQL, so the checks below and
+    # Upserting the thread row takes its row lock where rows are locked, so the checks below and
     # the insert are one serialized step per thread (no check-then-insert race).
     rows = yield Stmt(
         f"INSERT INTO {THREADS} (thread_id, fence, runs) VALUES (?, 0, 0) "
@@ -294,7 +303,7 @@ def create_script(new: NewRun, now: int, postgres: bool) -> Script[CreateResult]
             return CreateResult(existing, "existing")
     if (yield from _get(new.run_id)) is not None:
         raise RunExistsError(new.run_id)
-    active = yield from _active(new.thread_id, postgres)
+    active = yield from _active(new.thread_id, lock=dialect.row_locks)
     interrupted: RunRecord | None = None
     queued = False
     if active is not None:
@@ -329,9 +338,9 @@ def _lease_live(run: RunRecord, now: int) -> bool:
     return run["status"] == "running" and lease is not None and to_micros(lease) > now
 
 
-def start_script(run_id: str, owner: str, ttl: int, now: int, postgres: bool) -> Script[RunRecord]:
+def start_script(run_id: str, owner: str, ttl: int, now: int, dialect: RunDialect) -> Script[RunRecord]:
     """`RunStore.start`: pending and active -> running under a new lease and token."""
-    run = yield from _locked_run(run_id, postgres)
+    run = yield from _locked_run(run_id, dialect)
     if run["status"] == "running":
         if run["owner"] == owner and _lease_live(run, now):
             return run
@@ -339,7 +348,7 @@ def start_script(run_id: str, owner: str, ttl: int, now: int, postgres: bool) ->
     if run["status"] in TERMINAL_STATUSES:
         raise RunFinishedError(run)
     if not run["active"]:
-        ahead = yield from _active(run["thread_id"], postgres=False)
+        ahead = yield from _active(run["thread_id"], lock=False)
         raise RunQueuedError(run, ahead["run_id"] if ahead else "?")
     fence = yield from _bump_fence(run["thread_id"])
     rows = yield Stmt(
@@ -363,9 +372,9 @@ def renew_script(run_id: str, owner: str, ttl: int, now: int) -> Script[tuple[bo
     return False, rows[0][0] if rows else None
 
 
-def cancel_script(run_id: str, action: CancelAction, now: int, postgres: bool) -> Script[CancelAction]:
+def cancel_script(run_id: str, action: CancelAction, now: int, dialect: RunDialect) -> Script[CancelAction]:
     """`RunStore.request_cancel`: the first request is stored; a pending run ends at once."""
-    run = yield from _locked_run(run_id, postgres)
+    run = yield from _locked_run(run_id, dialect)
     if run["cancel_action"] is not None:
         return run["cancel_action"]
     if run["status"] in TERMINAL_STATUSES:
@@ -392,10 +401,10 @@ def finalize_script(
     stop_reason: str | None,
     error: str | None,
     now: int,
-    postgres: bool,
+    dialect: RunDialect,
 ) -> Script[RunRecord]:
     """`RunStore.finalize`: only under the caller's live lease, honouring a pending cancel."""
-    run = yield from _locked_run(run_id, postgres)
+    run = yield from _locked_run(run_id, dialect)
     if run["status"] in TERMINAL_STATUSES:
         if run["owner"] == owner and run["status"] == status:
             return run
@@ -410,11 +419,11 @@ def finalize_script(
 
 
 def claim_script(
-    owner: str, ttl: int, grace: int, limit: int, now: int, postgres: bool
+    owner: str, ttl: int, grace: int, limit: int, now: int, dialect: RunDialect
 ) -> Script[list[RunRecord]]:
     """`RunStore.claim_expired`: conditional takeover, each run by exactly one claimer.
 
-    PostgreSQL locks the candidates' thread rows ``FOR UPDATE SKIP LOCKED`` (a run
+    Where rows are locked (PostgreSQL), the script locks the candidates' thread rows ``FOR UPDATE SKIP LOCKED`` (a run
     another claimer is taking is skipped, not waited for) and the takeover is an
     ``UPDATE`` whose ``WHERE`` repeats the expiry condition, so a lease renewed or
     claimed meanwhile is left alone.
@@ -426,28 +435,31 @@ def claim_script(
         (cutoff, limit),
     )
     order = [run_id for run_id, _ in rows]
-    if postgres and rows:
-        threads = sorted({thread for _, thread in rows})
+    if dialect.row_locks and rows:
+        params: list[Any] = []
+        where = dialect.in_list("thread_id", sorted({thread for _, thread in rows}), params)
         locked = yield Stmt(
-            f"SELECT thread_id FROM {THREADS} WHERE thread_id = ANY(?) ORDER BY thread_id "
-            "FOR UPDATE SKIP LOCKED",
-            (threads,),
+            f"SELECT thread_id FROM {THREADS} WHERE {where} ORDER BY thread_id FOR UPDATE SKIP LOCKED",
+            params,
         )
         free = {thread for (thread,) in locked}
         order = [run_id for run_id, thread in rows if thread in free]
     if not order:
         return []
-    where, params = _in("run_id", order, postgres)
+    params = [owner, now + ttl, now]
+    where = dialect.in_list("run_id", order, params)
     taken = yield Stmt(
         f"UPDATE {RUNS} SET owner = ?, lease_expires_at = ?, updated_at = ? WHERE {where} "
         "AND status = 'running' AND lease_expires_at <= ? RETURNING run_id, thread_id",
-        (owner, now + ttl, now, *params, cutoff),
+        [*params, cutoff],
     )
     if not taken:
         return []
-    where, params = _in("thread_id", [thread for _, thread in taken], postgres)
+    params = []
+    where = dialect.in_list("thread_id", [thread for _, thread in taken], params)
     yield Stmt(f"UPDATE {THREADS} SET fence = fence + 1 WHERE {where}", params)
-    where, params = _in("run_id", [run_id for run_id, _ in taken], postgres)
+    params = []
+    where = dialect.in_list("run_id", [run_id for run_id, _ in taken], params)
     rows = yield Stmt(
         f"UPDATE {RUNS} SET fence = (SELECT t.fence FROM {THREADS} t "
         f"WHERE t.thread_id = {RUNS}.thread_id) WHERE {where} RETURNING {_COLS}",
@@ -463,7 +475,7 @@ def get_script(run_id: str) -> Script[RunRecord | None]:
 
 
 def list_script(
-    thread_id: str, statuses: frozenset[str] | None, limit: int | None, postgres: bool
+    thread_id: str, statuses: frozenset[str] | None, limit: int | None, dialect: RunDialect
 ) -> Script[list[RunRecord]]:
     """`RunStore.list_by_thread`: creation order."""
     sql = f"SELECT {_COLS} FROM {RUNS} WHERE thread_id = ?"
@@ -471,9 +483,7 @@ def list_script(
     if statuses is not None:
         if not statuses:
             return []
-        where, extra = _in("status", sorted(statuses), postgres)
-        sql += f" AND {where}"
-        params += extra
+        sql += " AND " + dialect.in_list("status", sorted(statuses), params)
     sql += " ORDER BY seq"
     if limit is not None:
         sql += " LIMIT ?"
@@ -482,10 +492,10 @@ def list_script(
     return [record(r) for r in rows]
 
 
-def delete_script(run_id: str, now: int, postgres: bool) -> Script[bool]:
+def delete_script(run_id: str, now: int, dialect: RunDialect) -> Script[bool]:
     """`RunStore.delete`: the thread moves on as if the run had ended."""
     try:
-        run = yield from _locked_run(run_id, postgres)
+        run = yield from _locked_run(run_id, dialect)
     except RunNotFoundError:
         return False
     yield Stmt(f"DELETE FROM {RUNS} WHERE run_id = ?", (run_id,))
@@ -506,8 +516,8 @@ class RunDriver(ABC):
     PostgreSQL driver does after a unique-key race with another thread's create).
     """
 
-    #: Whether scripts must use PostgreSQL's row locks and array parameters.
-    postgres: ClassVar[bool] = False
+    #: How the database's SQL differs (row locks, ``IN`` lists).
+    dialect: ClassVar[RunDialect] = RunDialect()
 
     async def start(self) -> None:
         """Acquire what the driver holds for the store's lifetime."""
@@ -531,7 +541,7 @@ class SqlRunStore(RunStore):
 
     def __init__(self, driver: RunDriver) -> None:
         self._driver = driver
-        self._pg = driver.postgres
+        self._dialect = driver.dialect
         self._closed = False
 
     async def close(self) -> None:
@@ -568,14 +578,14 @@ class SqlRunStore(RunStore):
             metadata=check_metadata(metadata),
         )
         now = self._now()
-        return await self._driver.write(lambda: create_script(new, now, self._pg), "create")
+        return await self._driver.write(lambda: create_script(new, now, self._dialect), "create")
 
     async def start(self, run_id: str, owner: str, ttl: float) -> RunRecord:
         """Start the active pending run under a new lease (see `RunStore.start`)."""
         run_id, owner = check_id(run_id, "run_id"), check_id(owner, "owner")
         ttl_us = seconds_to_micros(check_seconds(ttl, "ttl"))
         now = self._now()
-        return await self._driver.write(lambda: start_script(run_id, owner, ttl_us, now, self._pg), "start")
+        return await self._driver.write(lambda: start_script(run_id, owner, ttl_us, now, self._dialect), "start")
 
     async def renew_lease(self, run_id: str, owner: str, ttl: float) -> tuple[bool, CancelAction | None]:
         """Extend a live lease (see `RunStore.renew_lease`)."""
@@ -588,7 +598,7 @@ class SqlRunStore(RunStore):
         """Store the first cancel request (see `RunStore.request_cancel`)."""
         run_id, action = check_id(run_id, "run_id"), check_cancel_action(action)
         now = self._now()
-        return await self._driver.write(lambda: cancel_script(run_id, action, now, self._pg), "request_cancel")
+        return await self._driver.write(lambda: cancel_script(run_id, action, now, self._dialect), "request_cancel")
 
     async def finalize(
         self,
@@ -605,7 +615,7 @@ class SqlRunStore(RunStore):
         stop_reason, error = check_stop_reason(stop_reason), check_error(error)
         now = self._now()
         return await self._driver.write(
-            lambda: finalize_script(run_id, owner, status, stop_reason, error, now, self._pg), "finalize"
+            lambda: finalize_script(run_id, owner, status, stop_reason, error, now, self._dialect), "finalize"
         )
 
     async def claim_expired(self, owner: str, ttl: float, *, grace: float, limit: int = 100) -> list[RunRecord]:
@@ -617,7 +627,7 @@ class SqlRunStore(RunStore):
         assert count is not None
         now = self._now()
         return await self._driver.write(
-            lambda: claim_script(owner, ttl_us, grace_us, count, now, self._pg), "claim_expired"
+            lambda: claim_script(owner, ttl_us, grace_us, count, now, self._dialect), "claim_expired"
         )
 
     async def get(self, run_id: str) -> RunRecord | None:
@@ -638,23 +648,24 @@ class SqlRunStore(RunStore):
         statuses = check_statuses(status)
         count = check_limit(limit, maximum=2**31 - 1, allow_none=True)
         self._check_open()
-        return await self._driver.read(lambda: list_script(thread_id, statuses, count, self._pg), "list_by_thread")
+        return await self._driver.read(lambda: list_script(thread_id, statuses, count, self._dialect), "list_by_thread")
 
     async def delete(self, run_id: str) -> bool:
         """Delete the run; the thread moves on (see `RunStore.delete`)."""
         run_id = check_id(run_id, "run_id")
         now = self._now()
-        return await self._driver.write(lambda: delete_script(run_id, now, self._pg), "delete")
+        return await self._driver.write(lambda: delete_script(run_id, now, self._dialect), "delete")
 
 
 __all__ = [
     "COMPONENT",
     "MIGRATIONS",
+    "QmarkConnection",
+    "RunDialect",
     "RunDriver",
     "Script",
     "SqlRunStore",
     "Stmt",
     "record",
     "run_script",
-    "run_script_in_transaction",
 ]

@@ -12,14 +12,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, TypeVar
 
-from runstore.sql.runs import (
-    MIGRATIONS,
-    RunDriver,
-    Script,
-    SqlRunStore,
-    run_script,
-    run_script_in_transaction,
-)
+from runstore.sql.runs import MIGRATIONS, RunDriver, Script, SqlRunStore, run_script
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,7 +48,17 @@ class MemoryRunDriver(RunDriver):
             conn.close()
 
     async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
-        return run_script_in_transaction(self.connection, script())
+        conn = self.connection
+        # No other connection exists, so a plain BEGIN is as exclusive as sqlite's IMMEDIATE.
+        conn.execute("BEGIN")
+        try:
+            result = run_script(conn, script())
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
 
     async def read(self, script: Callable[[], Script[T]], operation: str) -> T:
         return run_script(self.connection, script())

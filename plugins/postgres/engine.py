@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
@@ -63,6 +63,11 @@ class PostgresDialect(SqlDialect):
         async with conn.begin():
             await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
             yield
+
+    def in_list(self, column: str, values: Sequence[str], params: list[Any]) -> str:
+        """``column IN values`` as one array parameter, so the statement text does not vary with the length."""
+        params.append(list(values))
+        return f"{column} = ANY(?::text[])"
 
 
 #: The one dialect object of every PostgreSQL engine (it holds no per-engine state).

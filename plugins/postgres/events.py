@@ -86,9 +86,8 @@ class PostgresEventDriver(SqlEventDriver):
         await self._leases.aclose()
 
     def in_list(self, column: str, values: Sequence[str], params: list[Any]) -> str:
-        """One array parameter, so the statement text does not vary with the list length."""
-        params.append(list(values))
-        return f"{column} = ANY(?::text[])"
+        """One array parameter (`PostgresDialect.in_list`)."""
+        return POSTGRES.in_list(column, values, params)
 
     async def fetch(self, sql: str, params: Params) -> list[Row]:
         sql = POSTGRES.placeholders(sql)

@@ -15,7 +15,7 @@ written all or nothing, and no connection goes back to the pool inside a transac
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ from runstore.options import BackendOptions
 from runstore.runs import RunError
 from runstore.sql.dialect import driver_connection
 from runstore.sql.migrations import ensure_schema
-from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDriver, Script, SqlRunStore
+from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
 from .engine import POSTGRES, SCHEMES, shared_engine
@@ -82,10 +82,20 @@ def _unavailable(exc: BaseException) -> bool:
     )
 
 
+class PostgresRunDialect(RunDialect):
+    """Concurrent writers: the scripts lock the rows they decide on; lists are one array parameter."""
+
+    row_locks: ClassVar[bool] = True
+
+    def in_list(self, column: str, values: Sequence[Any], params: list[Any]) -> str:
+        """One array parameter (`PostgresDialect.in_list`)."""
+        return POSTGRES.in_list(column, values, params)
+
+
 class PostgresRunDriver(RunDriver):
     """asyncpg connections from the shared pool, one per operation."""
 
-    postgres: ClassVar[bool] = True
+    dialect: ClassVar[RunDialect] = PostgresRunDialect()
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
