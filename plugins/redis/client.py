@@ -259,6 +259,9 @@ class RedisCalls:
             conn = await self._checkout()
         except errors as exc:
             raise _Failed(exc, sent=False, replies=[]) from exc
+        except ResponseError as exc:
+            # The server refused the connection's setup; retrying cannot change its answer.
+            raise self._refused_setup(exc) from exc
         replies: list[Any] = []
         # An error reply to our own PING means the connection is out of step: not sent either.
         before_sending: tuple[type[BaseException], ...] = (*errors, ResponseError)
@@ -293,6 +296,19 @@ class RedisCalls:
                 # the next user would read it as its own. Never reuse such a connection.
                 await conn.disconnect(nowait=True)
             await self.pool.release(conn)
+
+    def _refused_setup(self, exc: BaseException) -> Exception:
+        """The error for a server that answered a new connection's setup with an error reply:
+        the only one it can refuse is ``SELECT`` of the URL's database (AUTH failures are
+        connection errors)."""
+        database = self.pool.connection_kwargs.get("db") or 0
+        if database:
+            return InvalidURLError(
+                f"{self.backend}: the server has no database {database}, which the URL path names "
+                f"({exc}); a Redis server has databases 0 up to its 'databases' setting minus 1 "
+                "(0-15 by default)"
+            )
+        return self._unavailable("connect", False, exc)
 
     async def _check_health(self, conn: Any) -> None:
         """PING a connection idle longer than ``health_check_interval`` (a silent network may

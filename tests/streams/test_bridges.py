@@ -204,6 +204,10 @@ async def test_redis_url_options_and_pool_bound(redis_url: str) -> None:
                 await RedisStreamBridge.open(BackendURL.parse(redis_url).with_query(**bad), options)
         with pytest.raises(InvalidURLError, match=r"must be a number \(redis://host:6379/0, /1, ...\); got 'notadb'"):
             await RedisStreamBridge.open(BackendURL.parse(redis_url.replace("/0?", "/notadb?")), options)
+        # A number the server has no database for: its refusal, once, not retried nor raw.
+        with pytest.raises(InvalidURLError, match=r"no database 99999, which the URL path names .*0-15 by default") as info:
+            await RedisStreamBridge.open(BackendURL.parse(redis_url.replace("/0?", "/99999?")), options)
+        assert "out of range" in str(info.value.__cause__)
     async with BackendOptions.scope(Settings().merged({"redis": {"max_connections": 1}})) as options:
         with pytest.raises(ConfigError, match="max_connections"):
             await RedisStreamBridge.open(BackendURL.parse(redis_url), options)
