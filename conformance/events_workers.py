@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .processes import errors_travel, load_plugins
 
+
+@errors_travel
 def race_worker(
     url: str, plugins: list[str], thread_id: str, index: int, rounds: int, barrier: Any
 ) -> dict[str, Any]:
@@ -19,11 +22,7 @@ def race_worker(
     from runstore.options import BackendOptions
     from runstore.urls import BackendURL
 
-    if plugins:
-        from .plugin import _register_plugin
-
-        for spec in plugins:
-            _register_plugin(spec)
+    load_plugins(plugins)
 
     from .events_model import core
 

@@ -103,7 +103,26 @@ def project_settings(config: pytest.Config) -> dict[str, Any]:
             "accepted: backends, presets, plugins, xfail"
         )
     config._runstore_project = data  # type: ignore[attr-defined]
+    config._runstore_project_dir = path.parent  # type: ignore[attr-defined]
     return data
+
+
+def development_plugins(config: pytest.Config) -> list[str]:
+    """The plugin modules to load here and in every process the suite starts.
+
+    ``[tool.runstore.conformance].plugins`` (files relative to that pyproject) then
+    ``--runstore-plugin`` (files relative to the working directory), each once: naming a
+    plugin in both places loads it once. Files are given as absolute paths.
+    """
+    from runstore.loader import normalize_plugin_spec
+
+    project = project_settings(config)
+    base: Path = getattr(config, "_runstore_project_dir", Path.cwd())
+    named = [
+        *(normalize_plugin_spec(s, base) for s in project.get("plugins", [])),
+        *(normalize_plugin_spec(s, Path.cwd()) for s in config.getoption("runstore_plugin") or []),
+    ]
+    return list(dict.fromkeys(named))
 
 
 def _resolve_backends(config: pytest.Config) -> None:
@@ -130,7 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "requires(*capabilities): run only on backends declaring these capabilities"
     )
     config.addinivalue_line("markers", "runstore_contract(name): the contract a test checks")
-    for spec in [*project_settings(config).get("plugins", []), *(config.getoption("runstore_plugin") or [])]:
+    for spec in development_plugins(config):
         _register_plugin(spec)
     _resolve_backends(config)
     requested = config.getoption("hypothesis_profile", default=None)

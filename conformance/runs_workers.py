@@ -7,6 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from .processes import errors_travel, load_plugins
+
 T = TypeVar("T")
 
 
@@ -17,11 +19,7 @@ def _with_store(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]
     from runstore.options import BackendOptions
     from runstore.urls import BackendURL
 
-    if plugins:
-        from .plugin import _register_plugin
-
-        for spec in plugins:
-            _register_plugin(spec)
+    load_plugins(plugins)
 
     async def main() -> T:
         parsed = BackendURL.parse(url)
@@ -36,6 +34,7 @@ def _with_store(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]
     return asyncio.run(main())
 
 
+@errors_travel
 def create_race_worker(
     url: str, plugins: list[str], thread_ids: list[str], index: int, barrier: Any
 ) -> list[tuple[str, str]]:
@@ -59,6 +58,7 @@ def create_race_worker(
     return _with_store(url, plugins, body)
 
 
+@errors_travel
 def claim_worker(
     url: str,
     plugins: list[str],

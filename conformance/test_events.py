@@ -42,6 +42,7 @@ from .events_model import (
     utc_iso,
 )
 from .events_workers import race_worker
+from .plugin import development_plugins
 
 pytestmark = pytest.mark.runstore_contract("run event store")
 
@@ -438,7 +439,7 @@ def test_put_if_absent_race_across_processes(events_target: Any, request: pytest
     """The same race from 4 OS processes, each opening its own instance by URL."""
     thread = fresh_id("xproc")
     url = events_target.url.render(hide_password=False)
-    plugins = list(request.config.getoption("runstore_plugin") or [])
+    plugins = development_plugins(request.config)
     rounds, workers = 4, 4
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:

@@ -36,6 +36,7 @@ from runstore.runs import (
 )
 
 from .events_model import fresh_id
+from .plugin import development_plugins
 from .runs_model import Err, RunsModel
 from .runs_workers import claim_worker, create_race_worker
 
@@ -552,7 +553,7 @@ def test_idempotency_key_race_across_threads(runs_target: Any) -> None:
 def _pool_run(
     request: pytest.FixtureRequest, workers: int, submit: Callable[[ProcessPoolExecutor, Any, list[str]], list[Any]]
 ) -> list[Any]:
-    plugins = list(request.config.getoption("runstore_plugin") or [])
+    plugins = development_plugins(request.config)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         barrier = manager.Barrier(workers)

@@ -33,6 +33,8 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from runstore.errors import SyncCallOnEventLoopError
 
+from .plugin import development_plugins
+from .processes import plugins_env
 from .savers_graph import (
     FREQUENCIES,
     SCENARIOS,
@@ -964,9 +966,8 @@ def test_durable_reopen_keeps_data(saver_target: Any) -> None:
 _CHILD = textwrap.dedent(
     """
     import asyncio, json, os, sys
-    from runstore.conformance.plugin import _register_plugin
-    for p in json.loads(os.environ["RUNSTORE_SUITE_PLUGINS"]):
-        _register_plugin(p)
+    from runstore.conformance.processes import load_plugins_from_env
+    load_plugins_from_env()
     from runstore.capabilities import Kind
     from runstore.conformance.harness import spec_for
     from runstore.options import BackendOptions
@@ -1007,15 +1008,7 @@ def test_cross_process_writer_is_visible(saver_target: Any, request: pytest.Fixt
         )
         env = dict(os.environ)
         env["RUNSTORE_SUITE_URL"] = saver_target.url.render(hide_password=False)
-        from .plugin import project_settings
-
-        plugins = [
-            *project_settings(request.config).get("plugins", []),
-            *(request.config.getoption("runstore_plugin") or []),
-        ]
-        env["RUNSTORE_SUITE_PLUGINS"] = json.dumps(
-            [os.path.abspath(p) if p.endswith(".py") else p for p in plugins]
-        )
+        env.update(plugins_env(development_plugins(request.config)))
         env["RUNSTORE_SUITE_JOB"] = json.dumps(
             {"thread": thread, "parent": root, "id": child, "value": 41, "version": v1}
         )

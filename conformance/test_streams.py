@@ -33,6 +33,9 @@ from runstore.streams import (
     parse_event_id,
 )
 
+from .plugin import development_plugins
+from .processes import plugins_env
+
 #: Upper bound for anything that should arrive; only a broken bridge waits this long.
 WAIT = float(os.environ.get("RUNSTORE_CONFORMANCE_WAIT", "10"))
 #: Bridge default long enough that no heartbeat shows up unless a test asks for it.
@@ -704,6 +707,9 @@ _PUBLISHER = textwrap.dedent(
     from runstore.options import BackendOptions
     from runstore.settings import Settings
     from runstore.urls import BackendURL
+    from runstore.conformance.processes import load_plugins_from_env
+
+    load_plugins_from_env()
 
     async def main():
         url = BackendURL.parse(os.environ["RUNSTORE_XP_URL"])
@@ -724,7 +730,9 @@ _PUBLISHER = textwrap.dedent(
 
 
 @pytest.mark.requires("cross_process")
-def test_publisher_and_subscriber_in_different_processes(streams_target: Any) -> None:
+def test_publisher_and_subscriber_in_different_processes(
+    streams_target: Any, request: pytest.FixtureRequest
+) -> None:
     async def body(bridge: StreamBridge) -> None:
         run_id = new_run()
         sub = bridge.subscribe(run_id)
@@ -733,6 +741,7 @@ def test_publisher_and_subscriber_in_different_processes(streams_target: Any) ->
             **os.environ,
             "RUNSTORE_XP_URL": streams_target.url.render(hide_password=False),
             "RUNSTORE_XP_RUN": run_id,
+            **plugins_env(development_plugins(request.config)),
         }
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _PUBLISHER, env=env, stderr=subprocess.PIPE

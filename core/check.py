@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, RunstoreError
+from .loader import normalize_plugin_spec
 from .urls import BackendURL, redact
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
@@ -174,7 +175,8 @@ def run_suite(
         for url in urls:
             cmd += ["--runstore-backend", url]
         for plugin in plugins:
-            cmd += ["--runstore-plugin", plugin]
+            # The child runs in a temporary directory: a plugin file is named absolutely.
+            cmd += ["--runstore-plugin", normalize_plugin_spec(plugin, Path.cwd())]
         if profile:
             cmd += ["--hypothesis-profile", profile]
         if junit_xml:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
 class RunstoreError(Exception):
     """Base class of every error runstore raises deliberately."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take their own constructor arguments, so pickle (a worker process
+        # sending its error back) rebuilds the instance from its state instead.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[RunstoreError], args: tuple[Any, ...], state: dict[str, Any]) -> RunstoreError:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class ConfigError(RunstoreError, ValueError):
@@ -167,6 +180,3 @@ class ThreadDeletedError(RunstoreError):
             f"thread {thread_id!r} was deleted; this write continues its deleted history and "
             "was refused (start the thread again with a checkpoint that has no parent)"
         )
-
-    def __reduce__(self) -> tuple[type[ThreadDeletedError], tuple[str]]:
-        return (type(self), (self.thread_id,))

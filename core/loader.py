@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from types import ModuleType
 
 import pluggy
@@ -70,7 +71,8 @@ def _new_manager(extra: tuple[tuple[str, object], ...]) -> pluggy.PluginManager:
         pm.register(plugin, name=ep.name)
         _infos[ep.name] = info
     for name, plugin in extra:
-        if name in blocked:
+        if name in blocked or pm.is_registered(plugin):
+            # Already registered: an installed plugin also named as a development one.
             continue
         if pm.get_plugin(name) is not None:
             raise PluginError(f"plugin name {name!r} is already registered by {_infos[name]}")
@@ -118,14 +120,30 @@ def register_plugin(plugin: ModuleType | object, name: str | None = None) -> Non
     reset()
 
 
+def _is_file_spec(spec: str) -> bool:
+    return spec.endswith(".py") or os.sep in spec
+
+
+def normalize_plugin_spec(spec: str, base: Path) -> str:
+    """A plugin spec as `register_plugin_spec` keys it: a file as an absolute path (relative
+    ones resolved against ``base``), a dotted module name unchanged."""
+    return str((base / spec).resolve()) if _is_file_spec(spec) else spec
+
+
 def register_plugin_spec(spec: str) -> ModuleType:
-    """Import and register a plugin given as a dotted module name or a ``.py`` file path."""
+    """Import and register a plugin given as a dotted module name or a ``.py`` file path.
+
+    Registering the same module or file again returns the module registered first.
+    """
     import importlib
     import importlib.util
-    from pathlib import Path
 
-    if spec.endswith(".py") or os.sep in spec:
+    if _is_file_spec(spec):
         path = Path(spec).resolve()
+        with _lock:
+            for _, loaded in _extra:
+                if isinstance(loaded, ModuleType) and getattr(loaded, "__file__", None) == str(path):
+                    return loaded
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         if module_spec is None or module_spec.loader is None or not path.is_file():
             raise PluginError(f"cannot load runstore plugin file {spec}: not a readable .py file")
@@ -140,6 +158,9 @@ def register_plugin_spec(spec: str) -> ModuleType:
         module = importlib.import_module(spec)
     except ImportError as exc:
         raise PluginError(f"could not import runstore plugin module {spec!r}: {exc}") from exc
+    with _lock:
+        if any(loaded is module for _, loaded in _extra):
+            return module
     register_plugin(module, name=spec)
     return module
 
