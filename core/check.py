@@ -22,7 +22,8 @@ from typing import Any
 
 from .errors import ConfigError, RunstoreError
 from .loader import normalize_plugin_spec
-from .urls import BackendURL, redact
+from .redaction import redact
+from .urls import BackendURL
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 SUITE_KINDS = ("saver", "events", "streams", "runs")

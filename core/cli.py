@@ -13,7 +13,7 @@ from rich.text import Text
 
 from . import __version__
 from .errors import RunstoreError
-from .urls import redact
+from .redaction import redact
 
 # Tables stay readable when piped: rich would otherwise wrap them to 80 columns. Markup
 # and emoji codes are off: every string is printed as it is (an install hint such as

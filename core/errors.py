@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .redaction import redact
+
 
 class RunstoreError(Exception):
     """Base class of every error runstore raises deliberately."""
@@ -83,8 +85,6 @@ class BackendUnavailableError(RunstoreError):
         write_may_have_happened: bool,
         cause: BaseException | None = None,
     ) -> None:
-        from .urls import redact  # urls imports this module
-
         self.backend = backend
         self.operation = operation
         self.write_may_have_happened = write_may_have_happened

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .errors import ConfigError, PluginError
-from .urls import BackendURL, masked_repr, redact
+from .redaction import masked_repr, redact
+from .urls import BackendURL
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

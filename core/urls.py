@@ -7,52 +7,28 @@ and control characters must be percent-encoded in a user name or password; a URL
 breaks this is an `InvalidURLError` that quotes none of it beyond the scheme.
 
 A parsed URL becomes text in one place, `BackendURL.render`, which masks the password
-unless a driver asks for the real URL. Free text that may quote URLs (driver messages,
-test logs, command lines, JSON rows) goes through `redact`, which masks every password
-runstore has seen in this process in the spellings text gives it (raw, percent-encoded,
-JSON, repr, XML), and the user-info of anything shaped like a URL.
+unless a driver asks for the real URL. Every password a URL carries is remembered for
+`runstore.redaction.redact`, which masks it in free text.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from .errors import InvalidURLError
+from .redaction import REDACTED, redact, remember_secret
 
-_REDACTED = "***"
-#: Passwords of every URL seen in this process; `redact` masks them wherever they appear.
-_SECRETS: set[str] = set()
-#: Shorter passwords are masked inside URLs only: masking every "abc" of a log would garble it.
-MIN_SECRET_LENGTH = 4
 _ENCODE_HINT = (
     "percent-encode / ? # @ : % [ ] and spaces in the user name and password "
     "(e.g. / as %2F, # as %23, @ as %40)"
 )
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]*")
 
-
-def _remember(password: str | None) -> None:
-    if password and len(password) >= MIN_SECRET_LENGTH and password != _REDACTED:
-        _SECRETS.add(password)
-
-
-def _spellings(secret: str) -> set[str]:
-    """The ways ``secret`` may be written in text: raw, percent-encoded, JSON, repr, XML."""
-    xml_text = html.escape(secret, quote=False)
-    xml_attribute = xml_text.replace('"', "&quot;").replace("\n", "&#10;").replace("\r", "&#13;")
-    base = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), repr(secret)[1:-1],
-            xml_text, html.escape(secret), xml_attribute, xml_attribute.replace("\t", "&#09;")}
-    return {form for spelled in base for form in (spelled, json.dumps(spelled)[1:-1],
-                                                  json.dumps(spelled, ensure_ascii=False)[1:-1])}
 
 @dataclass(frozen=True)
 class BackendURL:
@@ -71,7 +47,7 @@ class BackendURL:
     query: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        _remember(self.password)
+        remember_secret(self.password)
 
     @classmethod
     def parse(cls, raw: str | BackendURL) -> BackendURL:
@@ -86,7 +62,7 @@ class BackendURL:
         # Only the scheme is quoted back until the password is known to be where it belongs;
         # until then its likeliest place is remembered, so `redact` masks it in later text.
         shown = f"{raw.partition('://')[0]}://..."
-        _remember(_likely_password(raw))
+        remember_secret(_likely_password(raw))
         authority = re.split(r"[/?#]", raw.partition("://")[2], maxsplit=1)[0]
         if any(ch.isspace() or not ch.isprintable() for ch in authority):
             # Allowed in a file path (sqlite:///my data/app.db), never in user, password or host.
@@ -111,7 +87,7 @@ class BackendURL:
                 f"malformed backend URL {shown!r}: an '@' after the host part, or no host; {_ENCODE_HINT}"
             )
         password = unquote(parts.password) if parts.password is not None else None
-        _remember(password)
+        remember_secret(password)
         scheme = parts.scheme.lower()
         if not scheme:
             raise InvalidURLError(f"backend URL {redact(raw)!r} has no scheme")
@@ -141,7 +117,7 @@ class BackendURL:
         if self.username is not None or self.password is not None:
             netloc = quote(self.username or "", safe="")
             if self.password is not None:
-                netloc += ":" + (_REDACTED if hide_password else quote(self.password, safe=""))
+                netloc += ":" + (REDACTED if hide_password else quote(self.password, safe=""))
             netloc += "@"
         if self.host:
             netloc += f"[{self.host}]" if ":" in self.host else self.host
@@ -209,37 +185,3 @@ def _likely_password(raw: str) -> str | None:
     at = rest.rfind("@")
     user_info = rest[:at] if at >= 0 else ""
     return user_info.partition(":")[2] or None
-
-
-def redact(text: str) -> str:
-    """Mask passwords in free text: every password seen in this process, in any spelling,
-    and the user-info password of anything shaped like a URL."""
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        if len(secret) > len(text):
-            continue
-        for spelled in sorted(_spellings(secret), key=len, reverse=True):
-            if spelled in text:
-                text = text.replace(spelled, _REDACTED)
-    return _URL_IN_TEXT.sub(_mask_user_info, text)
-
-
-def _mask_user_info(match: re.Match[str]) -> str:
-    url = match.group(0)
-    scheme, _, rest = url.partition("://")
-    ends = [i for i in (rest.find(ch) for ch in "/?#") if i >= 0]
-    authority = rest[: min(ends, default=len(rest))]
-    at = authority.rfind("@")
-    if at >= 0:
-        user, colon, _ = authority[:at].partition(":")
-        return f"{scheme}://{user}:{_REDACTED}{rest[at:]}" if colon else url
-    at = rest.rfind("@")
-    if at < 0:
-        return url
-    # An '@' past the host part: most likely a password with an unencoded / ? or #.
-    return f"{scheme}://{_REDACTED}{rest[at:]}"
-
-
-def masked_repr(obj: Any) -> str:
-    """A dataclass's repr with every password masked: use as ``__repr__ = masked_repr``."""
-    shown = ", ".join(f"{f.name}={getattr(obj, f.name)!r}" for f in fields(obj) if f.repr)
-    return redact(f"{type(obj).__qualname__}({shown})")

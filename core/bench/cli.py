@@ -127,7 +127,7 @@ class RichReporter(Reporter):
 
     def warn(self, message: str) -> None:
         from ..cli import styled
-        from ..urls import redact
+        from ..redaction import redact
 
         self.console.print(styled(("warning:", "yellow"), f" {redact(message)}"), highlight=False)
 
@@ -517,6 +517,6 @@ def summarize_cmd(
 
 
 def _redacted_argv() -> list[str]:
-    from ..urls import redact
+    from ..redaction import redact
 
     return [redact(a) for a in sys.argv]

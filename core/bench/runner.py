@@ -44,7 +44,8 @@ def display_backend(raw: str) -> str:
     """The label of a backend in rows and on screen: the URL with its password masked."""
     if raw.startswith(PEER_PREFIX) or raw.startswith("raw:"):
         return raw
-    from ..urls import BackendURL, redact
+    from ..redaction import redact
+    from ..urls import BackendURL
 
     url, sep, suffix = raw.partition("|")
     try:
@@ -129,7 +130,7 @@ class RunOptions:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        from ..urls import masked_repr
+        from ..redaction import masked_repr
 
         return masked_repr(self)
 

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 import runstore
 from runstore.errors import InvalidURLError
-from runstore.urls import BackendURL, redact
+from runstore.redaction import redact
+from runstore.urls import BackendURL
 
 from ..faults.servers import RedisServer, free_port
 

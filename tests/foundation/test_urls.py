@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runstore.errors import InvalidURLError
-from runstore.urls import BackendURL, redact
+from runstore.redaction import redact
+from runstore.urls import BackendURL
 
 
 def test_parse_postgres_url_with_options() -> None:
