@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -86,6 +87,8 @@ def connection_lost(exc: BaseException, conn: Any | None = None) -> bool:
     (the same class also reports bad arguments, which no retry fixes).
     """
     exc = driver_error(exc)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return False  # the server's certificate is not trusted: no retry changes that
     if isinstance(exc, OSError | TimeoutError):
         return True
     asyncpg = import_asyncpg()

@@ -6,11 +6,15 @@ becomes the connection's ``search_path`` (a startup parameter, so it holds on ev
 pooled connection, raw ones included) and the schema is created if missing. Pool
 pre-ping (a closed connection is replaced; one idle over a second is pinged with one
 round trip; one found inside a transaction is replaced too), ``pool_recycle`` =
-``postgres.pool_recycle_seconds``, pool size ``postgres.pool_max_size``, and the time
-bounds of `PostgresTimeouts` (``postgres.*_timeout_seconds`` or the URL options
-``connect_timeout``, ``command_timeout``, ``operation_timeout``): asyncpg's connect
-timeout, its command timeout, the ping's and the wait for a free pooled connection.
-asyncpg is imported only when an engine is opened.
+``postgres.pool_recycle_seconds``, pool size ``postgres.pool_max_size`` of which
+``postgres.pool_max_idle`` stay open when idle, the connect options of
+`PostgresConnectOptions` (TLS, session settings, ``target_session_attrs``, the
+transaction-pooler switch), and the time bounds of `PostgresTimeouts`
+(``postgres.*_timeout_seconds`` or the URL options ``connect_timeout``,
+``command_timeout``, ``operation_timeout``): asyncpg's connect timeout, its command
+timeout, the ping's and the wait for a free pooled connection. The engine connects once
+when it opens, so a server that refuses us is reported then. asyncpg is imported only
+when an engine is opened.
 """
 
 from __future__ import annotations
@@ -25,20 +29,25 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from runstore.errors import InvalidURLError, MissingDriverError
+from runstore.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidURLError,
+    MissingDriverError,
+)
 from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, numbered_placeholders
 from runstore.urls import BackendURL
 
+from .connect_options import CONNECT_OPTIONS, PostgresConnectOptions
 from .settings import TIMEOUT_OPTIONS, PostgresSettings, PostgresTimeouts
 
 SCHEMES = frozenset({"postgresql", "postgres"})
 
-#: URL options runstore interprets itself; never forwarded to the driver.
-RUNSTORE_QUERY_OPTIONS = frozenset({"schema", *TIMEOUT_OPTIONS})
 #: URL options the postgres backends accept (``schema``: the search_path, created if
-#: missing; the timeouts in seconds override the ``postgres`` settings).
-URL_OPTIONS = RUNSTORE_QUERY_OPTIONS
+#: missing; the timeouts in seconds and the connect options override the ``postgres``
+#: settings). runstore reads every one of them itself and hands asyncpg keyword arguments.
+URL_OPTIONS = frozenset({"schema", *TIMEOUT_OPTIONS, *CONNECT_OPTIONS})
 
 #: Advisory lock key taken around schema creation and migrations (any constant works).
 SCHEMA_LOCK_KEY = zlib.crc32(b"runstore.schema") - 2**31
@@ -129,10 +138,12 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
         import asyncpg  # noqa: F401
     except ImportError:
         raise MissingDriverError("postgres", "asyncpg", "postgres") from None
+    url.check_options(URL_OPTIONS)
     cfg = options.settings.section(PostgresSettings)
     timeouts = PostgresTimeouts.resolve(url, cfg)
+    connect = PostgresConnectOptions.resolve(url, cfg)
+    pool_size, max_overflow = pool_sizes(cfg)
     schema = postgres_schema(url)
-    query = {k: v for k, v in url.query.items() if k not in RUNSTORE_QUERY_OPTIONS}
     sa_url = URL.create(
         "postgresql+asyncpg",
         username=url.username,
@@ -140,36 +151,58 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
         host=url.host,
         port=url.port,
         database=url.path.lstrip("/") or None,
-        query=query,
     )
-    server_settings: dict[str, str] = {}
+    connect_args = connect.connect_args()
     if schema is not None:
-        server_settings["search_path"] = quote_ident(schema)
+        connect_args["server_settings"]["search_path"] = quote_ident(schema)
     engine = create_async_engine(
         sa_url,
         # Pre-ping is ours (see _install_pre_ping): SQLAlchemy's asyncpg ping costs three
         # round trips (BEGIN, ping, ROLLBACK) on every checkout.
         pool_pre_ping=False,
         pool_recycle=cfg.pool_recycle_seconds if cfg.pool_recycle_seconds > 0 else -1,
-        pool_size=cfg.pool_max_size,
-        max_overflow=0,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         # Callers bound the wait for a free connection with their operation deadline.
         pool_timeout=timeouts.operation,
-        connect_args={
-            "server_settings": server_settings,
-            "command_timeout": timeouts.command,
-            "timeout": timeouts.connect,
-        },
+        connect_args={**connect_args, "command_timeout": timeouts.command, "timeout": timeouts.connect},
     )
     _install_pre_ping(engine, timeouts.connect)
     bind_dialect(engine, POSTGRES)
-    if schema is not None:
-        try:
-            await _create_schema(engine, schema)
-        except BaseException:
-            await engine.dispose()
-            raise
+    try:
+        await _first_connection(engine, schema, url)
+    except BaseException:
+        await engine.dispose()
+        raise
     return engine
+
+
+async def _first_connection(engine: AsyncEngine, schema: str | None, url: BackendURL) -> None:
+    """Connect once (creating ``schema`` if missing), so a server that cannot be reached or
+    refuses us (TLS, authentication, pg_hba) is reported when the backend opens, as a
+    `BackendUnavailableError` naming the URL, with the driver's error as ``__cause__``."""
+    from .connections import driver_error
+
+    try:
+        async with engine.connect() as conn:
+            if schema is not None:
+                await _create_schema(conn, schema)
+    except Exception as exc:
+        cause = driver_error(exc)
+        error = BackendUnavailableError(f"postgres at {url}", "connect", write_may_have_happened=False, cause=cause)
+        raise error from cause
+
+
+def pool_sizes(cfg: PostgresSettings) -> tuple[int, int]:
+    """SQLAlchemy's ``pool_size`` (connections kept open when idle) and ``max_overflow``
+    (more, closed as they come back) for ``postgres.pool_max_size`` and ``pool_max_idle``."""
+    idle = cfg.pool_max_size if cfg.pool_max_idle is None else cfg.pool_max_idle
+    if idle > cfg.pool_max_size:
+        raise ConfigError(
+            f"config key 'postgres.pool_max_idle' ({idle}) must not exceed "
+            f"'postgres.pool_max_size' ({cfg.pool_max_size})"
+        )
+    return idle, cfg.pool_max_size - idle
 
 
 def _install_pre_ping(engine: AsyncEngine, timeout: float) -> None:
@@ -208,16 +241,15 @@ def _install_pre_ping(engine: AsyncEngine, timeout: float) -> None:
             record.info[_CHECKIN_TIME] = time.monotonic()
 
 
-async def _create_schema(engine: AsyncEngine, schema: str) -> None:
-    async with engine.connect() as conn:
-        exists = (
-            await conn.exec_driver_sql(
-                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", (schema,)
-            )
-        ).scalar()
-        if not exists:
-            # Two processes creating the schema at once would collide on the catalog's
-            # unique index; the lock makes the second one see the first one's schema.
-            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
-            await conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
-        await conn.commit()
+async def _create_schema(conn: AsyncConnection, schema: str) -> None:
+    exists = (
+        await conn.exec_driver_sql(
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", (schema,)
+        )
+    ).scalar()
+    if not exists:
+        # Two processes creating the schema at once would collide on the catalog's
+        # unique index; the lock makes the second one see the first one's schema.
+        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+        await conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+    await conn.commit()

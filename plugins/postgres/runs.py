@@ -29,7 +29,7 @@ from runstore.sql.migrations import ensure_schema
 from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
-from .engine import POSTGRES, SCHEMES, shared_engine
+from .engine import POSTGRES, SCHEMES, URL_OPTIONS, shared_engine
 
 T = TypeVar("T")
 
@@ -152,8 +152,8 @@ class PostgresRunDriver(RunDriver):
 class PostgresRunStore(SqlRunStore):
     """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema."""
 
-    #: URL query options the store accepts (``schema``: the search_path, created if missing).
-    url_options: ClassVar[frozenset[str]] = frozenset({"schema"})
+    #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
+    url_options: ClassVar[frozenset[str]] = URL_OPTIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresRunStore:

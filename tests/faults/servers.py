@@ -32,6 +32,12 @@ temporary directory, and removes it afterwards.
     ``args=`` are appended to the command line (TLS, cluster mode); readiness is read
     from the server log, so it does not depend on the plain-TCP port.
 
+`Certificates`
+    A throwaway certificate authority and certificates signed by it (``openssl``):
+    a server certificate for ``127.0.0.1`` (and ``localhost`` unless told otherwise)
+    and client certificates by common name. `PostgresServer.tls` and `RedisServer.tls`
+    turn TLS on with them.
+
 `TcpProxy`
     A TCP proxy the test puts between a client and a server (``proxy.url(url)``
     rewrites a backend URL to go through it). Modes: `TcpProxy.pass_traffic`
@@ -121,6 +127,53 @@ def _scratch_dir(prefix: str, owner: str | None) -> Path:
     return root
 
 
+# -- certificates -------------------------------------------------------------------------
+
+
+class Certificates:
+    """A throwaway CA in a temporary directory and certificates it signs (PEM files).
+
+    ``ca`` is the CA certificate a client verifies against; ``server_cert`` /
+    ``server_key`` the server's (names ``server_names``: IP addresses and DNS names).
+    `client` issues a client certificate for a common name (a PostgreSQL user name).
+    """
+
+    def __init__(self, *, server_names: Sequence[str] = ("127.0.0.1", "localhost")) -> None:
+        if shutil.which("openssl") is None:
+            raise ServerUnavailable("no openssl on PATH to make test certificates")
+        self.root = _scratch_dir("runstore-certs-", None)
+        self.root.chmod(0o755)
+        atexit.register(shutil.rmtree, self.root, True)
+        self.ca = self.root / "ca.crt"
+        self._ca_key = self.root / "ca.key"
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                      "-subj", "/CN=runstore throwaway CA", "-keyout", str(self._ca_key), "-out", str(self.ca))
+        alt = ",".join(f"IP:{n}" if n.replace(".", "").isdigit() else f"DNS:{n}" for n in server_names)
+        self.server_cert, self.server_key = self.issue("server", "runstore test server", alt)
+
+    def _openssl(self, *args: str) -> None:
+        result = subprocess.run(["openssl", *args], cwd=self.root, capture_output=True, text=True,
+                                timeout=START_TIMEOUT)
+        if result.returncode != 0:
+            raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+    def issue(self, name: str, common_name: str, subject_alt_names: str | None = None) -> tuple[Path, Path]:
+        """Sign a certificate for ``common_name``; return its certificate and key paths."""
+        cert, key, csr = (self.root / f"{name}.{ext}" for ext in ("crt", "key", "csr"))
+        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={common_name}",
+                      "-keyout", str(key), "-out", str(csr))
+        ext = self.root / f"{name}.ext"
+        ext.write_text(f"subjectAltName={subject_alt_names}\n" if subject_alt_names else "basicConstraints=CA:FALSE\n")
+        self._openssl("x509", "-req", "-in", str(csr), "-CA", str(self.ca), "-CAkey", str(self._ca_key),
+                      "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(cert))
+        key.chmod(0o600)
+        return cert, key
+
+    def client(self, common_name: str) -> tuple[Path, Path]:
+        """A client certificate and key for ``common_name`` (e.g. a PostgreSQL user)."""
+        return self.issue(f"client-{common_name}", common_name)
+
+
 # -- PostgreSQL ---------------------------------------------------------------------------
 
 
@@ -131,12 +184,14 @@ def _as_root() -> bool:
 def _pg_run(args: Sequence[str], *, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a PostgreSQL binary, as the postgres OS user when we are root."""
     as_user: dict[str, Any] = {}
+    env = {**os.environ, "LC_ALL": "C.UTF-8"}
     if _as_root():
         as_user = {"user": PG_USER, "group": PG_USER, "extra_groups": []}
+        # libpq (psql) looks for ~/.postgresql certificates: root's home is not readable.
+        env["HOME"] = str(cwd)
     try:
         result = subprocess.run(
-            list(args), cwd=cwd, capture_output=True, text=True, timeout=START_TIMEOUT,
-            env={**os.environ, "LC_ALL": "C.UTF-8"}, **as_user,
+            list(args), cwd=cwd, capture_output=True, text=True, timeout=START_TIMEOUT, env=env, **as_user,
         )
     except (FileNotFoundError, PermissionError, KeyError) as exc:
         raise ServerUnavailable(f"cannot run {args[0]}: {exc}") from exc
@@ -214,6 +269,17 @@ class PostgresServer:
             self._write("pg_hba.conf", "".join(f"{line}\n" for line in hba) + self._base_hba)
         for name, content in (files or {}).items():
             self._write(name, content)
+
+    def tls(self, certs: Certificates, *, hba: Sequence[str] = ()) -> None:
+        """Turn on ``ssl`` with ``certs`` (client certificates checked against its CA) at
+        the next start; ``hba`` lines go first (e.g. ``hostssl all alice 127.0.0.1/32 cert``)."""
+        self.configure(
+            settings={"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key",
+                      "ssl_ca_file": "root.crt"},
+            files={"server.crt": certs.server_cert.read_bytes(), "server.key": certs.server_key.read_bytes(),
+                   "root.crt": certs.ca.read_bytes()},
+            hba=hba,
+        )
 
     def _write(self, name: str, content: str | bytes) -> None:
         path = self.data_dir / name

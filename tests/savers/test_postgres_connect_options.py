@@ -1,0 +1,88 @@
+"""PostgreSQL connect options on the shared server: the transaction-pooler switch leaves no
+prepared statement behind on any connection, session options reach the server, and the
+pool keeps at most ``pool_max_idle`` idle connections."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from runstore.options import BackendOptions
+from runstore.plugins.postgres.events import PostgresEventStore
+from runstore.plugins.postgres.runs import PostgresRunStore
+from runstore.plugins.postgres.saver import PostgresSaver
+from runstore.settings import Settings
+from runstore.sql.dialect import driver_connection
+from runstore.urls import BackendURL
+
+from .test_postgres_saver import cfg, put_chain
+
+
+async def _work_then_inspect(url: str, settings: Settings, sql: str) -> list[Any]:
+    """Use the saver, the event store and the run store on ``url``, give every connection
+    back to the pool, then run ``sql`` on each pooled connection (raw asyncpg)."""
+    async with BackendOptions.scope(settings) as options:
+        saver = await PostgresSaver.open(BackendURL.parse(url), options)
+        events = await PostgresEventStore.open(BackendURL.parse(url), options)
+        runs = await PostgresRunStore.open(BackendURL.parse(url), options)
+        for round_ in (uuid.uuid4().hex for _ in range(3)):
+            await asyncio.gather(
+                put_chain(saver, f"t-pool-{round_}", [{"a": [1]}, {"a": [2]}]),
+                events.put(thread_id="t", run_id=f"r{round_}", event_type="x", category="message", content="hi",
+                           user_id=None),
+                runs.create(f"t-runs-{round_}"),
+            )
+            assert await saver.aget_tuple(cfg(f"t-pool-{round_}")) is not None
+            assert [c async for c in saver.alist(cfg(f"t-pool-{round_}"))]
+            assert await events.list_messages("t", user_id=None)
+        await saver.aclose()
+        await events.close()
+        await runs.close()
+        engine = saver.engine
+        pool = engine.sync_engine.pool
+        held = [await engine.connect() for _ in range(pool.checkedin())]  # type: ignore[attr-defined]
+        try:
+            return [await (await driver_connection(sa_conn)).fetchval(sql) for sa_conn in held]
+        finally:
+            for sa_conn in held:
+                await sa_conn.close()
+
+
+async def _prepared_counts(url: str, settings: Settings) -> list[int]:
+    return await _work_then_inspect(url, settings, "SELECT count(*) FROM pg_prepared_statements")
+
+
+async def test_pooler_transaction_leaves_no_prepared_statements(postgres_url: str) -> None:
+    pooled = BackendURL.parse(postgres_url).with_query(pooler="transaction").render(hide_password=False)
+    counts = await _prepared_counts(pooled, Settings())
+    assert counts and counts == [0] * len(counts), counts
+    # The control: by default asyncpg and SQLAlchemy keep named statements on the connections
+    # (the count query is one of them: its own statement is prepared before it runs).
+    control = await _prepared_counts(postgres_url, Settings())
+    assert max(control) > 1, control
+
+
+async def test_session_options_reach_the_server(postgres_url: str) -> None:
+    url = BackendURL.parse(postgres_url).with_query(
+        application_name="runstore-test", options="-c statement_timeout=7s -c lock_timeout=3s"
+    )
+    async with BackendOptions.scope(Settings()) as options:
+        saver = await PostgresSaver.open(url, options)
+        async with saver.engine.connect() as conn:
+            got = (await conn.exec_driver_sql(
+                "SELECT current_setting('application_name'), current_setting('statement_timeout'), "
+                "current_setting('lock_timeout')"
+            )).one()
+    assert tuple(got) == ("runstore-test", "7s", "3s")
+
+
+async def test_pool_keeps_at_most_max_idle_connections(postgres_url: str) -> None:
+    settings = Settings().merged({"postgres": {"pool_max_size": 4, "pool_max_idle": 1}})
+    async with BackendOptions.scope(settings) as options:
+        saver = await PostgresSaver.open(BackendURL.parse(postgres_url), options)
+        engine = saver.engine
+        held = [await engine.connect() for _ in range(4)]  # the pool's maximum, all at once
+        for conn in held:
+            await conn.close()
+        assert engine.sync_engine.pool.checkedin() == 1  # type: ignore[attr-defined]
