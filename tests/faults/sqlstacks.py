@@ -104,6 +104,16 @@ class Stack:
         self.saver_reader: Any = None
         self._scopes: list[BackendOptions] = []
 
+    async def open_runs(self) -> tuple[Any, Any]:
+        """A run store on the writers' options (their pool) and one on the readers'."""
+        from runstore.plugins.postgres.runs import PostgresRunStore
+        from runstore.plugins.sqlite.runs import SqliteRunStore
+
+        cls = SqliteRunStore if self.kind == "sqlite" else PostgresRunStore
+        url = BackendURL.parse(self.url)
+        writer, reader = self._scopes[:2]
+        return await cls.open(url, writer), await cls.open(url, reader)
+
     async def open(self, **settings: Any) -> None:
         """Open the writers (one options scope) and the readers (another)."""
         from runstore.plugins.postgres.events import PostgresEventStore

@@ -23,6 +23,7 @@ import asyncio
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -419,3 +420,88 @@ async def test_sqlite_cancelled_write_has_settled_when_the_cancel_returns(tmp_pa
         assert len(now) in (0, BATCH)
         fault_report.add("sqlite: event store put_batch cancelled behind other work", trials=1,
                          acknowledged=0, lost=0, duplicated=0, completed_anyway=int(bool(now)))
+
+
+# -- run stores ------------------------------------------------------------------------
+
+
+def _by_id(runs: list[Any]) -> dict[str, Any]:
+    return {r["run_id"]: r for r in runs}
+
+
+async def test_run_store_writes_cancelled_at_every_suspension(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, fault_report: Any
+) -> None:
+    """Every run store write, cancelled at each of its caller's suspensions: the thread's
+    runs are as before the call or as after all of it, read from another pool; settled at
+    once (no session in a transaction, no row lock held); the next writes commit."""
+    from runstore.runs import ManualClock
+
+    async with _stack(kind, request, tmp_path) as stack:
+        runs, reader = await stack.open_runs()
+        clock = ManualClock()
+        runs.clock = clock
+
+        async def started(thread: str, ttl: float = 3600) -> None:
+            await runs.create(thread, run_id=f"{thread}-a")
+            await runs.start(f"{thread}-a", "w", ttl)
+
+        async def with_queued(thread: str) -> None:
+            await started(thread)
+            await runs.create(thread, run_id=f"{thread}-b", multitask_strategy="enqueue")
+
+        async def expired(thread: str) -> None:
+            await started(thread, ttl=1)
+            clock.advance(10)
+
+        async def nothing(thread: str) -> None:
+            return None
+
+        # name: (set up the thread, the call, whether the runs show all of its effect)
+        Check = Callable[[str, dict[str, Any]], bool]
+        cases: dict[str, tuple[Callable[[str], Awaitable[None]], Callable[[str], Any], Check]] = {
+            "create": (nothing, lambda t: runs.create(t, run_id=f"{t}-a"),
+                       lambda t, r: r[f"{t}-a"]["status"] == "pending" and r[f"{t}-a"]["active"]),
+            "start": (lambda t: runs.create(t, run_id=f"{t}-a"), lambda t: runs.start(f"{t}-a", "w", 3600),
+                      lambda t, r: r[f"{t}-a"]["status"] == "running" and r[f"{t}-a"]["fence"] is not None),
+            "renew_lease": (started, lambda t: runs.renew_lease(f"{t}-a", "w", 7200),
+                            lambda t, r: r[f"{t}-a"]["lease_expires_at"] > clock() + timedelta(seconds=3600)),
+            "request_cancel": (started, lambda t: runs.request_cancel(f"{t}-a", "rollback"),
+                               lambda t, r: r[f"{t}-a"]["cancel_action"] == "rollback"),
+            "finalize": (with_queued, lambda t: runs.finalize(f"{t}-a", "w", "success"),
+                         lambda t, r: r[f"{t}-a"]["status"] == "success" and r[f"{t}-b"]["active"]),
+            "claim_expired": (expired, lambda t: runs.claim_expired("w2", 3600, grace=0),
+                              lambda t, r: r[f"{t}-a"]["owner"] == "w2" and r[f"{t}-a"]["fence"] == 2),
+            "delete": (with_queued, lambda t: runs.delete(f"{t}-a"),
+                       lambda t, r: f"{t}-a" not in r and r[f"{t}-b"]["active"]),
+        }
+        for name, (setup, make, complete) in cases.items():
+            tally = Tally()
+
+            async def trial(
+                k: int, name: str = name, setup: Any = setup, make: Any = make, complete: Check = complete,
+                tally: Tally = tally,
+            ) -> Outcome[Any]:
+                thread = f"r{next(_ids)}"
+                await setup(thread)
+                before = await reader.list_by_thread(thread)
+                outcome = await cancel_at(lambda: make(thread), k)
+                await stack.assert_settled()  # at once: a cancelled call has settled
+                done = _ok(outcome)
+                after = await reader.list_by_thread(thread)
+                whole = complete(thread, _by_id(after))
+                assert whole or after == before, f"{name} left a partial state: {after}"
+                if done:
+                    assert whole, "a call that returned has committed"
+                # The store still commits, and what it acknowledges is visible elsewhere.
+                created = await runs.create(f"{thread}-next", run_id=f"{thread}-next")
+                assert created is not None and await reader.get(f"{thread}-next") is not None
+                tally.trials += 1
+                tally.completed += done
+                tally.acknowledged += 1 + done
+                tally.extra["whole_when_cancelled"] = tally.extra.get("whole_when_cancelled", 0) + (
+                    whole and not done)
+                return outcome
+
+            await _sweep(stack, trial)
+            tally.report(fault_report, f"{kind}: run store {name} cancelled")
