@@ -79,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "inject_checkpoint_mode": ".checkpoint.modes",
     "CheckpointStateAccessor": ".checkpoint.accessor",
     "CachedHistorySaver": ".checkpoint.cache",
+    "unwrap_saver": ".checkpoint.forwarding",
     # errors
     "RunstoreError": ".errors",
     "ConfigError": ".errors",
@@ -97,6 +98,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidSaverInputError": ".errors",
     "InvalidCursorError": ".errors",
     "UndeclaredChannelError": ".errors",
+    "StoreNotOpenedError": ".errors",
     "ThreadDeletedError": ".errors",
     # the thread index
     "ThreadInfo": ".checkpoint.threads",
@@ -121,6 +123,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .capabilities import CAPABILITIES, Kind
+    from .checkpoint.forwarding import unwrap_saver
     from .checkpoint.threads import ThreadInfo, ThreadPage
     from .errors import (
         BackendNotFoundError,
@@ -138,6 +141,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         OwnerContextMissingError,
         PluginError,
         RunstoreError,
+        StoreNotOpenedError,
         SyncCallOnEventLoopError,
         ThreadDeletedError,
         UndeclaredChannelError,

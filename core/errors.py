@@ -111,6 +111,10 @@ class IncompleteMessageRunLookupError(RunstoreError):
     """A paged lookup could not prove it saw every candidate row (no safe, decreasing cursor)."""
 
 
+class StoreNotOpenedError(RunstoreError, LookupError):
+    """A kind of store was used that its `runstore.open` call did not open (it was not asked for)."""
+
+
 class CheckpointModeError(RunstoreError):
     """Base for checkpoint channel-mode errors."""
 

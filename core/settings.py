@@ -124,6 +124,8 @@ class Settings:
     stream_bridge: StreamBridgeSettings = field(default_factory=StreamBridgeSettings)
     #: The plugins' sections as ``(name, value)`` pairs sorted by name; read with `section`.
     _sections: tuple[tuple[str, Any], ...] = ()
+    #: The URL keys some source set (defaults aside); see `selected_kinds`.
+    _urls_set: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     __repr__ = masked_repr
 
@@ -164,13 +166,25 @@ class Settings:
         merged: dict[str, Any] = {}
         for source, layer in layers:
             _deep_merge(merged, layer, source)
-        return _build(cls, merged, prefix="")
+        urls_set = frozenset(k for k in URL_KEYS if merged.get(k) is not None)
+        return dataclasses.replace(_build(cls, merged, prefix=""), _urls_set=urls_set)
 
     def merged(self, changes: Mapping[str, Any]) -> Settings:
         """Return a copy with ``changes`` (shaped like the YAML file) applied and validated."""
         data = self._data()
         _deep_merge(data, changes, "arguments")
-        return _build(Settings, data, prefix="")
+        urls_set = self._urls_set | {k for k in URL_KEYS if changes.get(k) is not None}
+        return dataclasses.replace(_build(Settings, data, prefix=""), _urls_set=urls_set)
+
+    def selected_kinds(self) -> tuple[str, ...]:
+        """The kinds `runstore.open` opens: those whose URL some source set (or that differ
+        from the default); all four, the embedded default, when none is."""
+        defaults = Settings()
+        chosen = tuple(
+            kind for kind in URL_KEYS
+            if kind in self._urls_set or getattr(self, kind) != getattr(defaults, kind)
+        )
+        return chosen or URL_KEYS
 
     def section(self, schema: type[S]) -> S:
         """The plugin settings section whose dataclass is ``schema`` (its defaults if not set).

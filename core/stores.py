@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from .errors import StoreNotOpenedError
 from .loader import get_backends
 from .options import BackendOptions
 from .registry import Backends
-from .settings import Settings
+from .settings import URL_KEYS, Settings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -26,13 +27,61 @@ log = logging.getLogger("runstore")
 
 @dataclass(frozen=True)
 class Stores:
-    """The stores of a runtime, opened together by `runstore.open`."""
+    """The stores of a runtime, opened together by `runstore.open`.
 
-    checkpointer: BaseCheckpointSaver[Any]
-    events: RunEventStore
-    streams: StreamBridge
-    runs: RunStore
+    Only the kinds that were asked for (keywords, ``config``, YAML, environment) are
+    open; using another one raises `StoreNotOpenedError` saying how to open it.
+    """
+
     settings: Settings
+    _checkpointer: BaseCheckpointSaver[Any] | None = None
+    _events: RunEventStore | None = None
+    _streams: StreamBridge | None = None
+    _runs: RunStore | None = None
+
+    def _get(self, kind: str) -> Any:
+        value = getattr(self, f"_{kind}")
+        if value is None:
+            raise StoreNotOpenedError(
+                f"no {kind} store was opened: runstore.open opens only the kinds it is given "
+                f"(here: {', '.join(self.opened)}); pass {kind}=URL, or set {kind}: in the config"
+            )
+        return value
+
+    @property
+    def opened(self) -> tuple[str, ...]:
+        """The kinds this call opened, e.g. ``("checkpointer",)``."""
+        return tuple(k for k in URL_KEYS if getattr(self, f"_{k}") is not None)
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        """The checkpoint saver (in delta mode behind wrappers; `runstore.unwrap_saver` reaches it)."""
+        return cast("BaseCheckpointSaver[Any]", self._get("checkpointer"))
+
+    @property
+    def events(self) -> RunEventStore:
+        """The run event store."""
+        return cast("RunEventStore", self._get("events"))
+
+    @property
+    def streams(self) -> StreamBridge:
+        """The stream bridge."""
+        return cast("StreamBridge", self._get("streams"))
+
+    @property
+    def runs(self) -> RunStore:
+        """The run store."""
+        return cast("RunStore", self._get("runs"))
+
+    def thread_state_schema(self, *, extra_schemas: Iterable[type] = ()) -> type:
+        """`runstore.get_thread_state_schema` for these stores' checkpoint mode and frequency."""
+        from .checkpoint.modes import get_thread_state_schema
+
+        return get_thread_state_schema(
+            self.settings.checkpoint_channel_mode,
+            self.settings.checkpoint_delta.snapshot_frequency,
+            extra_schemas=extra_schemas,
+        )
 
 
 @asynccontextmanager
@@ -49,53 +98,57 @@ async def open(
 
     ``config`` is a mapping shaped like ``runstore.yaml``, a path to such a file, or
     `Settings`; the keywords pick a backend URL per kind and win over ``config``.
-    With nothing configured you get the embedded default: one sqlite file under
+    Only the kinds given a URL (here or in the YAML file / environment) are opened.
+    With none given you get the embedded default: one sqlite file under
     ``.runstore/`` for checkpoints, events and runs, and an in-process memory bridge.
     """
     settings = Settings.load(
         config, checkpointer=checkpointer, events=events, streams=streams, runs=runs
     )
     registry = backends or get_backends()
+    kinds = settings.selected_kinds()
     # Resolve every backend before opening any, so a bad URL opens nothing.
-    saver_spec = registry.savers.for_url(settings.checkpointer)
-    events_spec = registry.events.for_url(settings.events)
-    streams_spec = registry.streams.for_url(settings.streams)
-    runs_spec = registry.runs.for_url(settings.runs)
-    _apply_checkpoint_mode(settings)
-    async with BackendOptions.scope(settings) as options:
-        saver = await saver_spec.open(settings.url("checkpointer"), options)
-        saver = await _wrap_checkpointer(saver, options, registry)
-        event_store = await events_spec.open(settings.url("events"), options)
-        options.on_close(event_store.close)
-        bridge = await streams_spec.open(settings.url("streams"), options)
-        options.on_close(bridge.close)
-        run_store = await runs_spec.open(settings.url("runs"), options)
-        options.on_close(run_store.close)
-        log.debug(
-            "runstore opened checkpointer=%s events=%s streams=%s runs=%s",
-            settings.url("checkpointer"),
-            settings.url("events"),
-            settings.url("streams"),
-            settings.url("runs"),
-        )
-        yield Stores(
-            checkpointer=saver, events=event_store, streams=bridge, runs=run_store, settings=settings
-        )
-
-
-def _apply_checkpoint_mode(settings: Settings) -> None:
-    """Freeze the checkpoint channel mode and snapshot frequency from the settings.
-
-    The settings' values count as explicit: a process already frozen at another
-    mode or frequency raises `CheckpointModeReconfigurationError`.
-    """
+    specs = {
+        kind: getattr(registry, _REGISTRY[kind]).for_url(getattr(settings, kind)) for kind in kinds
+    }
     from .checkpoint import modes
 
-    modes.freeze_checkpoint_channel_mode(settings.checkpoint_channel_mode)
-    modes.freeze_checkpoint_snapshot_frequency(settings.checkpoint_delta.snapshot_frequency)
-    # Only settings that passed the freeze become the "config" step (and the source
-    # of hot-reloadable values such as accessor_graph_max).
-    modes.set_config_settings(settings)
+    if "checkpointer" in kinds:
+        # Checked before anything opens: a conflict with a frozen mode opens nothing.
+        modes.enter_open(settings)
+    try:
+        opened: dict[str, Any] = {}
+        async with BackendOptions.scope(settings) as options:
+            for kind, spec in specs.items():
+                store = await spec.open(settings.url(kind), options)  # type: ignore[arg-type]
+                if kind == "checkpointer":
+                    store = await _wrap_checkpointer(store, options, registry)
+                else:
+                    options.on_close(store.close)
+                opened[kind] = store
+            log.debug(
+                "runstore opened %s",
+                " ".join(f"{kind}={settings.url(kind)}" for kind in kinds),  # type: ignore[arg-type]
+            )
+            stores = Stores(settings, *(opened.get(kind) for kind in URL_KEYS))
+            modes.remember_savers(settings, _saver_chain(stores._checkpointer))
+            yield stores
+    finally:
+        modes.leave_open(settings)
+
+
+_REGISTRY = {"checkpointer": "savers", "events": "events", "streams": "streams", "runs": "runs"}
+
+
+def _saver_chain(saver: BaseCheckpointSaver[Any] | None) -> list[Any]:
+    """``saver`` and every saver under its wrappers (each answers for the stores' mode)."""
+    from .checkpoint.forwarding import ForwardingSaver
+
+    chain: list[Any] = []
+    while saver is not None:
+        chain.append(saver)
+        saver = saver.inner if isinstance(saver, ForwardingSaver) else None
+    return chain
 
 
 async def _wrap_checkpointer(

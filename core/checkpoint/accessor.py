@@ -55,7 +55,7 @@ def _loose_schema(keys: frozenset[str]) -> type:
 
 
 def _graph_max_from_settings() -> int:
-    settings = modes._config_settings
+    settings = modes.current_settings()
     if settings is None:
         return 64
     return settings.checkpoint_graph_cache.accessor_graph_max
@@ -155,13 +155,15 @@ class CheckpointStateAccessor:
     ) -> CheckpointStateAccessor:
         """Bind ``graph`` (a `StateGraph`, a compiled graph, a factory returning one, or None).
 
-        Freezes the process's mode and snapshot frequency (explicit -> frozen ->
-        config -> default). ``graph_cache_max`` bounds the compiled-graph cache; by
-        default ``checkpoint_graph_cache.accessor_graph_max`` is re-read at every
-        eviction check.
+        ``mode``/``snapshot_frequency`` default to what ``checkpointer`` was opened for by
+        `runstore.open`, else `modes.resolve_checkpoint_channel_mode` (frozen -> open
+        stores -> YAML/env -> ``full``); the accessor keeps them (nothing is frozen).
+        ``graph_cache_max`` bounds the compiled-graph cache; by default
+        ``checkpoint_graph_cache.accessor_graph_max`` is re-read at every eviction check.
         """
-        resolved = modes.freeze_checkpoint_channel_mode(mode)
-        frequency = modes.freeze_checkpoint_snapshot_frequency(snapshot_frequency)
+        opened: tuple[Any, Any] = modes.saver_mode(checkpointer) or (None, None)
+        resolved = modes.resolve_checkpoint_channel_mode(mode or opened[0])
+        frequency = modes.resolve_snapshot_frequency(snapshot_frequency or opened[1])
         return cls(
             graph,
             checkpointer,

@@ -187,3 +187,15 @@ def _marked(metadata: CheckpointMetadata) -> CheckpointMetadata:
     out: dict[str, Any] = dict(metadata)
     out[MODE_METADATA_KEY] = "delta"
     return cast(CheckpointMetadata, out)
+
+
+def unwrap_saver(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
+    """The backend saver under any `ForwardingSaver` wrappers (``saver`` itself if none).
+
+    ``runstore.open`` in delta mode returns the saver wrapped (`DeltaMarkingSaver`, and
+    `CachedHistorySaver` where the history cache is on); this reaches the class behind
+    them (a `SqliteSaver`, a `PostgresSaver`) for its backend-specific attributes.
+    """
+    while isinstance(saver, ForwardingSaver):
+        saver = saver.inner
+    return saver

@@ -5,8 +5,11 @@ checkpoint stores the whole list. In ``delta`` mode it is a LangGraph `DeltaChan
 whose reducer (`merge_message_writes`) equals folding `add_messages` over the writes;
 checkpoints store only a snapshot every ``snapshot_frequency`` updates.
 
-The mode and the snapshot frequency freeze on first use per process (see
-`freeze_checkpoint_channel_mode`). Delta checkpoints carry the metadata marker
+The mode and the snapshot frequency belong to the stores: `runstore.open` registers
+its settings while its block is open, and a call that names no mode uses them (else
+what the YAML file / environment configure, else ``full``). Nothing freezes
+implicitly; `freeze_checkpoint_channel_mode` pins a mode for the process. Delta
+checkpoints carry the metadata marker
 ``runstore_checkpoint_channel_mode: "delta"``; a full-mode process refuses delta
 threads (`check_checkpoint_mode`), a delta-mode process reads full threads (that is
 the full -> delta migration path).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import typing
+import weakref
 from collections.abc import Iterable, Mapping
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict, cast
@@ -24,7 +28,12 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
-from ..errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError, ConfigError
+from ..errors import (
+    CheckpointModeError,
+    CheckpointModeMismatchError,
+    CheckpointModeReconfigurationError,
+    ConfigError,
+)
 from .reducer import merge_message_writes
 from .saverbase import DELTA_COUNTERS_KEY
 
@@ -46,10 +55,17 @@ LEGACY_MODE_METADATA_KEY = "deerflow_checkpoint_channel_mode"
 MESSAGES_CHANNEL = "messages"
 
 _lock = threading.RLock()
+# Set only by explicit freeze_* calls: a permanent choice for the process.
 _frozen_mode: CheckpointChannelMode | None = None
 _frozen_frequency: int | None = None
-# Settings registered by runstore.open (the "config" step of resolution).
-_config_settings: Settings | None = None
+# Settings of the runstore.open blocks currently open, innermost last.
+_open: list[Settings] = []
+# What an unspecified-mode call resolved while no stores were open (and from where).
+_implicit: tuple[CheckpointChannelMode, int, str] | None = None
+# The saver objects runstore.open returned, with the (mode, frequency) they were opened for.
+_saver_modes: weakref.WeakKeyDictionary[Any, tuple[CheckpointChannelMode, int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 # --------------------------------------------------------------------------- resolution
@@ -70,47 +86,133 @@ def _validate_frequency(frequency: Any) -> int:
     return frequency
 
 
-def set_config_settings(settings: Settings | None) -> None:
-    """Use ``settings`` as the "config" step of mode resolution (called by `runstore.open`)."""
-    global _config_settings
+def _pair(settings: Settings) -> tuple[CheckpointChannelMode, int]:
+    return settings.checkpoint_channel_mode, settings.checkpoint_delta.snapshot_frequency
+
+
+def current_settings() -> Settings | None:
+    """The settings of the innermost open `runstore.open` block (``None`` outside one)."""
+    return _open[-1] if _open else None
+
+
+def _from_open_stores() -> tuple[CheckpointChannelMode, int] | None:
+    pairs = {_pair(settings) for settings in _open}
+    if len(pairs) > 1:
+        shown = ", ".join(f"{m} (snapshot_frequency {f})" for m, f in sorted(pairs))
+        raise CheckpointModeError(
+            f"runstore.open blocks with different checkpoint modes are open ({shown}); "
+            "pass mode= (and snapshot_frequency=) explicitly, or use the stores' own "
+            "stores.thread_state_schema()"
+        )
+    return next(iter(pairs), None)
+
+
+def _configured() -> tuple[CheckpointChannelMode, int, str]:
+    """The mode a `runstore.open()` without arguments would use: YAML file, environment, default."""
+    from ..settings import Settings
+
+    settings = Settings.load()
+    changed = _pair(settings) != (DEFAULT_MODE, DEFAULT_SNAPSHOT_FREQUENCY)
+    return (*_pair(settings), "the YAML file / environment" if changed else "the defaults")
+
+
+def _resolve_pair() -> tuple[CheckpointChannelMode, int]:
+    """Frozen -> open stores -> configuration (recorded, so `runstore.open` can check it)."""
+    global _implicit
     with _lock:
-        _config_settings = settings
-
-
-def _settings_mode() -> CheckpointChannelMode | None:
-    settings = _config_settings
-    return None if settings is None else settings.checkpoint_channel_mode
-
-
-def _settings_frequency() -> int | None:
-    settings = _config_settings
-    return None if settings is None else settings.checkpoint_delta.snapshot_frequency
+        if _frozen_mode is not None and _frozen_frequency is not None:
+            return _frozen_mode, _frozen_frequency
+        found = _from_open_stores()
+        if found is None:
+            mode, frequency, source = _configured()
+            found = (_frozen_mode or mode, _frozen_frequency or frequency)
+            _implicit = (*found, source)
+        return _frozen_mode or found[0], _frozen_frequency or found[1]
 
 
 def resolve_checkpoint_channel_mode(mode: str | None = None) -> CheckpointChannelMode:
-    """Resolve the mode without freezing it: explicit -> frozen -> config -> default."""
+    """Resolve the mode without freezing it: explicit -> frozen -> open stores -> YAML/env -> default."""
     if mode is not None:
         return _validate_mode(mode)
-    if _frozen_mode is not None:
-        return _frozen_mode
-    return _settings_mode() or DEFAULT_MODE
+    return _resolve_pair()[0]
 
 
 def resolve_snapshot_frequency(frequency: int | None = None) -> int:
-    """Resolve the snapshot frequency without freezing it: explicit -> frozen -> config -> default."""
+    """Resolve the snapshot frequency like `resolve_checkpoint_channel_mode`."""
     if frequency is not None:
         return _validate_frequency(frequency)
-    if _frozen_frequency is not None:
-        return _frozen_frequency
-    return _settings_frequency() or DEFAULT_SNAPSHOT_FREQUENCY
+    return _resolve_pair()[1]
+
+
+def saver_mode(saver: Any) -> tuple[CheckpointChannelMode, int] | None:
+    """The ``(mode, snapshot_frequency)`` ``saver`` was opened for by `runstore.open` (else None)."""
+    try:
+        return _saver_modes.get(saver)
+    except TypeError:  # not weak-referenceable or unhashable: not one of ours
+        return None
+
+
+def enter_open(settings: Settings) -> None:
+    """Register the settings of a `runstore.open` block being entered.
+
+    Raises `CheckpointModeReconfigurationError` if an explicit freeze chose another mode
+    or frequency, and `CheckpointModeError` if a call before any stores were open already
+    handed out the other mode's schema or config (the silent mismatch this prevents).
+    """
+    global _implicit
+    mode, frequency = _pair(settings)
+    with _lock:
+        if _frozen_mode is not None and _frozen_mode != mode:
+            raise CheckpointModeReconfigurationError(
+                f"checkpoint_channel_mode is frozen at {_frozen_mode!r} for this process "
+                f"(freeze_checkpoint_channel_mode); cannot open stores in {mode!r}"
+            )
+        if _frozen_frequency is not None and _frozen_frequency != frequency:
+            raise CheckpointModeReconfigurationError(
+                f"checkpoint_delta.snapshot_frequency is frozen at {_frozen_frequency} for this "
+                f"process (freeze_checkpoint_snapshot_frequency); cannot open stores with {frequency}"
+            )
+        if _implicit is not None:
+            seen_mode, seen_frequency, source = _implicit
+            if seen_mode != mode or (mode == "delta" and seen_frequency != frequency):
+                seen = seen_mode if seen_mode == "full" else f"delta/{seen_frequency}"
+                wanted = mode if mode == "full" else f"delta/{frequency}"
+                raise CheckpointModeError(
+                    f"a thread-state schema or config for checkpoint mode {seen!r} (from "
+                    f"{source}) was handed out before any stores were open, but these stores are "
+                    f"{wanted!r}; call get_thread_state_schema() inside the runstore.open block "
+                    "(or stores.thread_state_schema()), or pass mode= explicitly"
+                )
+            _implicit = None
+        _open.append(settings)
+
+
+def remember_savers(settings: Settings, savers: Iterable[Any]) -> None:
+    """Record that ``savers`` (what `runstore.open` returned, wrappers and inner) serve ``settings``' mode."""
+    with _lock:
+        for saver in savers:
+            try:
+                _saver_modes[saver] = _pair(settings)
+            except TypeError:  # not weak-referenceable: the accessor falls back to resolution
+                pass
+
+
+def leave_open(settings: Settings) -> None:
+    """Unregister the settings of a `runstore.open` block that exited."""
+    with _lock:
+        for index in range(len(_open) - 1, -1, -1):
+            if _open[index] is settings:
+                del _open[index]
+                break
 
 
 def freeze_checkpoint_channel_mode(mode: str | None = None) -> CheckpointChannelMode:
-    """Resolve the process's channel mode and freeze it; return the frozen mode.
+    """Freeze the process's channel mode for good; return it.
 
-    The first call freezes (explicit value, else config, else ``full``); later calls
-    return the frozen mode, and an explicit different value raises
-    `CheckpointModeReconfigurationError` (restart the process to change modes).
+    Nothing freezes implicitly: call this to pin one mode for the process. The first
+    call freezes (explicit value, else what the open stores or the configuration say,
+    else ``full``); later calls return the frozen mode, and an explicit different value
+    raises `CheckpointModeReconfigurationError` (restart the process to change modes).
     """
     global _frozen_mode
     with _lock:
@@ -122,12 +224,12 @@ def freeze_checkpoint_channel_mode(mode: str | None = None) -> CheckpointChannel
                     f"cannot switch to {wanted!r} (restart the process to change it)"
                 )
             return _frozen_mode
-        _frozen_mode = wanted or _settings_mode() or DEFAULT_MODE
+        _frozen_mode = wanted or _resolve_pair()[0]
         return _frozen_mode
 
 
 def freeze_checkpoint_snapshot_frequency(frequency: int | None = None) -> int:
-    """Resolve the delta snapshot frequency and freeze it; return the frozen value.
+    """Freeze the delta snapshot frequency for good; return it (see `freeze_checkpoint_channel_mode`).
 
     A non-positive value raises ``ValueError``; a value different from the frozen
     one raises `CheckpointModeReconfigurationError`.
@@ -143,22 +245,23 @@ def freeze_checkpoint_snapshot_frequency(frequency: int | None = None) -> int:
                     "(it must also match across processes sharing threads)"
                 )
             return _frozen_frequency
-        _frozen_frequency = wanted or _settings_frequency() or DEFAULT_SNAPSHOT_FREQUENCY
+        _frozen_frequency = wanted or _resolve_pair()[1]
         return _frozen_frequency
 
 
 def frozen_checkpoint_settings() -> tuple[CheckpointChannelMode | None, int | None]:
-    """The frozen ``(mode, snapshot_frequency)``; ``None`` for what is not frozen yet."""
+    """The frozen ``(mode, snapshot_frequency)``; ``None`` for what is not frozen."""
     return _frozen_mode, _frozen_frequency
 
 
 def reset_checkpoint_mode_for_tests() -> None:
-    """Forget the frozen mode, frequency and config settings. For tests only."""
-    global _frozen_mode, _frozen_frequency, _config_settings
+    """Forget the frozen mode and frequency, open stores and implicit resolutions. For tests only."""
+    global _frozen_mode, _frozen_frequency, _implicit
     with _lock:
         _frozen_mode = None
         _frozen_frequency = None
-        _config_settings = None
+        _implicit = None
+        _open.clear()
 
 
 # --------------------------------------------------------------------------- schemas
@@ -304,11 +407,11 @@ def inject_checkpoint_mode(config: RunnableConfig | None, mode: str | None = Non
     """Return a copy of ``config`` whose metadata carries the mode marker when ``mode`` is delta.
 
     LangGraph copies ``config["metadata"]`` into every checkpoint it writes, so a run
-    started with this config marks its checkpoints. ``mode`` defaults to the frozen
-    process mode (freezing it on first use). In full mode the config is returned
-    copied but unmarked.
+    started with this config marks its checkpoints. ``mode`` defaults to the mode of the
+    open stores (`resolve_checkpoint_channel_mode`; nothing is frozen). In full mode the
+    config is returned copied but unmarked.
     """
-    resolved = freeze_checkpoint_channel_mode(mode) if mode is None else _validate_mode(mode)
+    resolved = resolve_checkpoint_channel_mode(mode)
     out: dict[str, Any] = dict(config or {})
     metadata = dict(out.get("metadata") or {})
     if resolved == "delta":

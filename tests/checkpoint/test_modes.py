@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
@@ -10,7 +11,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
 import runstore
-from runstore import CheckpointModeReconfigurationError
+from runstore import CheckpointModeError, CheckpointModeReconfigurationError
 from runstore.checkpoint import modes
 
 
@@ -50,26 +51,92 @@ def test_non_positive_frequency_is_value_error(bad: int) -> None:
         runstore.get_thread_state_schema("delta", bad)
 
 
-def test_resolution_order_explicit_frozen_config_default() -> None:
+def test_resolution_order_explicit_frozen_open_stores_config_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("RUNSTORE_CONFIG", "RUNSTORE_CHECKPOINT_CHANNEL_MODE"):
+        monkeypatch.delenv(name, raising=False)
     assert modes.resolve_checkpoint_channel_mode() == "full"  # default
     assert modes.resolve_snapshot_frequency() == 10
-    modes.set_config_settings(runstore.Settings.load({"checkpoint_channel_mode": "delta",
-                                                      "checkpoint_delta": {"snapshot_frequency": 7}}, env={}))
-    assert modes.resolve_checkpoint_channel_mode() == "delta"  # config
+    monkeypatch.setenv("RUNSTORE_CHECKPOINT_CHANNEL_MODE", "delta")
+    assert modes.resolve_checkpoint_channel_mode() == "delta"  # environment / YAML
+    settings = runstore.Settings.load(
+        {"checkpoint_channel_mode": "full", "checkpoint_delta": {"snapshot_frequency": 7}}, env={}
+    )
+    modes.reset_checkpoint_mode_for_tests()
+    modes.enter_open(settings)
+    assert modes.resolve_checkpoint_channel_mode() == "full"  # open stores beat configuration
     assert modes.resolve_snapshot_frequency() == 7
-    assert modes.freeze_checkpoint_channel_mode() == "delta"  # freezes from config
-    modes.set_config_settings(runstore.Settings.load({}, env={}))
-    assert modes.resolve_checkpoint_channel_mode() == "delta"  # frozen beats config
-    assert modes.resolve_checkpoint_channel_mode("full") == "full"  # explicit beats frozen (no freeze)
+    assert modes.resolve_checkpoint_channel_mode("delta") == "delta"  # explicit beats all
+    modes.leave_open(settings)
+    assert modes.freeze_checkpoint_channel_mode("full") == "full"
+    assert modes.resolve_checkpoint_channel_mode() == "full"  # frozen beats configuration
+    assert modes.frozen_checkpoint_settings() == ("full", None)
 
 
-async def test_open_freezes_and_rejects_a_second_mode() -> None:
-    cfg = {"checkpointer": "memory://", "events": "memory://", "streams": "memory://"}
-    async with runstore.open({**cfg, "checkpoint_channel_mode": "delta"}):
+_MEMORY = {"checkpointer": "memory://", "events": "memory://", "streams": "memory://"}
+
+
+async def test_a_second_open_may_choose_another_mode() -> None:
+    async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "delta"}) as stores:
+        assert modes.resolve_checkpoint_channel_mode() == "delta"
+        assert stores.thread_state_schema() is runstore.get_thread_state_schema("delta", 10)
+    assert modes.frozen_checkpoint_settings() == (None, None), "opening freezes nothing"
+    async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "full"}) as stores:
+        schema = runstore.get_thread_state_schema()
+        assert schema is runstore.get_thread_state_schema("full")
+        acc = runstore.CheckpointStateAccessor.bind(None, stores.checkpointer)
+        assert acc.mode == "full"
+    async with runstore.open(
+        {**_MEMORY, "checkpoint_channel_mode": "delta", "checkpoint_delta": {"snapshot_frequency": 4}}
+    ) as stores:
+        acc = runstore.CheckpointStateAccessor.bind(None, stores.checkpointer)
+        assert (acc.mode, acc.snapshot_frequency) == ("delta", 4), "the accessor takes the saver's mode"
+
+
+async def test_overlapping_opens_with_two_modes_need_an_explicit_mode() -> None:
+    async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "delta"}) as delta:
+        async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "full"}) as full:
+            with pytest.raises(CheckpointModeError, match="pass mode="):
+                runstore.get_thread_state_schema()
+            assert runstore.CheckpointStateAccessor.bind(None, delta.checkpointer).mode == "delta"
+            assert runstore.CheckpointStateAccessor.bind(None, full.checkpointer).mode == "full"
+        assert modes.resolve_checkpoint_channel_mode() == "delta"
+
+
+async def test_schema_before_open_never_silently_mismatches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("RUNSTORE_CONFIG", "RUNSTORE_CHECKPOINT_CHANNEL_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    # the mode configured where a no-argument runstore.open() reads it: the schema follows it
+    (tmp_path / "runstore.yaml").write_text("checkpoint_channel_mode: delta\ncheckpointer: memory://\n")
+    early = runstore.get_thread_state_schema()
+    assert early is runstore.get_thread_state_schema("delta", 10)
+    async with runstore.open() as stores:
+        assert stores.thread_state_schema() is early
+    # the mode given only to runstore.open: the early schema was the other mode's, so it is an error
+    (tmp_path / "runstore.yaml").unlink()
+    modes.reset_checkpoint_mode_for_tests()
+    early = runstore.get_thread_state_schema()
+    assert early is runstore.get_thread_state_schema("full")
+    with pytest.raises(CheckpointModeError, match=r"'full'.*before any stores were open.*'delta/10'"):
+        async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "delta"}):
+            pass
+    assert not modes._open, "a refused open leaves nothing registered"
+    # matching stores accept it, and later opens are free again
+    async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "full"}):
         pass
-    assert modes.frozen_checkpoint_settings() == ("delta", 10)
+    async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "delta"}):
+        pass
+
+
+async def test_an_explicit_freeze_still_refuses_another_mode() -> None:
+    runstore.freeze_checkpoint_channel_mode("delta")
     with pytest.raises(CheckpointModeReconfigurationError):
-        async with runstore.open({**cfg, "checkpoint_channel_mode": "full"}):
+        async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "full"}):
             pass
 
 
@@ -117,6 +184,6 @@ def test_inject_checkpoint_mode() -> None:
     assert out["metadata"] == {"a": 1, "runstore_checkpoint_channel_mode": "delta"}
     assert cfg["metadata"] == {"a": 1}, "input config untouched"
     assert "runstore_checkpoint_channel_mode" not in runstore.inject_checkpoint_mode(out, "full")["metadata"]
-    # without an explicit mode it uses (and freezes) the process mode
+    # without an explicit mode it uses the resolved mode and freezes nothing
     runstore.inject_checkpoint_mode(cfg)
-    assert modes.frozen_checkpoint_settings()[0] == "full"
+    assert modes.frozen_checkpoint_settings() == (None, None)

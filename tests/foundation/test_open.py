@@ -127,3 +127,35 @@ async def test_everything_opened_is_closed_even_on_error() -> None:
         async with runstore.open(checkpointer="memory://", events="memory://", streams="closing://"):
             raise RuntimeError("boom")
     assert closed == ["bridge", "pool"]
+
+
+async def test_only_the_kinds_asked_for_are_opened(tmp_path: Path, postgres_url: str) -> None:
+    async with runstore.open(checkpointer=postgres_url) as stores:
+        assert stores.opened == ("checkpointer",)
+        assert type(stores.checkpointer).__name__ == "PostgresSaver", "full mode: the saver itself"
+        for kind in ("events", "streams", "runs"):
+            with pytest.raises(runstore.StoreNotOpenedError, match=rf"no {kind} store.*{kind}=URL"):
+                getattr(stores, kind)
+    assert not (tmp_path / ".runstore").exists(), "naming other URLs never creates the default file"
+
+
+async def test_configured_kinds_count_as_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNSTORE_EVENTS_URL", "memory://")
+    (tmp_path / "runstore.yaml").write_text("streams: memory://\n")
+    async with runstore.open(checkpointer="memory://") as stores:
+        assert stores.opened == ("checkpointer", "events", "streams")
+        assert type(stores.events).__name__ == "MemoryEventStore"
+    assert not (tmp_path / ".runstore").exists()
+    settings = runstore.Settings(runs="memory://")  # built directly: a non-default URL is asked for
+    async with runstore.open(settings) as stores:
+        assert stores.opened == ("runs",)
+
+
+async def test_the_saver_behind_the_delta_wrappers(postgres_url: str) -> None:
+    async with runstore.open({"checkpoint_channel_mode": "delta"}, checkpointer=postgres_url) as stores:
+        assert type(stores.checkpointer).__name__ != "PostgresSaver"
+        inner = runstore.unwrap_saver(stores.checkpointer)
+        assert type(inner).__name__ == "PostgresSaver"
+        assert runstore.unwrap_saver(inner) is inner
