@@ -14,12 +14,12 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .errors import ConfigError, PluginError
+from .errors import ConfigError, InvalidURLError, PluginError
 from .redaction import masked_repr, redact
 from .urls import BackendURL
 
@@ -445,3 +445,27 @@ def _number(value: Any, typ: type[int] | type[float], key: str, meta: Mapping[st
     if number > high:
         raise ConfigError(f"config key {key!r} must be {accepted}; got {value!r}")
     return number
+
+
+def seconds_with_url(url: BackendURL, section: Any, names: Sequence[str]) -> dict[str, float]:
+    """``section``'s ``<name>_seconds`` settings with ``url``'s ``<name>`` options applied.
+
+    A URL option is checked against the same bounds as its setting (the field's
+    `bounds`); a bad one is an `InvalidURLError` naming it and what it accepts. So every
+    backend whose URL can override a duration accepts and refuses the same values.
+    """
+    meta = {f.name: f.metadata for f in dataclasses.fields(section)}
+    values: dict[str, float] = {}
+    for name in names:
+        key = f"{name}_seconds"
+        raw = url.option(name)
+        if raw is None:
+            values[name] = float(getattr(section, key))
+            continue
+        try:
+            values[name] = float(_number(raw, float, key, meta[key]))
+        except ConfigError:
+            raise InvalidURLError(
+                f"URL option {name}={raw!r} in {url}: must be {accepted_values(float, meta[key])} (seconds)"
+            ) from None
+    return values

@@ -3,12 +3,10 @@ of a PostgreSQL URL (`PostgresTimeouts`: the settings, overridden by URL options
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from runstore.errors import InvalidURLError
-from runstore.settings import bounds
+from runstore.settings import bounds, seconds_with_url
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -74,20 +72,7 @@ class PostgresTimeouts:
     @classmethod
     def resolve(cls, url: BackendURL, settings: PostgresSettings) -> PostgresTimeouts:
         """The settings with the URL's timeout options applied (bad values: `InvalidURLError`)."""
-        values = {name: float(getattr(settings, f"{name}_seconds")) for name in TIMEOUT_OPTIONS}
-        for name in TIMEOUT_OPTIONS:
-            raw = url.option(name)
-            if raw is None:
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            if not (math.isfinite(value) and value >= 0.001):
-                raise InvalidURLError(
-                    f"URL option {name}={raw!r} in {url}: must be a number of seconds >= 0.001"
-                )
-            values[name] = value
+        values = seconds_with_url(url, settings, TIMEOUT_OPTIONS)
         return cls(
             connect=values["connect_timeout"],
             command=values["command_timeout"],

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.settings import seconds_with_url
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -57,23 +58,7 @@ class RedisTimeouts:
     @classmethod
     def resolve(cls, url: BackendURL, settings: RedisSettings) -> RedisTimeouts:
         """The ``redis`` settings with the URL's timeout options applied (bad values: `InvalidURLError`)."""
-        values = {name: float(getattr(settings, f"{name}_seconds")) for name in TIMEOUT_OPTIONS}
-        for name in TIMEOUT_OPTIONS:
-            raw = url.option(name)
-            if raw is None:
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            least = 0.0 if name == "health_check_interval" else 0.001
-            if not (math.isfinite(value) and value >= least):
-                raise InvalidURLError(
-                    f"URL option {name}={raw!r} in {url}: must be a number of seconds "
-                    f"{'>= 0 (0 turns health checks off)' if least == 0 else '> 0'}"
-                )
-            values[name] = value
-        return cls(**values)
+        return cls(**seconds_with_url(url, settings, TIMEOUT_OPTIONS))
 
 
 def database_number(url: BackendURL) -> int:

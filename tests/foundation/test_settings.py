@@ -198,3 +198,40 @@ def test_a_config_file_that_is_not_yaml_text_is_a_config_error(
     with pytest.raises(ConfigError, match=match) as info:
         Settings.load(cfg, env={})
     assert str(cfg) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "accepted"),
+    [
+        ("postgresql://h/db?command_timeout=0", "a number from 0.001 to 1000000000"),
+        ("postgresql://h/db?connect_timeout=nan", "a number from 0.001 to 1000000000"),
+        ("redis://h/0?socket_timeout=0.0005", "a number from 0.001 to 1000000000"),
+        ("redis://h/0?operation_timeout=1e10", "a number from 0.001 to 1000000000"),
+        ("redis://h/0?health_check_interval=-1", "a number from 0 to 1000000000"),
+    ],
+)
+def test_url_durations_are_checked_like_their_settings(url: str, accepted: str) -> None:
+    from runstore.plugins.postgres.settings import PostgresTimeouts
+    from runstore.plugins.redis.client import RedisTimeouts
+    from runstore.urls import BackendURL
+
+    parsed = BackendURL.parse(url)
+    resolve = (
+        (lambda: PostgresTimeouts.resolve(parsed, PostgresSettings()))
+        if parsed.scheme == "postgresql"
+        else (lambda: RedisTimeouts.resolve(parsed, RedisSettings()))
+    )
+    option = url.partition("?")[2].partition("=")[0]
+    with pytest.raises(InvalidURLError, match=rf"URL option {option}=.*must be {accepted} \(seconds\)"):
+        resolve()
+
+
+def test_url_durations_override_their_settings() -> None:
+    from runstore.plugins.postgres.settings import PostgresTimeouts
+    from runstore.plugins.redis.client import RedisTimeouts
+    from runstore.urls import BackendURL
+
+    pg = PostgresTimeouts.resolve(BackendURL.parse("postgresql://h/db?command_timeout=5"), PostgresSettings())
+    assert (pg.connect, pg.command, pg.operation) == (10.0, 5.0, 90.0)
+    redis = RedisTimeouts.resolve(BackendURL.parse("redis://h/0?health_check_interval=0"), RedisSettings())
+    assert redis.health_check_interval == 0.0 and redis.socket_timeout == 10.0
