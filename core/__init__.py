@@ -16,6 +16,8 @@ _EXPORTS: dict[str, str] = {
     # selection
     "open": ".stores",
     "Stores": ".stores",
+    "open_sync": ".sync",
+    "SyncStores": ".sync",
     "Settings": ".settings",
     "BackendOptions": ".options",
     "BackendURL": ".urls",
@@ -194,4 +196,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         StreamGap,
         parse_event_id,
     )
+    from .sync import SyncStores, open_sync
     from .urls import BackendURL
