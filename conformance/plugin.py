@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from .bounds import BoundsPlugin
+
 
 def _rewrite_suite_helpers() -> None:
     # The suite's helper modules (models, strategies, state machines) assert too; have
@@ -76,14 +78,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="runstore_plugin",
         help="register a runstore plugin module (dotted name or .py file) before the run",
     )
+    group.addoption(
+        "--runstore-timeout",
+        default=None,
+        metavar="SECONDS",
+        dest="runstore_timeout",
+        help="bound each phase of every suite test (default 300, or `timeout` in "
+        "[tool.runstore.conformance]; 0 = none); a test past it fails naming what it waited for",
+    )
 
 
 def project_settings(config: pytest.Config) -> dict[str, Any]:
     """``[tool.runstore.conformance]`` of the plugin project under test (empty if none).
 
     Keys: ``backends`` (URLs used when none are named), ``presets`` (name -> URLs, for
-    ``--runstore-preset``), ``plugins`` (modules for ``--runstore-plugin``) and
-    ``xfail`` (test pattern -> reason; each match becomes a strict xfail).
+    ``--runstore-preset``), ``plugins`` (modules for ``--runstore-plugin``), ``xfail``
+    (test pattern -> reason; each match becomes a strict xfail) and ``timeout`` (the
+    per-test bound in seconds, as ``--runstore-timeout``).
     """
     cached = getattr(config, "_runstore_project", None)
     if cached is not None:
@@ -96,11 +107,11 @@ def project_settings(config: pytest.Config) -> dict[str, Any]:
             data = tomllib.load(fh).get("tool", {}).get("runstore", {}).get("conformance", {})
     elif path_option:
         raise pytest.UsageError(f"--runstore-config: {path} does not exist")
-    unknown = set(data) - {"backends", "presets", "plugins", "xfail"}
+    unknown = set(data) - {"backends", "presets", "plugins", "xfail", "timeout"}
     if unknown:
         raise pytest.UsageError(
             f"[tool.runstore.conformance] in {path}: unknown keys {sorted(unknown)}; "
-            "accepted: backends, presets, plugins, xfail"
+            "accepted: backends, presets, plugins, xfail, timeout"
         )
     config._runstore_project = data  # type: ignore[attr-defined]
     config._runstore_project_dir = path.parent  # type: ignore[attr-defined]
@@ -152,6 +163,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for spec in development_plugins(config):
         _register_plugin(spec)
     _resolve_backends(config)
+    if named_backends(config):
+        config.pluginmanager.register(BoundsPlugin(test_timeout(config)), "runstore-bounds")
     requested = config.getoption("hypothesis_profile", default=None)
     if named_backends(config) or str(requested).startswith("runstore-"):
         from .profiles import register_profiles
@@ -163,6 +176,22 @@ def pytest_configure(config: pytest.Config) -> None:
         from .profiles import DEFAULT_PROFILE
 
         settings.load_profile(DEFAULT_PROFILE)
+
+
+def test_timeout(config: pytest.Config) -> float:
+    """The per-phase bound of a suite test: ``--runstore-timeout``, else pyproject, else the default."""
+    from .bounds import DEFAULT_TIMEOUT, parse_timeout
+
+    option = config.getoption("runstore_timeout")
+    try:
+        if option is not None:
+            return parse_timeout(option, "--runstore-timeout")
+        return parse_timeout(
+            project_settings(config).get("timeout", DEFAULT_TIMEOUT),
+            "[tool.runstore.conformance] timeout",
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _register_plugin(spec: str) -> None:

@@ -52,16 +52,22 @@ def new_run() -> str:
 
 
 async def next_item(sub: AsyncIterator[StreamItem], contract: str, *, heartbeats: bool = False) -> StreamItem:
-    """The next item (skipping heartbeats unless asked); a silence of `WAIT` fails naming ``contract``."""
+    """The next item (skipping heartbeats unless asked) within `WAIT` seconds in total, else
+    a failure naming ``contract``: heartbeats do not restart the wait."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    skipped = 0
     while True:
         try:
-            item = await asyncio.wait_for(anext(sub), WAIT)
+            item = await asyncio.wait_for(anext(sub), max(deadline - loop.time(), 0))
         except TimeoutError:
-            raise AssertionError(f"contract: {contract} (nothing arrived within {WAIT}s)") from None
+            got = f"only {skipped} heartbeats arrived" if skipped else "nothing arrived"
+            raise AssertionError(f"contract: {contract} ({got} within {WAIT}s)") from None
         except StopAsyncIteration:
             raise AssertionError(f"contract: {contract} (the subscription ended early)") from None
         if heartbeats or item is not HEARTBEAT:
             return item
+        skipped += 1
 
 
 async def drain(sub: AsyncIterator[StreamItem], contract: str) -> list[StreamItem]:
@@ -632,7 +638,7 @@ def test_stream_exists_and_cleanup(streams_target: Any) -> None:
         events = await publish_many(bridge, run_id, 2)
         assert await bridge.stream_exists(run_id), "contract: a live run's stream exists"
         follower = bridge.subscribe(run_id, heartbeat_interval=0.05)
-        assert [await next_item(follower, "replay") for _ in events] == events
+        assert [await next_item(follower, "a new subscriber replays the published events") for _ in events] == events
         await bridge.publish_end(run_id)
         assert await bridge.stream_exists(run_id), (
             "contract: a finished run's stream stays readable inside the late-subscriber window"
@@ -648,7 +654,7 @@ def test_stream_exists_and_cleanup(streams_target: Any) -> None:
         other = new_run()
         await publish_many(bridge, other, 1)
         sub = bridge.subscribe(other, heartbeat_interval=0.05)
-        await next_item(sub, "replay")
+        await next_item(sub, "a new subscriber replays the published events")
         await bridge.cleanup(other)
         assert await drain(sub, "cleanup ends followers with END") == [END], (
             "contract: a subscriber following a removed stream receives END"
@@ -671,7 +677,7 @@ def test_cleanup_with_delay(streams_target: Any) -> None:
         await publish_many(bridge, live, 1)
         # (A Redis follower notices a removal at its next idle check: one heartbeat.)
         follower = bridge.subscribe(live, heartbeat_interval=0.05)
-        await next_item(follower, "replay")
+        await next_item(follower, "a new subscriber replays the published events")
         await bridge.cleanup(live, delay=0.1)
         contract = "a follower of a stream removed by a delayed cleanup gets END"
         try:  # bounded in total: the follower heartbeats while it waits

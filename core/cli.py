@@ -153,6 +153,8 @@ def _default_urls() -> list[str]:
 @click.option("--profile", help="Hypothesis profile: runstore-dev, runstore-ci or runstore-nightly.")
 @click.option("-k", "keyword", help="Only run suite tests matching this pytest -k expression.")
 @click.option("--show-log", is_flag=True, help="Print pytest's output after the matrix.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="Seconds each suite test may take (default 300; 0 = no bound).")
 def check(
     urls: tuple[str, ...],
     as_json: bool,
@@ -161,6 +163,7 @@ def check(
     profile: str | None,
     keyword: str | None,
     show_log: bool,
+    timeout: float | None,
 ) -> None:
     """Run the conformance suite against backend URLs (default: the configured backends).
 
@@ -182,8 +185,12 @@ def check(
             schemes = {s for kind in SUITE_KINDS for spec in registry.of(kind) for s in spec.schemes}
             raise BackendNotFoundError("runstore", parsed.scheme, schemes)
     shown = ", ".join(redact(u) for u in targets)
+    extra_args = ["--runstore-timeout", str(timeout)] if timeout is not None else []
     if as_json:
-        result = run_suite(targets, plugins=plugins, profile=profile, junit_xml=junit_xml, keyword=keyword)
+        result = run_suite(
+            targets, plugins=plugins, profile=profile, junit_xml=junit_xml, keyword=keyword,
+            extra_args=extra_args,
+        )
     else:
         from rich.progress import (
             BarColumn,
@@ -215,7 +222,7 @@ def check(
 
             result = run_suite(
                 targets, plugins=plugins, profile=profile, junit_xml=junit_xml,
-                keyword=keyword, on_progress=on_progress,
+                keyword=keyword, extra_args=extra_args, on_progress=on_progress,
             )
     if as_json:
         _emit_json(result.to_json())

@@ -132,3 +132,117 @@ def test_worker_errors_that_cannot_be_pickled_still_name_their_cause() -> None:
     with pytest.raises(WorkerError, match=r"_Unpicklable: a=1 b=2") as info:
         errors_travel(_raise_unpicklable)()
     pickle.loads(pickle.dumps(info.value))
+
+
+# -- an installed distribution with broken bridges: the suite never hangs -------------
+
+#: Stream bridges that make a suite wait forever: a publish that deadlocks (awaiting,
+#: or blocking the loop's thread) and followers that heartbeat forever without END.
+ZOO_PLUGIN = '''
+import asyncio
+import threading
+
+import runstore
+from runstore.plugins.memory.streams import MemoryStreamBridge
+from runstore.streams import HEARTBEAT
+
+
+class DeadlockBridge(MemoryStreamBridge):
+    async def publish(self, run_id, event, data):
+        await asyncio.Event().wait()  # a lock nobody releases
+
+
+class StuckBridge(MemoryStreamBridge):
+    async def publish(self, run_id, event, data):
+        threading.Event().wait()  # blocks the event loop's thread
+
+
+class ChattyBridge(MemoryStreamBridge):
+    def subscribe(self, run_id, *, last_event_id=None, heartbeat_interval=None):
+        async def beats():
+            while True:
+                await asyncio.sleep(0.01)
+                yield HEARTBEAT
+        return beats()
+
+
+def _opener(cls):
+    async def open_bridge(url, options):
+        return await cls.open(url, options)
+    return open_bridge
+
+
+@runstore.hookimpl
+def runstore_register_stream_bridges(registry):
+    for name, cls in [("zoodeadlock", DeadlockBridge), ("zoostuck", StuckBridge),
+                      ("zoochatty", ChattyBridge)]:
+        registry.add(name, schemes=[name], factory=_opener(cls), capabilities=["replay"],
+                     description=name)
+'''
+
+
+@pytest.fixture
+def zoo_site(tmp_path: Path) -> Path:
+    """A distribution ``runstore-zoo`` installed as a dist-info directory with an entry point."""
+    site = tmp_path / "site"
+    info = site / "runstore_zoo-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: runstore-zoo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[runstore]\nzoo = runstore_zoo\n")
+    (site / "runstore_zoo.py").write_text(textwrap.dedent(ZOO_PLUGIN))
+    return site
+
+
+def _zoo_env(site: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(site), "RUNSTORE_CONFORMANCE_WAIT": "1"}
+
+
+def test_a_bridge_that_deadlocks_or_chatters_fails_by_name_instead_of_hanging(
+    zoo_site: Path, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runstore", "check", "zoodeadlock://", "zoostuck://", "zoochatty://",
+         "-k", "ids_increase or stream_exists_and_cleanup", "--timeout", "3", "--json"],
+        cwd=tmp_path, env=_zoo_env(zoo_site), capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    messages = {
+        name.split(":", 1)[-1]: [f["message"] for s in row["suites"].values() for f in s["failures"]]
+        for name, row in report["backends"].items()
+    }
+    assert set(messages) >= {"zoodeadlock", "zoostuck", "zoochatty"}, report
+    for name in ("zoodeadlock", "zoostuck"):
+        assert len(messages[name]) == 2, messages[name]
+        for message in messages[name]:
+            # The headline names the contract and the call that never returned.
+            assert "contract: every streams backend call returns" in message, message
+            assert "Bridge.publish (runstore_zoo.py:" in message, message
+            assert "--runstore-timeout" in message, message
+    assert len(messages["zoochatty"]) == 2, messages["zoochatty"]
+    for message in messages["zoochatty"]:
+        # Heartbeats do not restart the wait: the suite's own wait names its contract.
+        assert "contract: " in message and "heartbeats arrived within 1.0s" in message, message
+
+
+def test_the_bound_is_a_pyproject_setting(zoo_site: Path, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.runstore.conformance]\nbackends = ["zoodeadlock://"]\ntimeout = 2\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "runstore.conformance.test_streams",
+         "-p", "no:cacheprovider", "-q", "-k", "ids_increase"],
+        cwd=tmp_path, env=_zoo_env(zoo_site), capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "ContractTimeout: contract: every streams backend call returns" in out.stdout, out.stdout[-3000:]
+    assert "when the test's 2s bound ran out" in out.stdout, out.stdout[-3000:]
+
+    (tmp_path / "pyproject.toml").write_text('[tool.runstore.conformance]\ntimeout = "soon"\n')
+    bad = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "runstore.conformance.test_streams",
+         "-p", "no:cacheprovider", "-q", "--runstore-backend", "memory://"],
+        cwd=tmp_path, env=_zoo_env(zoo_site), capture_output=True, text=True, timeout=600,
+    )
+    assert bad.returncode == pytest.ExitCode.USAGE_ERROR, bad.stderr
+    assert "timeout is a number of seconds >= 0 (0 = none); got 'soon'" in bad.stderr
