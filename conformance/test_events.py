@@ -2,6 +2,10 @@
 
 Every test takes ``events_target`` and is synchronous. Assertion messages start with
 ``contract:`` and name the rule a backend broke.
+
+Why one module of this size: pytest collects a suite per module, and one module per
+kind is what ``-k test_events``, `runstore check` and the broken-backend runner select;
+the model and worker helpers live in ``events_model`` and ``events_workers``.
 """
 
 from __future__ import annotations

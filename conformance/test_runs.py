@@ -5,6 +5,10 @@ Every test takes ``runs_target`` and is synchronous. Assertion messages start wi
 so leases expire without sleeping. Claims see every run of the store, so each test
 deletes the runs it created, and clocks start far from the wall clock (runs another
 test left with real-time leases are never expired on them).
+
+Why one module of this size: pytest collects a suite per module, and one module per
+kind is what ``-k test_runs``, `runstore check` and the broken-backend runner select;
+the model and worker helpers live in ``runs_model`` and ``runs_workers``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 Every test takes ``saver_target`` (see `runstore.conformance.harness`). Tests that
 need an optional capability are marked ``@pytest.mark.requires(...)``. Assertion
 messages name the contract that broke.
+
+Why one module of this size: pytest collects a suite per module, and one module per
+kind is what ``-k test_savers``, `runstore check` and the broken-backend runner select;
+the model and graph helpers live in ``savers_model``, ``savers_graph`` and
+``savers_metadata``.
 """
 
 from __future__ import annotations

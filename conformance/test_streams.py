@@ -3,6 +3,9 @@
 Each test names the contract it checks (see ``docs/streams.md``). Tests never assert
 timing thresholds: heartbeats are checked for occurrence and order with short
 intervals, and every wait has a generous upper bound that only a broken bridge hits.
+
+Why one module of this size: pytest collects a suite per module, and one module per
+kind is what ``-k test_streams``, `runstore check` and the broken-backend runner select.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ through `prepare_event` / `prepare_batch` and its read arguments through the
 ``check_*`` helpers (through `RunEventStore`'s call preamble), so all of them accept
 and reject exactly the same inputs and return identical records. Validation happens
 before any I/O: a rejected call writes nothing.
+
+Why one module of this size: it is the whole input contract of the event stores, in
+small sections (scalars, JSON values, encoding, prepared events, read arguments,
+record predicates); one module is what every store, built-in or third-party, imports
+to accept exactly the same inputs.
 """
 
 from __future__ import annotations

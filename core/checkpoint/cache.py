@@ -12,6 +12,11 @@ composed within ``max_compose_depth`` hops): ``H(t) = H(parent) + parent's write
 or ``seed = parent's value`` when the parent holds one. Otherwise the inner saver
 walks (SQL savers do that in one round trip). A cache backend that fails degrades
 to the uncached walk, never to an error.
+
+Why one module of this size: its parts (parent links, composing a miss from the
+parent's entry, purging) all rest on the one rule above, that an entry for a concrete
+checkpoint id never changes; together, the rule and every place relying on it read
+as one.
 """
 
 from __future__ import annotations

@@ -20,6 +20,11 @@ Schema (component ``runs``, versioned by `runstore.sql.migrations`):
   the thread's fencing-token counter (the current token while a run holds the lease)
   and ``runs`` numbers the thread's runs in creation order. Locking this row
   serializes everything that changes which run holds the thread.
+
+Why one module of this size: the scripts are the run store's rules and share their
+building blocks (`_locked_run`, `_end`, `_promote`), and the lock order (thread row,
+then run row) is only visible with all of them together; `SqlRunStore` is the
+validation in front of them, a few lines per operation.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ revived as a record) and seq recovery still counts the seq at its start.
 Every file operation runs in a worker thread (one hop per logical operation) while
 an in-process per-thread lock serializes writers and gives readers a consistent
 view. Not safe for several processes on one directory (no ``cross_process``).
+
+Why one module of this size: the file format (torn-line handling, seq recovery) and
+the per-thread locking it depends on are one mechanism; split, neither half could be
+checked on its own.
 """
 
 from __future__ import annotations

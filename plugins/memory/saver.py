@@ -5,6 +5,12 @@ channel values) by id plus a sorted id list, channel value blobs keyed by
 ``(channel, version)`` as LangGraph's version semantics require, and pending writes per
 checkpoint keyed by ``(task_id, slot)``. Channel values, writes and metadata go
 through ``self.serde`` so custom and encrypted serializers behave as on disk.
+
+Why one module of this size: the structures above (`_Namespace`, its records, blobs
+and writes) and every method that reads or changes them are guarded by one lock and
+share their invariants (the sorted id list matches the records, a blob stays while a
+checkpoint refers to it); split apart, one invariant would be spread over several
+files. The logic is in the sync methods; the async ones only call them.
 """
 
 from __future__ import annotations

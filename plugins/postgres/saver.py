@@ -13,6 +13,10 @@ connection leasing in `runstore.plugins.postgres.connections`. The round-trip bu
 * ``aget_delta_channel_history`` is one query (`runstore.plugins.postgres.history`).
 
 Design notes and measurements: docs/savers.md, section "PostgreSQL".
+
+Why one module of this size: it holds only the LangGraph API, and about half of it is
+the sync twins (a few lines each over the async method); SQL text, connections and
+the history walk already live in `sql`, `connections` and `history`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ Every Redis call goes through `RedisCalls` (bounded, retried only where that can
 write twice). ``XADD ... 0-*`` is not idempotent (a second send appends a second
 entry with the next id), so a publish is retried only when it provably never reached
 the server; publishing END, cleanup and every read are idempotent and retried.
+
+Why one module of this size: publishing (ids ``0-<seq>``, END never evicting data) and
+reading (the waker, the gap proof from ids alone) are two halves of one entry layout
+and id scheme; a change to either side must be read against the other.
 """
 
 from __future__ import annotations
