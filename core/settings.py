@@ -78,8 +78,14 @@ class CheckpointGraphCacheSettings:
 
 @dataclass(frozen=True)
 class CheckpointCacheSettings:
-    """``checkpoint_cache``: the delta history cache (``max_entries: 0`` disables it)."""
+    """``checkpoint_cache``: the delta history cache (``max_entries: 0`` disables it).
 
+    ``enabled: auto`` wraps a delta-mode saver unless its class says the cache does not
+    pay for it (``history_cache_helps = False``: runstore's sqlite and PostgreSQL savers,
+    which read a thread's delta history in one trip); ``on`` wraps every saver, ``off`` none.
+    """
+
+    enabled: Literal["auto", "on", "off"] = "auto"
     type: str = "memory"
     max_entries: int = field(default=128, metadata=bounds(0))
     ttl_seconds: int = field(default=86400, metadata=bounds(1))

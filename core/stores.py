@@ -154,12 +154,14 @@ def _saver_chain(saver: BaseCheckpointSaver[Any] | None) -> list[Any]:
 async def _wrap_checkpointer(
     saver: BaseCheckpointSaver[Any], options: BackendOptions, registry: Backends
 ) -> BaseCheckpointSaver[Any]:
-    """Wrap the saver in the delta history cache when the settings ask for one.
+    """Wrap a delta-mode saver in the mode marker and, where it pays, the history cache.
 
     Only in delta mode (full-mode checkpoints store every value, so nothing ever
     asks for delta history): the saver is wrapped in `DeltaMarkingSaver` (the mode
-    marker on every checkpoint) and, unless ``checkpoint_cache.max_entries`` is 0,
-    in `CachedHistorySaver`. Full mode returns the saver unwrapped.
+    marker on every checkpoint) and then in `CachedHistorySaver` when the cache is on
+    for it: ``checkpoint_cache.enabled`` is ``on``, or ``auto`` and the saver's class
+    does not set ``history_cache_helps = False``; ``max_entries: 0`` turns it off.
+    Full mode returns the saver unwrapped. `runstore.unwrap_saver` reaches the saver.
     """
     settings = options.settings
     if settings.checkpoint_channel_mode != "delta":
@@ -169,6 +171,9 @@ async def _wrap_checkpointer(
 
     # Every delta checkpoint carries the mode marker, whoever runs the graph.
     marked = DeltaMarkingSaver(saver)
+    wanted = settings.checkpoint_cache.enabled
+    if wanted == "off" or (wanted == "auto" and not getattr(saver, "history_cache_helps", True)):
+        return marked
     cache = await open_history_cache(settings, options, registry)
     if cache is None:
         return marked

@@ -26,7 +26,7 @@ import contextlib
 import functools
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -89,6 +89,10 @@ class PostgresSaver(BaseCheckpointSaver[str]):
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.
     clock: Clock = staticmethod(system_clock)
+    #: ``runstore.open`` does not put the delta history cache in front of this saver by
+    #: default: it reads a thread's history in one trip, and measured no faster with the
+    #: cache (docs/checkpoint-modes.md, "When runstore.open wraps").
+    history_cache_helps: ClassVar[bool] = False
     #: Leased connections kept between calls (each counts against the shared pool).
     MAX_IDLE_CONNECTIONS = 3
     #: Blob keys (thread, ns, channel, version) known to be stored, for carried values.

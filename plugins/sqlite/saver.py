@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -131,6 +131,10 @@ class SqliteSaver(BaseCheckpointSaver[str]):
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.
     clock: Clock = staticmethod(system_clock)
+    #: ``runstore.open`` does not put the delta history cache in front of this saver by
+    #: default: it reads a thread's history in one trip, and measured no faster with the
+    #: cache (docs/checkpoint-modes.md, "When runstore.open wraps").
+    history_cache_helps: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,6 +241,27 @@ async def test_open_wraps_only_in_delta_with_entries() -> None:
     modes.reset_checkpoint_mode_for_tests()
     async with runstore.open(base) as stores:
         assert not isinstance(stores.checkpointer, CachedHistorySaver), "full mode: no cache"
+
+
+async def test_open_caches_only_where_it_pays(tmp_path: Path, postgres_url: str) -> None:
+    from runstore.checkpoint import modes
+
+    sqlite_url = BackendURL.for_file("sqlite", tmp_path / "c.db").render()
+    for url in (sqlite_url, postgres_url):
+        modes.reset_checkpoint_mode_for_tests()
+        async with runstore.open({"checkpoint_channel_mode": "delta"}, checkpointer=url) as stores:
+            assert not isinstance(stores.checkpointer, CachedHistorySaver), (
+                "runstore's SQL savers read history in one trip: no cache by default"
+            )
+            assert type(runstore.unwrap_saver(stores.checkpointer)).__name__ in ("SqliteSaver", "PostgresSaver")
+        modes.reset_checkpoint_mode_for_tests()
+        async with runstore.open({"checkpoint_channel_mode": "delta",
+                                  "checkpoint_cache": {"enabled": "on"}}, checkpointer=url) as stores:
+            assert isinstance(stores.checkpointer, CachedHistorySaver), "enabled: on wraps any saver"
+    modes.reset_checkpoint_mode_for_tests()
+    async with runstore.open({"checkpoint_channel_mode": "delta", "checkpoint_cache": {"enabled": "off"}},
+                             checkpointer="memory://") as stores:
+        assert not isinstance(stores.checkpointer, CachedHistorySaver)
 
 
 @pytest.mark.redis
