@@ -30,8 +30,12 @@ from typing import Any
 import runstore
 from runstore import END, HEARTBEAT
 
-#: Short lifetimes so that expiry happens within the soak (seconds).
-LIFETIMES = {"late_subscriber_window_seconds": 0.5, "stream_ttl_seconds": 1, "heartbeat_interval_seconds": 5}
+#: Short lifetimes so that expiry happens within the soak (seconds). The late-subscriber
+#: window must outlast a loaded machine's pause between END and the late subscription:
+#: a late subscriber of an expired run waits for a run that never comes.
+LIFETIMES = {"late_subscriber_window_seconds": 5, "stream_ttl_seconds": 1, "heartbeat_interval_seconds": 5}
+#: Generous bound of any wait in a run (a hang detector, never a timing assertion).
+WAIT = 60.0
 CONCURRENT = 10
 
 
@@ -87,7 +91,9 @@ async def _run_once(stores: runstore.Stores, i: int, result: SoakResult) -> None
         await bridge.publish(run_id, "values", {"n": 0})
         result.stream_events_acknowledged += 1
         await bridge.publish_end(run_id)
-        result.stream_events_delivered += await follow(bridge.subscribe(run_id))
+        replayed = await asyncio.wait_for(follow(bridge.subscribe(run_id)), WAIT)
+        assert replayed == 1, f"run {run_id}: the late subscriber replayed {replayed} of 1 events"
+        result.stream_events_delivered += replayed
         await bridge.cleanup(run_id)
         never = bridge.subscribe(f"never-{i}", heartbeat_interval=0.01)
         assert await anext(never) is HEARTBEAT
@@ -99,7 +105,7 @@ async def _run_once(stores: runstore.Stores, i: int, result: SoakResult) -> None
         await bridge.publish(run_id, "values", {"n": n})
         result.stream_events_acknowledged += 1
     await bridge.publish_end(run_id)
-    delivered = await asyncio.wait_for(follower, 60)
+    delivered = await asyncio.wait_for(follower, WAIT)
     if kind != 8:
         assert delivered == 3, f"run {run_id}: the follower saw {delivered} of 3 events"
     result.stream_events_delivered += delivered
@@ -129,7 +135,7 @@ async def soak(config: dict[str, Any], runs: int, *, redis_url: str | None = Non
                 gc.collect()
                 result.rss_samples.append((done, rss_bytes()))
         # Everything per run expires within the late-subscriber window or the stream TTL.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WAIT
         while True:
             state = _per_run_state(stores)
             keys = await _redis_keys(redis_url)
