@@ -103,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "StoreNotOpenedError": ".errors",
     "ThreadDeletedError": ".errors",
     # the thread index
+    "RetentionPolicy": ".checkpoint.retention",
     "ThreadInfo": ".checkpoint.threads",
     "ThreadPage": ".checkpoint.threads",
 }
@@ -126,6 +127,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .capabilities import CAPABILITIES, Kind
     from .checkpoint.forwarding import unwrap_saver
+    from .checkpoint.retention import RetentionPolicy
     from .checkpoint.threads import ThreadInfo, ThreadPage
     from .errors import (
         BackendNotFoundError,

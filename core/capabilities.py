@@ -28,6 +28,9 @@ CAPABILITIES: dict[str, str] = {
     "sync_api": "saver implements the synchronous twins of its async methods",
     "thread_index": "saver keeps a per-thread record with its writes: get_thread/list_threads "
     "(filters, status, keyset cursors), and a deletion tombstone that refuses late writes",
+    "retention": "saver applies a RetentionPolicy in claimed batches (asweep, "
+    "aset_thread_retention, afinish_cleanup): keeps every resume and delta reconstruction "
+    "intact, expires idle threads whole, dry runs change nothing",
     "replay": "stream bridge replays retained events to late subscribers",
 }
 

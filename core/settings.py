@@ -113,6 +113,21 @@ class StreamBridgeSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """``retention``: the default retention policy and the sweeper's pace (docs/threads.md).
+
+    ``null`` lifts a limit; with all three unset a sweep removes nothing.
+    """
+
+    keep_last: int | None = field(default=None, metadata=bounds(1))
+    max_age_seconds: float | None = field(default=None, metadata=bounds(1))
+    idle_ttl_seconds: float | None = field(default=None, metadata=bounds(1))
+    batch_size: int = field(default=100, metadata=bounds(1, 10_000))
+    interval_seconds: float = field(default=300.0, metadata=bounds(1))
+    claim_seconds: float = field(default=300.0, metadata=bounds(1))
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything configurable in runstore; see the settings table in the README."""
 
@@ -128,6 +143,7 @@ class Settings:
     checkpoint_cache: CheckpointCacheSettings = field(default_factory=CheckpointCacheSettings)
     run_events: RunEventSettings = field(default_factory=RunEventSettings)
     stream_bridge: StreamBridgeSettings = field(default_factory=StreamBridgeSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     #: The plugins' sections as ``(name, value)`` pairs sorted by name; read with `section`.
     _sections: tuple[tuple[str, Any], ...] = ()
     #: The URL keys some source set (defaults aside); see `selected_kinds`.

@@ -90,6 +90,15 @@ class Removed:
             self.bytes + other.bytes,
         )
 
+    def __sub__(self, other: Removed) -> Removed:
+        return Removed(
+            self.threads - other.threads,
+            self.checkpoints - other.checkpoints,
+            self.writes - other.writes,
+            self.blobs - other.blobs,
+            self.bytes - other.bytes,
+        )
+
     def as_dict(self) -> dict[str, int]:
         """The counts as a plain mapping."""
         return {

@@ -70,6 +70,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "delta_history",
             "sync_api",
             "thread_index",
+            "retention",
         ],
         description="in-process checkpoint saver",
     )

@@ -41,6 +41,18 @@ from langgraph.checkpoint.base import (
 
 from runstore.checkpoint import codec
 from runstore.checkpoint.filters import filter_terms, metadata_matches
+from runstore.checkpoint.retention import (
+    CheckpointGraph,
+    RetentionPolicy,
+    SweepBatch,
+    ThreadSwept,
+    batch_of,
+    check_overrides,
+    check_sweep,
+    claimable,
+    due,
+    plan_thread,
+)
 from runstore.checkpoint.saverbase import (
     check_prune_strategy,
     check_put,
@@ -119,6 +131,7 @@ class _Record:
     retention: dict[str, Any] | None = None
     swept_at: int | None = None
     sweep_after: int | None = None
+    claimed_until: int | None = None
     fence: int = 0
     deleted_at: int | None = None
 
@@ -126,6 +139,7 @@ class _Record:
         """Begin a new history after a tombstone (only ``fence`` survives)."""
         self.created_at = self.updated_at = self.touched_at = now
         self.retention = self.swept_at = self.sweep_after = self.deleted_at = None
+        self.claimed_until = None
 
 
 @dataclass
@@ -188,6 +202,14 @@ class _Namespace:
             entry.stored_metadata, entry.versions, self.valued_channels(checkpoint_id)
         )
         return reconstruction_ancestors(checkpoint_id, missing, self.parent_of, self.valued_channels)
+
+    def graph(self) -> CheckpointGraph:
+        """The namespace as the retention and pruning rules read it."""
+        return CheckpointGraph(
+            (cid, e.parent, e.run_id, e.stored_metadata, sorted(self.valued_channels(cid)),
+             e.versions, e.created_at)
+            for cid, e in self.entries.items()
+        )
 
     def remove(self, doomed: set[str]) -> None:
         if not doomed:
@@ -611,6 +633,130 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 history["seed"] = loads(seeds[ch])
             result[ch] = history
         return result
+
+    # ------------------------------------------------------------------ retention
+
+    @_locked
+    def set_thread_retention(self, thread_id: str, overrides: Mapping[str, Any] | None) -> None:
+        """Store retention overrides with the thread (``None`` clears them; docs/threads.md)."""
+        text = check_overrides(overrides)
+        thread = checked_text(thread_id, "thread_id")
+        now = clock_micros(self.clock)
+        record = self._records.get(thread)
+        if record is not None and record.deleted_at is not None:
+            raise ThreadDeletedError(thread)
+        if record is None:
+            record = self._records[thread] = _Record(now, now, now)
+        record.retention = None if text is None else orjson.loads(text)
+        record.swept_at = None
+
+    async def aset_thread_retention(
+        self, thread_id: str, overrides: Mapping[str, Any] | None
+    ) -> None:
+        """Async `set_thread_retention`."""
+        self.set_thread_retention(thread_id, overrides)
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        claim_seconds: float = 300.0,
+        rescan: bool = False,
+        thread_ids: Sequence[str] | None = None,
+    ) -> SweepBatch:
+        """One bounded batch of a retention sweep (the SQL savers' contract: claims up to
+        ``limit`` threads after ``after`` and applies ``policy`` to each live one)."""
+        claim = check_sweep(policy, limit, claim_seconds)
+        only = None if thread_ids is None else checked_ids(thread_ids, "thread_ids")
+        now = clock_micros(self.clock)
+        until = None if dry_run else now + claim
+        claimed = self._sweep_claim(policy, now, after, limit, until, rescan, only)
+        swept = [self._sweep_thread(t, policy, now, dry_run) for t, gone in claimed if not gone]
+        return batch_of(claimed, swept, limit)
+
+    @_locked
+    def _sweep_claim(
+        self,
+        policy: RetentionPolicy,
+        now: int,
+        after: str | None,
+        limit: int,
+        until: int | None,
+        rescan: bool,
+        only: Sequence[str] | None,
+    ) -> builtins.list[tuple[str, bool]]:
+        claimed: builtins.list[tuple[str, bool]] = []
+        pool = self._records if only is None else [t for t in set(only) if t in self._records]
+        for thread_id in sorted(t for t in pool if after is None or t > after):
+            record = self._records[thread_id]
+            if not claimable(record.claimed_until, now):
+                continue
+            if record.deleted_at is not None:
+                wanted = record.swept_at is None
+            else:
+                namespaces = self._threads.get(thread_id, {}).values()
+                created = [e.created_at for ns in namespaces for e in ns.entries.values()]
+                wanted = due(
+                    policy,
+                    now,
+                    has_overrides=record.retention is not None,
+                    touched_at=record.touched_at,
+                    checkpoints=len(created),
+                    oldest_at=min(created, default=None),
+                    swept_at=record.swept_at,
+                    sweep_after=record.sweep_after,
+                    rescan=rescan,
+                )
+            if wanted:
+                if until is not None:
+                    record.claimed_until = until
+                claimed.append((thread_id, record.deleted_at is not None))
+                if len(claimed) == limit:
+                    break
+        return claimed
+
+    @_locked
+    def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool
+    ) -> ThreadSwept | None:
+        record = self._records.get(thread_id)
+        if record is None or self._info(thread_id) is None:
+            return None
+        namespaces = self._threads.get(thread_id, {})
+        plan = plan_thread(
+            lambda: {name: ns.graph() for name, ns in namespaces.items()},
+            policy.overridden(record.retention),
+            now=now,
+            touched_at=record.touched_at,
+        )
+        if plan.expire:
+            return ThreadSwept(thread_id, True, self._purge([thread_id], dry_run=dry_run))
+        removed = Removed()
+        for name, gone in plan.doomed.items():
+            ns = namespaces[name] if not dry_run else namespaces[name].copy()
+            before = _footprint([ns])
+            ns.remove(set(gone))
+            removed += before - _footprint([ns])
+        if not dry_run:
+            record.swept_at, record.sweep_after = now, plan.sweep_after
+            record.claimed_until = None
+        return ThreadSwept(thread_id, False, removed)
+
+    @_locked
+    def finish_cleanup(self, thread_ids: Sequence[str]) -> None:
+        """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
+        now = clock_micros(self.clock)
+        for thread_id in checked_ids(thread_ids, "thread_ids"):
+            record = self._records.get(thread_id)
+            if record is not None and record.deleted_at is not None:
+                record.swept_at, record.claimed_until = now, None
+
+    async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
+        """Async `finish_cleanup`."""
+        self.finish_cleanup(thread_ids)
 
     # ------------------------------------------------------------------ thread index
 

@@ -66,6 +66,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "delta_history",
             "sync_api",
             "thread_index",
+            "retention",
         ],
         drivers=DRIVERS,
         extra="postgres",

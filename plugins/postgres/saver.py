@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -42,6 +43,18 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from runstore.checkpoint import codec
 from runstore.checkpoint.groupcommit import GroupCommit
 from runstore.checkpoint.prefetch import PrefetchStore
+from runstore.checkpoint.retention import (
+    CheckpointGraph,
+    DryRun,
+    RetentionPolicy,
+    SweepBatch,
+    ThreadSwept,
+    batch_of,
+    check_overrides,
+    check_sweep,
+    expired,
+    plan_thread,
+)
 from runstore.checkpoint.saverbase import (
     check_prune_strategy,
     checked_ids,
@@ -376,13 +389,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             # Sorted: two deletions of the same threads lock them in one order.
             for thread_id in sorted(set(thread_ids)):
                 live = await conn.fetchval(sql.LOCK_THREAD_SQL, thread_id)
-                statement = sql.THREAD_FOOTPRINT_SQL if dry_run else sql.PURGE_THREAD_SQL
-                ck, ck_bytes, wr, wr_bytes, bl, bl_bytes = await conn.fetchrow(
-                    statement, thread_id
-                )
-                removed += Removed(int(bool(live)), ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
-                if not dry_run:
-                    await conn.execute(sql.TOMBSTONE_THREAD_SQL, thread_id, now)
+                removed += await _purge_locked(conn, thread_id, bool(live), now, dry_run)
             return removed
 
         if dry_run:
@@ -408,6 +415,115 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             list(ids) if ns == "" else [],
         )
         return removed
+
+    # -- retention ---------------------------------------------------------------
+
+    async def aset_thread_retention(
+        self, thread_id: str, overrides: Mapping[str, Any] | None
+    ) -> None:
+        """Store retention overrides with the thread (``None`` clears them; docs/threads.md)."""
+        text = check_overrides(overrides)
+        thread = checked_text(thread_id, "thread_id")
+        now = clock_micros(self.clock)
+
+        async def go(conn: Any) -> Any:
+            return await conn.fetchval(sql.SET_RETENTION_SQL, thread, now, text)
+
+        if await self._leases.run(go, operation="set_thread_retention", write=True, idempotent=True) is None:
+            raise ThreadDeletedError(thread)
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        claim_seconds: float = 300.0,
+        rescan: bool = False,
+        thread_ids: Sequence[str] | None = None,
+    ) -> SweepBatch:
+        """One bounded batch of a retention sweep (`runstore.retention` runs the passes):
+        claims up to ``limit`` threads after ``after`` (``FOR UPDATE SKIP LOCKED``: several
+        sweepers split the work and never wait for a writer) and applies ``policy`` to each
+        live one in a transaction of its own; a ``dry_run`` claims nothing and rolls back."""
+        claim = check_sweep(policy, limit, claim_seconds)
+        only = None if thread_ids is None else checked_ids(thread_ids, "thread_ids")
+        now = clock_micros(self.clock)
+        micros = 1_000_000
+        args = (
+            after or "",
+            now,
+            limit,
+            None if policy.idle_ttl is None else now - int(policy.idle_ttl * micros),
+            policy.keep_last,
+            None if policy.max_age is None else now - int(policy.max_age * micros),
+            None if dry_run else now + claim,
+            rescan,
+            only,
+        )
+
+        async def claim_batch(conn: Any) -> list[tuple[str, bool]]:
+            statement = sql.PEEK_SWEEP_SQL if dry_run else sql.CLAIM_SWEEP_SQL
+            return sorted((r[0], bool(r[1])) for r in await conn.fetch(statement, *args))
+
+        claimed = await self._leases.run(
+            claim_batch, operation="sweep", write=not dry_run, idempotent=True
+        )
+        swept = []
+        for thread_id, deleted in claimed:
+            if not deleted:
+                swept.append(await self._sweep_thread(thread_id, policy, now, dry_run))
+        return batch_of(claimed, swept, limit)
+
+    async def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool
+    ) -> ThreadSwept | None:
+        async def go(conn: Any) -> ThreadSwept | None:
+            state = await conn.fetchrow(sql.SWEEP_STATE_SQL, thread_id)
+            if state is None or state[0] is not None or not state[1]:
+                return None
+            effective = policy.overridden(orjson.loads(state[3]) if state[3] else None)
+            graphs: dict[str, list[Any]] = {}
+            if not expired(effective, now=now, touched_at=state[2]):
+                for row in await conn.fetch(sql.THREAD_GRAPH_SQL, thread_id):
+                    graphs.setdefault(row[0], []).append(tuple(row)[1:])
+            plan = plan_thread(
+                lambda: {ns: CheckpointGraph(rows) for ns, rows in graphs.items()},
+                effective,
+                now=now,
+                touched_at=state[2],
+            )
+            if plan.expire:
+                swept = ThreadSwept(
+                    thread_id, True, await _purge_locked(conn, thread_id, True, now, False)
+                )
+            else:
+                removed = Removed()
+                for ns, gone in plan.doomed.items():
+                    removed += await self._remove_checkpoints(conn, thread_id, ns, gone)
+                await conn.execute(sql.SWEPT_THREAD_SQL, thread_id, now, plan.sweep_after)
+                swept = ThreadSwept(thread_id, False, removed)
+            if dry_run:
+                raise DryRun(swept)
+            return swept
+
+        try:
+            return await self._delete(go, "sweep", begin="BEGIN")
+        except DryRun as answer:
+            return answer.swept
+
+    async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
+        """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
+        ids = checked_ids(thread_ids, "thread_ids")
+        if not ids:
+            return
+        now = clock_micros(self.clock)
+
+        async def go(conn: Any) -> None:
+            await conn.execute(sql.CLEANED_THREADS_SQL, ids, now)
+
+        await self._leases.run(go, operation="finish_cleanup", write=True, idempotent=True)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole source thread (every checkpoint with its values and writes) in one statement."""
@@ -631,6 +747,12 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             lambda: self.aget_delta_channel_history(config=config, channels=channels),
         )
 
+    def set_thread_retention(self, thread_id: str, overrides: Mapping[str, Any] | None) -> None:
+        """Sync twin of `aset_thread_retention` (not on the saver's event loop thread)."""
+        self._sync(
+            "set_thread_retention", lambda: self.aset_thread_retention(thread_id, overrides)
+        )
+
     def get_thread(self, thread_id: str) -> ThreadInfo | None:
         """Sync twin of `aget_thread`."""
         return self._sync("get_thread", lambda: self.aget_thread(thread_id))
@@ -642,6 +764,18 @@ class PostgresSaver(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Next channel version: the stock savers' zero-padded counter plus a random fraction."""
         return codec.next_version(current)
+
+
+async def _purge_locked(
+    conn: Any, thread_id: str, live: bool, now: int, dry_run: bool
+) -> Removed:
+    """Delete a thread whose record this transaction locked, leaving its tombstone (a dry
+    run only counts); what its rows held."""
+    statement = sql.THREAD_FOOTPRINT_SQL if dry_run else sql.PURGE_THREAD_SQL
+    ck, ck_bytes, wr, wr_bytes, bl, bl_bytes = await conn.fetchrow(statement, thread_id)
+    if not dry_run:
+        await conn.execute(sql.TOMBSTONE_THREAD_SQL, thread_id, now)
+    return Removed(int(live), ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
 
 
 @contextlib.contextmanager

@@ -855,3 +855,62 @@ def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
         f" ORDER BY {order} DESC, thread_id DESC LIMIT {arg(query.limit)}"
     )
     return statement, args
+
+
+# --------------------------------------------------------------------------- retention
+
+# The threads a sweep looks at next, by thread id after the cursor ($1): live threads
+# some limit may touch that were not swept since their last write (or are due again),
+# and tombstones whose events and stream keys are not deleted yet (`swept_at` unset).
+# Unset limits are NULL (never true). `SKIP LOCKED` passes over threads another sweeper
+# is claiming and threads a writer holds right now, so sweepers split the work and never
+# wait for a writer; the claim ($7) keeps other sweepers off until it lapses. A thread
+# idle past the TTL is always due; otherwise one swept since its last write is looked at
+# again when its `sweep_after` comes, or on a rescan ($8: the policy changed).
+_SWEEP_CANDIDATES = f"""
+SELECT thread_id, deleted_at IS NOT NULL AS deleted FROM {THREADS}
+WHERE thread_id > $1::text AND (claimed_until IS NULL OR claimed_until <= $2::bigint)
+  AND ($9::text[] IS NULL OR thread_id = ANY($9::text[])) AND (
+    (deleted_at IS NULL AND checkpoints > 0
+     AND (touched_at <= $4::bigint
+          OR ((retention IS NOT NULL OR checkpoints > $5::bigint OR oldest_at <= $6::bigint)
+              AND ($8::boolean OR swept_at IS NULL OR touched_at > swept_at
+                   OR sweep_after <= $2::bigint))))
+    OR (deleted_at IS NOT NULL AND swept_at IS NULL))
+ORDER BY thread_id LIMIT $3
+"""
+CLAIM_SWEEP_SQL = f"""
+WITH c AS ({_SWEEP_CANDIDATES} FOR UPDATE SKIP LOCKED)
+UPDATE {THREADS} t SET claimed_until = $7::bigint FROM c WHERE t.thread_id = c.thread_id
+RETURNING t.thread_id, c.deleted
+"""
+#: A dry run's candidates: the same threads, nothing claimed ($7 unused but typed).
+PEEK_SWEEP_SQL = f"SELECT thread_id, deleted FROM ({_SWEEP_CANDIDATES}) c WHERE $7::bigint IS NULL"
+#: What a sweep of one thread reads first; locks the record as a deletion does.
+SWEEP_STATE_SQL = (
+    f"SELECT deleted_at, checkpoints, touched_at, retention::text FROM {THREADS}"
+    " WHERE thread_id = $1 FOR UPDATE"
+)
+#: Every checkpoint of a thread as `runstore.checkpoint.retention.CheckpointGraph` reads it.
+THREAD_GRAPH_SQL = f"""
+SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, metadata::text,
+       value_versions::text, channel_versions::text, created_at
+FROM {CHECKPOINTS} WHERE thread_id = $1
+"""
+SWEPT_THREAD_SQL = f"""
+UPDATE {THREADS} SET swept_at = $2, sweep_after = $3, claimed_until = NULL WHERE thread_id = $1
+"""
+#: Tombstones whose other stores were cleaned: the sweeper is done with them.
+CLEANED_THREADS_SQL = f"""
+UPDATE {THREADS} SET swept_at = $2, claimed_until = NULL
+WHERE thread_id = ANY($1::text[]) AND deleted_at IS NOT NULL
+"""
+# Overrides on a live thread (a record without checkpoints yet is created to hold them);
+# answers whether the thread is deleted (then nothing changed).
+SET_RETENTION_SQL = f"""
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, retention)
+VALUES ($1, $2, $2, $2, $3::jsonb)
+ON CONFLICT (thread_id) DO UPDATE SET retention = EXCLUDED.retention, swept_at = NULL
+WHERE t.deleted_at IS NULL
+RETURNING 1
+"""

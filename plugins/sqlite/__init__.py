@@ -64,6 +64,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "delta_history",
             "sync_api",
             "thread_index",
+            "retention",
         ],
         description="aiosqlite checkpoint saver: sqlite:///path/app.db",
     )

@@ -19,10 +19,16 @@ from runstore.checkpoint import codec
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
 from runstore.checkpoint.filters import json_equal
 from runstore.checkpoint.groupcommit import Outcome
+from runstore.checkpoint.retention import (
+    CheckpointGraph,
+    DryRun,
+    RetentionPolicy,
+    ThreadSwept,
+    plan_thread,
+)
 from runstore.checkpoint.saverbase import (
     DELTA_COUNTERS_KEY,
     missing_delta_channels,
-    reconstruction_ancestors,
     worth_prefetching,
 )
 from runstore.checkpoint.threads import Removed, status_of, stronger_status
@@ -370,35 +376,8 @@ def copy_thread(conn: sqlite3.Connection, source: str, target: str, now: int) ->
     refresh_threads(conn, [target])
 
 
-class Graph:
-    """The checkpoints of one (thread, namespace), for pruning decisions."""
-
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        self.parent: dict[str, str | None] = {}
-        self.run_id: dict[str, str | None] = {}
-        self.valued: dict[str, set[str]] = {}
-        self.missing: dict[str, list[str]] = {}
-        for cid, parent, run_id, metadata, value_versions, channel_versions in rows:
-            self.parent[cid] = parent
-            self.run_id[cid] = run_id
-            self.valued[cid] = valued = set(orjson.loads(value_versions))
-            versions = None if channel_versions is None else orjson.loads(channel_versions)
-            self.missing[cid] = missing_delta_channels(
-                orjson.loads(metadata) if metadata else None, versions, valued
-            )
-
-    def needed(self, checkpoint_id: str) -> list[str]:
-        """Ancestors (nearest first) a delta reconstruction at ``checkpoint_id`` reads."""
-        return reconstruction_ancestors(
-            checkpoint_id,
-            self.missing.get(checkpoint_id, ()),
-            self.parent.get,
-            lambda cid: self.valued.get(cid, ()),
-        )
-
-
-def _graph(conn: sqlite3.Connection, thread_id: str, ns: str) -> Graph:
-    return Graph(conn.execute(sql.SELECT_GRAPH, (thread_id, ns)).fetchall())
+def _graph(conn: sqlite3.Connection, thread_id: str, ns: str) -> CheckpointGraph:
+    return CheckpointGraph(conn.execute(sql.SELECT_GRAPH, (thread_id, ns)).fetchall())
 
 
 def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[str]) -> None:
@@ -462,3 +441,105 @@ def delete_for_runs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
                 doomed.difference_update(graph.needed(cid))
         _remove(conn, thread_id, ns, sorted(doomed))
     refresh_threads(conn, sorted({thread_id for thread_id, _ in pairs}))
+
+
+# --- retention --------------------------------------------------------------------
+
+
+def sweep_claim(
+    conn: sqlite3.Connection,
+    policy: RetentionPolicy,
+    now: int,
+    after: str | None,
+    limit: int,
+    claim_until: int | None,
+    rescan: bool,
+    only: Sequence[str] | None,
+) -> list[tuple[str, bool]]:
+    """The next threads of a sweep pass ``(thread_id, deleted)``, claimed until
+    ``claim_until`` (a dry run passes ``None`` and claims nothing)."""
+    params = sweep_params(policy, now, after, limit)
+    rows = conn.execute(
+        sql.SWEEP_CANDIDATES,
+        {
+            **params,
+            "rescan": int(rescan),
+            "only": None if only is None else orjson.dumps(list(only)).decode(),
+        },
+    ).fetchall()
+    if claim_until is not None and rows:
+        conn.execute(sql.CLAIM_THREADS, (claim_until, orjson.dumps([r[0] for r in rows]).decode()))
+    return [(r[0], bool(r[1])) for r in rows]
+
+
+def sweep_params(
+    policy: RetentionPolicy, now: int, after: str | None, limit: int
+) -> dict[str, Any]:
+    """`sql.SWEEP_CANDIDATES`' parameters (an unset limit is NULL: never true)."""
+    return {
+        "after": after or "",
+        "now": now,
+        "limit": limit,
+        "keep_last": policy.keep_last,
+        "idle_cutoff": None if policy.idle_ttl is None else now - int(policy.idle_ttl * 1e6),
+        "age_cutoff": None if policy.max_age is None else now - int(policy.max_age * 1e6),
+    }
+
+
+def sweep_thread(
+    conn: sqlite3.Connection, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool
+) -> ThreadSwept | None:
+    """Apply ``policy`` (with the thread's overrides) to one claimed thread; ``None`` when
+    it is no longer live. A dry run raises `DryRun` carrying the answer, so the batch's
+    transaction undoes everything."""
+    state = conn.execute(sql.SWEEP_STATE, (thread_id,)).fetchone()
+    if state is None or state[0] is not None or not state[1]:
+        return None
+    effective = policy.overridden(orjson.loads(state[3]) if state[3] else None)
+    plan = plan_thread(
+        lambda: {
+            ns: _graph(conn, thread_id, ns)
+            for (ns,) in conn.execute(sql.NAMESPACES_OF_THREAD, (thread_id,)).fetchall()
+        },
+        effective,
+        now=now,
+        touched_at=state[2],
+    )
+    if plan.expire:
+        swept = ThreadSwept(thread_id, True, purge_threads(conn, [thread_id], now))
+    else:
+        before = _footprint(conn, thread_id)
+        for ns, gone in plan.doomed.items():
+            _remove(conn, thread_id, ns, gone)
+        if plan.doomed:
+            refresh_threads(conn, [thread_id])
+        removed = before - _footprint(conn, thread_id)
+        conn.execute(
+            sql.SWEPT_THREAD, {"thread_id": thread_id, "now": now, "sweep_after": plan.sweep_after}
+        )
+        swept = ThreadSwept(thread_id, False, removed)
+    if dry_run:
+        raise DryRun(swept)
+    return swept
+
+
+def _footprint(conn: sqlite3.Connection, thread_id: str) -> Removed:
+    ck, ck_bytes, wr, wr_bytes, bl, bl_bytes = conn.execute(
+        sql.THREAD_FOOTPRINT, {"thread_id": thread_id}
+    ).fetchone()
+    return Removed(0, ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
+
+
+def finish_cleanup(conn: sqlite3.Connection, thread_ids: Sequence[str], now: int) -> None:
+    """Mark tombstones whose events and stream keys are deleted as done."""
+    conn.execute(sql.CLEANED_THREADS, (now, orjson.dumps(list(thread_ids)).decode()))
+
+
+def set_retention(
+    conn: sqlite3.Connection, thread_id: str, retention: str | None, now: int
+) -> None:
+    """Store a thread's retention overrides (JSON text; ``None`` clears them)."""
+    state = conn.execute(sql.THREAD_STATE, (thread_id,)).fetchone()
+    if state is not None and state[0] is not None:
+        raise ThreadDeletedError(thread_id)
+    conn.execute(sql.SET_RETENTION, {"thread_id": thread_id, "now": now, "retention": retention})

@@ -29,6 +29,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from runstore.checkpoint import codec
 from runstore.checkpoint.groupcommit import GroupCommit, Outcome
 from runstore.checkpoint.prefetch import PrefetchStore
+from runstore.checkpoint.retention import (
+    DryRun,
+    RetentionPolicy,
+    SweepBatch,
+    batch_of,
+    check_overrides,
+    check_sweep,
+)
 from runstore.checkpoint.saverbase import (
     check_prune_strategy,
     checked_ids,
@@ -387,7 +395,66 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         threads = [thread_info(*row[:1], **_thread_fields(row)) for row in rows]
         return ThreadPage(threads, next_cursor(query, threads))
 
+    # -- retention ---------------------------------------------------------------
+
+    async def aset_thread_retention(
+        self, thread_id: str, overrides: Mapping[str, Any] | None
+    ) -> None:
+        """Store retention overrides with the thread (``None`` clears them; docs/threads.md)."""
+        text = check_overrides(overrides)
+        thread = checked_text(thread_id, "thread_id")
+        await self._write(ops.set_retention, thread, text, clock_micros(self.clock))
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        claim_seconds: float = 300.0,
+        rescan: bool = False,
+        thread_ids: Sequence[str] | None = None,
+    ) -> SweepBatch:
+        """One bounded batch of a retention sweep (`runstore.retention` runs the passes):
+        claims up to ``limit`` threads after ``after`` and applies ``policy`` to each live
+        one in a transaction of its own; a ``dry_run`` claims nothing and rolls back."""
+        claim = check_sweep(policy, limit, claim_seconds)
+        only = None if thread_ids is None else checked_ids(thread_ids, "thread_ids")
+        now = clock_micros(self.clock)
+        if dry_run:
+            claimed = await self._read(
+                ops.sweep_claim, policy, now, after, limit, None, rescan, only
+            )
+        else:
+            until = now + claim
+            claimed = await self._write(
+                ops.sweep_claim, policy, now, after, limit, until, rescan, only
+            )
+        swept = []
+        for thread_id, deleted in claimed:
+            if deleted:
+                continue
+            try:
+                swept.append(await self._write(ops.sweep_thread, thread_id, policy, now, dry_run))
+            except DryRun as answer:
+                swept.append(answer.swept)
+        return batch_of(claimed, swept, limit)
+
+    async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
+        """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
+        if ids := checked_ids(thread_ids, "thread_ids"):
+            await self._write(ops.finish_cleanup, ids, clock_micros(self.clock))
+
     # -- sync twins --------------------------------------------------------------
+
+    def set_thread_retention(self, thread_id: str, overrides: Mapping[str, Any] | None) -> None:
+        """Sync twin of `aset_thread_retention` (not on the saver's event loop thread)."""
+        text = check_overrides(overrides)
+        thread = checked_text(thread_id, "thread_id")
+        self._sync_write(
+            "set_thread_retention", ops.set_retention, thread, text, clock_micros(self.clock)
+        )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Sync twin of `aget_tuple` (not on the saver's event loop thread)."""

@@ -198,10 +198,10 @@ _WRITE_VALUES = ", ".join("?" * len(codec.WriteRow._fields))
 INSERT_WRITE_FIRST = f"INSERT OR IGNORE INTO {WRITES} ({_WRITE_COLUMNS}) VALUES ({_WRITE_VALUES})"
 INSERT_WRITE_LAST = f"INSERT OR REPLACE INTO {WRITES} ({_WRITE_COLUMNS}) VALUES ({_WRITE_VALUES})"
 
-#: The columns the pruning graph reads (`ops.Graph`).
+#: The columns a pruning graph reads (`runstore.checkpoint.retention.CheckpointGraph`).
 SELECT_GRAPH = (
     "SELECT checkpoint_id, parent_checkpoint_id, run_id, metadata, value_versions, "
-    f"channel_versions FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ?"
+    f"channel_versions, created_at FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ?"
 )
 
 
@@ -438,3 +438,47 @@ def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
         f"ORDER BY {order} DESC, thread_id DESC LIMIT ?"
     )
     return statement, params
+
+
+# --------------------------------------------------------------------------- retention
+
+# The threads a sweep looks at next, by thread id after the cursor: live threads some
+# limit may touch that were not swept since their last write (or are due again), and
+# tombstones whose events and stream keys are not deleted yet (`swept_at` unset);
+# never one another sweeper holds a live claim on. Unset limits are NULL (never true).
+# A thread idle past the TTL is always due; otherwise one swept since its last write is
+# looked at again when its `sweep_after` comes, or on a rescan (the policy changed).
+SWEEP_CANDIDATES = f"""
+SELECT thread_id, deleted_at IS NOT NULL FROM {THREADS}
+WHERE thread_id > :after AND (claimed_until IS NULL OR claimed_until <= :now)
+  AND (:only IS NULL OR thread_id IN (SELECT value FROM json_each(:only))) AND (
+    (deleted_at IS NULL AND checkpoints > 0
+     AND (touched_at <= :idle_cutoff
+          OR ((retention IS NOT NULL OR checkpoints > :keep_last OR oldest_at <= :age_cutoff)
+              AND (:rescan OR swept_at IS NULL OR touched_at > swept_at
+                   OR sweep_after <= :now))))
+    OR (deleted_at IS NOT NULL AND swept_at IS NULL))
+ORDER BY thread_id LIMIT :limit
+"""
+CLAIM_THREADS = (
+    f"UPDATE {THREADS} SET claimed_until = ? WHERE thread_id IN (SELECT value FROM json_each(?))"
+)
+#: What a sweep of one thread reads first (inside its write transaction).
+SWEEP_STATE = f"SELECT deleted_at, checkpoints, touched_at, retention FROM {THREADS} WHERE thread_id = ?"
+SWEPT_THREAD = f"""
+UPDATE {THREADS} SET swept_at = :now, sweep_after = :sweep_after, claimed_until = NULL
+WHERE thread_id = :thread_id
+"""
+#: Tombstones whose other stores were cleaned: the sweeper is done with them.
+CLEANED_THREADS = f"""
+UPDATE {THREADS} SET swept_at = ?, claimed_until = NULL
+WHERE thread_id IN (SELECT value FROM json_each(?)) AND deleted_at IS NOT NULL
+"""
+NAMESPACES_OF_THREAD = f"SELECT DISTINCT checkpoint_ns FROM {CHECKPOINTS} WHERE thread_id = ?"
+# Overrides on a live thread (a record without checkpoints yet is created to hold them).
+SET_RETENTION = f"""
+INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, retention)
+VALUES (:thread_id, :now, :now, :now, :retention)
+ON CONFLICT (thread_id) DO UPDATE SET retention = excluded.retention, swept_at = NULL
+WHERE deleted_at IS NULL
+"""

@@ -129,7 +129,7 @@ def test_plugin_sections_read_from_yaml_env_and_mappings(tmp_path: Path) -> None
         ({}, {"RUNSTORE_SQLITE__BUSY_TIMEOUT": "1"}, r"unknown config key 'sqlite.busy_timeout'"),
         ({}, {"RUNSTORE_REDIS__MAX_CONNECTION": "1"}, r"unknown config key 'redis.max_connection'.*accepted: .*max_connections"),
         ({"postgres": {"pool_min_size": 1}}, {}, r"unknown config key 'postgres.pool_min_size'"),
-        ({"sqlit": {}}, {}, r"unknown config key 'sqlit' in the top level; accepted: .*redis, run_events, runs, sqlite"),
+        ({"sqlit": {}}, {}, r"unknown config key 'sqlit' in the top level; accepted: .*redis, retention, run_events, runs, sqlite"),
         ({"sqlite": 5}, {}, r"config key 'sqlite' is a section"),
         ({}, {"RUNSTORE_SQLITE__BUSY_TIMEOUT_MS": "-1"}, r"'sqlite.busy_timeout_ms' must be >= 0; got '-1'"),
         ({"redis": {"max_connections": 0}}, {}, r"'redis.max_connections' must be >= 1"),
