@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from runstore.errors import ConfigError, InvalidURLError
+from runstore.tls import SYSTEM_ROOTS, pem_file_problem
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -49,8 +50,6 @@ CONNECT_OPTIONS = (
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
 POOLERS = ("none", "transaction")
-#: ``sslrootcert=system``: the system's trusted CAs (libpq 16's spelling).
-SYSTEM_ROOTS = "system"
 _OPTION = re.compile(r"(?:-c\s*|--)([A-Za-z_][A-Za-z0-9_.]*)=(.*)", re.DOTALL)
 
 
@@ -103,7 +102,9 @@ class PostgresConnectOptions:
         files = {name: values[name] for name in ("sslrootcert", "sslcert", "sslkey")}
         for name, path in files.items():
             if path is not None and not (name == "sslrootcert" and path == SYSTEM_ROOTS):
-                _check_file(path, lambda m, n=name: problem(n, m))
+                trouble = pem_file_problem(path)
+                if trouble is not None:
+                    raise problem(name, trouble)
         if files["sslkey"] is not None and files["sslcert"] is None:
             raise problem("sslkey", "a client key needs its certificate: give sslcert too")
         if sslmode in ("verify-ca", "verify-full") and rootcert is None and not _default_roots():
@@ -199,14 +200,6 @@ def _choice(value: str | None, accepted: tuple[str, ...], problem: Any) -> str |
     if value.lower() not in accepted:
         raise problem(f"must be one of {', '.join(accepted)}")
     return value.lower()
-
-
-def _check_file(path: str, problem: Any) -> None:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise problem(f"no such file {str(file)!r} (give the path of a PEM file)")
-    if not os.access(file, os.R_OK):
-        raise problem(f"cannot read {str(file)!r} (permission denied)")
 
 
 def _default_roots() -> bool:

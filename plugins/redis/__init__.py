@@ -81,10 +81,13 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
         import redis.asyncio as aioredis
         from redis.exceptions import ConnectionError as RedisConnectionError
 
-        from .client import TIMEOUT_OPTIONS
+        from .client import URL_OPTIONS, tls_arguments
 
         prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
-        client = aioredis.Redis.from_url(url.without_query("prefix", *TIMEOUT_OPTIONS).render(hide_password=False))
+        client = aioredis.Redis.from_url(
+            url.without_query(*URL_OPTIONS).render(hide_password=False),
+            **tls_arguments(url, RedisSettings()),
+        )
         try:
             try:
                 await client.ping()

@@ -59,10 +59,10 @@ class RedisHistoryCache:
         """
         import redis.asyncio as aioredis
 
-        from .client import TIMEOUT_OPTIONS, RedisTimeouts, open_pool
+        from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, open_pool
         from .settings import RedisSettings
 
-        url.check_options({"prefix", *TIMEOUT_OPTIONS})
+        url.check_options(URL_OPTIONS)
         settings = options.settings
         timeouts = RedisTimeouts.resolve(url, settings.section(RedisSettings))
         pool = open_pool(url, settings.section(RedisSettings), timeouts, runstore_options=("prefix", *TIMEOUT_OPTIONS))

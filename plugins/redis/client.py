@@ -23,13 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import ssl
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
 from runstore.settings import seconds_with_url
+from runstore.tls import SYSTEM_ROOTS, TLS_OPTIONS, pem_file_problem
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -44,6 +46,10 @@ RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 
 #: URL options (seconds) that override the ``redis`` settings of the same name + ``_seconds``.
 TIMEOUT_OPTIONS = ("socket_connect_timeout", "socket_timeout", "health_check_interval", "operation_timeout")
+#: Every URL option the Redis backends accept; runstore reads them all (none reaches redis-py).
+URL_OPTIONS = frozenset({"prefix", *TIMEOUT_OPTIONS, *TLS_OPTIONS})
+#: The ``sslmode`` values of a ``rediss://`` URL (Redis has no plain fallback).
+SSL_MODES = ("require", "verify-ca", "verify-full")
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,57 @@ def database_number(url: BackendURL) -> int:
     return int(path)
 
 
+def tls_arguments(url: BackendURL, settings: RedisSettings) -> dict[str, Any]:
+    """redis-py's TLS keyword arguments for ``url`` (none for ``redis://``), from its TLS
+    options and the ``redis`` settings; a bad value is `InvalidURLError` / `ConfigError`.
+
+    ``rediss://`` verifies the server's certificate and host name by default
+    (``verify-full``) against ``sslrootcert``, else the system's trusted CAs.
+    """
+    given = [name for name in TLS_OPTIONS if url.option(name) is not None]
+    if url.scheme != "rediss":
+        if given:
+            raise InvalidURLError(
+                f"{url}: {', '.join(given)} need TLS; use a rediss:// URL (redis:// is plain TCP)"
+            )
+        return {}
+    values: dict[str, str | None] = {}
+    origin: dict[str, str] = {}
+    for name in TLS_OPTIONS:
+        raw = url.option(name)
+        if raw is not None:
+            values[name], origin[name] = raw, f"URL option {name}={raw!r} in {url}"
+        else:
+            values[name] = getattr(settings, name)
+            origin[name] = f"config key 'redis.{name}' ({values[name]!r})"
+
+    def problem(name: str, message: str) -> Exception:
+        error = InvalidURLError if origin[name].startswith("URL") else ConfigError
+        return error(f"{origin[name]}: {message}")
+
+    mode = (values["sslmode"] or "verify-full").lower()
+    if mode not in SSL_MODES:
+        raise problem("sslmode", f"must be one of {', '.join(SSL_MODES)} (rediss:// is always encrypted)")
+    for name in ("sslrootcert", "sslcert", "sslkey"):
+        path = values[name]
+        if path is not None and not (name == "sslrootcert" and path == SYSTEM_ROOTS):
+            trouble = pem_file_problem(path)
+            if trouble is not None:
+                raise problem(name, trouble)
+    if values["sslkey"] is not None and values["sslcert"] is None:
+        raise problem("sslkey", "a client key needs its certificate: give sslcert too")
+    args: dict[str, Any] = {
+        "ssl_cert_reqs": "none" if mode == "require" else "required",
+        "ssl_check_hostname": mode == "verify-full",
+    }
+    if values["sslrootcert"] not in (None, SYSTEM_ROOTS):
+        args["ssl_ca_certs"] = values["sslrootcert"]
+    if values["sslcert"] is not None:
+        args["ssl_certfile"] = values["sslcert"]
+        args["ssl_keyfile"] = values["sslkey"]
+    return args
+
+
 def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts, *, runstore_options: Sequence[str]) -> Any:
     """A redis-py `BlockingConnectionPool` for ``url`` with runstore's bounds and no driver retries.
 
@@ -83,7 +140,7 @@ def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts,
     import redis.asyncio as aioredis
 
     database_number(url)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = tls_arguments(url, settings)
     try:
         from redis.maint_notifications import MaintNotificationsConfig
     except ImportError:  # redis-py before 7: nothing to turn off
@@ -92,7 +149,7 @@ def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts,
         # With maintenance notifications on ("auto"), redis-py stops checking a pooled
         # connection for a close by the server before handing it out.
         extra["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
-    driver_url = url.without_query(*runstore_options).render(hide_password=False)
+    driver_url = url.without_query(*runstore_options, *TLS_OPTIONS).render(hide_password=False)
     return aioredis.BlockingConnectionPool.from_url(
         driver_url,
         max_connections=settings.max_connections,
@@ -134,10 +191,18 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
 
-def _refused_credentials(exc: BaseException) -> bool:
+def _refused_for_good(exc: BaseException) -> bool:
+    """A wrong password, or a server certificate we do not trust: no retry changes either."""
     from redis.exceptions import AuthenticationError, AuthorizationError
 
-    return isinstance(exc, AuthenticationError | AuthorizationError)
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return True
+    seen: BaseException | None = exc
+    while seen is not None:  # redis-py raises its ConnectionError while handling the SSL error
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _closed_by_peer(conn: Any) -> bool:
@@ -208,8 +273,9 @@ class RedisCalls:
                     except _Failed as failed:
                         self.outages += 1
                         last = failed.cause
-                        if _refused_credentials(failed.cause):
-                            # A wrong password stays wrong: no retry, nothing was written.
+                        if _refused_for_good(failed.cause):
+                            # A wrong password or an untrusted certificate stays so: no retry,
+                            # nothing was written.
                             raise self._unavailable(operation, False, failed.cause) from failed.cause
                         if failed.sent and write and not idempotent:
                             missing = len(commands) - len(failed.replies)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from runstore.settings import bounds
 
@@ -12,7 +13,8 @@ class RedisSettings:
     """``redis``: client pool and time bounds of the Redis backends.
 
     The URL options ``socket_connect_timeout``, ``socket_timeout``,
-    ``health_check_interval`` and ``operation_timeout`` override the matching settings.
+    ``health_check_interval`` and ``operation_timeout`` override the matching settings,
+    and so do the TLS options ``sslmode``, ``sslrootcert``, ``sslcert``, ``sslkey``.
     """
 
     max_connections: int = field(default=64, metadata=bounds(1))
@@ -22,3 +24,9 @@ class RedisSettings:
     health_check_interval_seconds: float = field(default=30.0, metadata=bounds(0))
     #: The most one call may take, retries on fresh connections included.
     operation_timeout_seconds: float = field(default=30.0, metadata=bounds(0.001))
+    #: TLS of ``rediss://`` URLs (ignored for ``redis://``), libpq's names; the URL options of
+    #: the same names win. null: ``verify-full`` against the system's trusted CAs.
+    sslmode: Literal["require", "verify-ca", "verify-full"] | None = None
+    sslrootcert: str | None = None
+    sslcert: str | None = None
+    sslkey: str | None = None

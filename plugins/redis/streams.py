@@ -53,7 +53,7 @@ from runstore.streams import (
     resolve_heartbeat,
 )
 
-from .client import TIMEOUT_OPTIONS, RedisCalls, RedisTimeouts, open_pool
+from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisCalls, RedisTimeouts, open_pool
 from .settings import RedisSettings
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class RedisStreamBridge(StreamBridge):
         ``socket_connect_timeout``, ``health_check_interval``, ``operation_timeout``, in
         seconds), which override the ``redis`` settings.
         """
-        url.check_options({"prefix", *TIMEOUT_OPTIONS})
+        url.check_options(URL_OPTIONS)
         settings = options.settings
         if settings.section(RedisSettings).max_connections < 2:
             raise ConfigError(

@@ -29,8 +29,11 @@ temporary directory, and removes it afterwards.
     write survives SIGKILL). Faults: `RedisServer.stop` (SIGTERM: a clean
     shutdown), `RedisServer.sigkill`, `RedisServer.kill_clients` (``CLIENT KILL``
     of every client connection), then `RedisServer.start` again on the same port.
-    ``args=`` are appended to the command line (TLS, cluster mode); readiness is read
-    from the server log, so it does not depend on the plain-TCP port.
+    ``args=`` are appended to the command line (cluster mode, say); readiness is read
+    from the server log, so it does not depend on the plain-TCP port. ``tls=`` (a
+    `Certificates`) serves TLS only on the port (``tls_auth_clients=True``: a client
+    certificate signed by its CA is required); a binary built without TLS raises
+    `ServerUnavailable`.
 
 `Certificates`
     A throwaway certificate authority and certificates signed by it (``openssl``):
@@ -401,9 +404,21 @@ class RedisServer:
 
     binary = os.environ.get("RUNSTORE_REDIS_SERVER", "redis-server")
 
-    def __init__(self, *, args: Sequence[str] = (), persistent: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        args: Sequence[str] = (),
+        persistent: bool = False,
+        port: int | None = None,
+        tls: Certificates | None = None,
+        tls_auth_clients: bool = False,
+    ) -> None:
         if shutil.which(self.binary) is None:
             raise ServerUnavailable(f"no {self.binary} on PATH (set RUNSTORE_REDIS_SERVER)")
+        if tls is not None:
+            self.check_tls_support()
+        self.tls = tls
+        self.tls_auth_clients = tls_auth_clients
         self.port = port or free_port()
         self.host = HOST
         self.persistent = persistent
@@ -417,11 +432,33 @@ class RedisServer:
             ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
             else ["--appendonly", "no"]
         )
+        listen = ["--port", str(self.port)]
+        if self.tls is not None:
+            # TLS only, on `port`: a plain connection to it fails.
+            listen = ["--port", "0", "--tls-port", str(self.port),
+                      "--tls-cert-file", str(self.tls.server_cert), "--tls-key-file", str(self.tls.server_key),
+                      "--tls-ca-cert-file", str(self.tls.ca),
+                      "--tls-auth-clients", "yes" if self.tls_auth_clients else "no"]
         return [
-            self.binary, "--port", str(self.port), "--bind", self.host, "--dir", str(self.root),
+            self.binary, *listen, "--bind", self.host, "--dir", str(self.root),
             "--save", "", *durability, "--logfile", str(self.log_path), "--daemonize", "no",
             *self.args,
         ]
+
+    @classmethod
+    def check_tls_support(cls) -> None:
+        """Raise `ServerUnavailable` unless the binary was built with TLS (``BUILD_TLS=yes``)."""
+        try:
+            probe = subprocess.run([cls.binary, "--port", "0", "--tls-port", "0"], capture_output=True,
+                                   text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServerUnavailable(f"cannot run {cls.binary}: {exc}") from exc
+        # A TLS build accepts the directive and exits for having no port to listen on.
+        if "not listen anywhere" not in probe.stdout + probe.stderr:
+            raise ServerUnavailable(
+                f"{cls.binary} was built without TLS support (tls-port refused: "
+                f"{(probe.stdout + probe.stderr).strip()[-200:]})"
+            )
 
     @property
     def pid(self) -> int | None:
@@ -512,10 +549,16 @@ class RedisServer:
         ).render(hide_password=False)
 
     def command(self, *args: str | int | bytes) -> Any:
-        """Send one command with a short-lived plain client and return the reply."""
+        """Send one command with a short-lived client and return the reply."""
         import redis
 
-        client = redis.Redis(host=self.host, port=self.port, socket_timeout=10, socket_connect_timeout=10)
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            tls = {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+            if self.tls_auth_clients:
+                cert, key = self.tls.client("runstore-test-admin")
+                tls.update(ssl_certfile=str(cert), ssl_keyfile=str(key))
+        client = redis.Redis(host=self.host, port=self.port, socket_timeout=10, socket_connect_timeout=10, **tls)
         try:
             return client.execute_command(*args)
         finally:

@@ -1,0 +1,30 @@
+"""TLS options shared by the network backends: libpq's names and meanings.
+
+``sslmode`` says how much of the server's certificate is checked (``require``: none of
+it, the connection is only encrypted; ``verify-ca``: signed by a trusted CA;
+``verify-full``: also issued for the host of the URL), ``sslrootcert`` names the CA
+certificate (a PEM file, or ``system`` for the system's trusted CAs), ``sslcert`` and
+``sslkey`` a client certificate and its key. A backend reads them from its URL and its
+settings section and checks the files here, before it connects.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+#: The URL options (and settings keys) of TLS.
+TLS_OPTIONS: Final = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+#: ``sslrootcert=system``: the system's trusted CAs (libpq 16's spelling).
+SYSTEM_ROOTS: Final = "system"
+
+
+def pem_file_problem(path: str) -> str | None:
+    """What is wrong with ``path`` as a certificate or key file, or ``None`` if it can be read."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        return f"no such file {str(file)!r} (give the path of a PEM file)"
+    if not os.access(file, os.R_OK):
+        return f"cannot read {str(file)!r} (permission denied)"
+    return None
