@@ -87,3 +87,28 @@ def test_readme_plugin_example_passes_runstore_check(tmp_path: Path) -> None:
     assert result["ok"] is True
     suites = result["backends"]["events:acme"]["suites"]
     assert sum(s["passed"] for s in suites.values()) >= 50
+
+
+def test_the_readme_test_command_runs_every_fault_test() -> None:
+    """The fault tests are part of what CI runs: nothing in the pytest configuration
+    deselects them, and every test under tests/faults carries the ``faults`` marker
+    (so ``pytest -m faults`` runs them all)."""
+    import subprocess
+    import sys
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    addopts = config.get("addopts", "")
+    addopts = " ".join(addopts) if isinstance(addopts, list) else addopts
+    assert not re.search(r"(^|\s)(-m|--deselect|--ignore)", addopts), f"the default run deselects tests: {addopts}"
+    assert any(marker.startswith("faults:") for marker in config["markers"])
+
+    # One collection of tests/faults under -m faults: nothing may be deselected.
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "faults",
+         "tests/faults"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert sum("::" in line for line in out.stdout.splitlines()) > 40
+    assert "deselected" not in out.stdout, f"a test under tests/faults without the faults marker: {out.stdout[-300:]}"
