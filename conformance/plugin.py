@@ -342,7 +342,34 @@ def _short_id(item: pytest.Item) -> str:
     return "::".join([module, *item.nodeid.split("::")[1:]])
 
 
+def check_requires_markers(items: list[pytest.Item]) -> None:
+    """Refuse a ``requires`` marker naming an unknown capability, or one its kind cannot have.
+
+    Without this a typo would skip its test on every backend, silently and forever.
+    """
+    from runstore.capabilities import CAPABILITIES, CAPABILITY_KINDS, Kind
+
+    for item in items:
+        for marker in item.iter_markers("requires"):
+            kinds = [Kind(k) for k, fixture in TARGET_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
+            for capability in marker.args:
+                if capability not in CAPABILITIES:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: @pytest.mark.requires({capability!r}) names no capability; "
+                        f"known: {', '.join(sorted(CAPABILITIES))}"
+                    )
+                allowed = CAPABILITY_KINDS.get(capability, frozenset(Kind))
+                for kind in kinds:
+                    if kind not in allowed:
+                        raise pytest.UsageError(
+                            f"{item.nodeid}: @pytest.mark.requires({capability!r}) on a test of {kind} backends; "
+                            f"{capability!r} is a capability of "
+                            f"{', '.join(sorted(allowed))} backends only"
+                        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    check_requires_markers(items)
     declared: dict[str, str] = project_settings(config).get("xfail", {})
     if not declared:
         return

@@ -35,6 +35,23 @@ CAPABILITIES: dict[str, str] = {
 }
 
 
+_SAVER = frozenset({Kind.SAVER})
+#: The kinds each capability can be promised by (and tested on).
+CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
+    "durable": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS, Kind.RUNS, Kind.HISTORY_CACHE}),
+    "cross_process": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS, Kind.RUNS, Kind.HISTORY_CACHE}),
+    "owner_filter": frozenset({Kind.EVENTS}),
+    "copy_thread": _SAVER,
+    "prune": _SAVER,
+    "delete_for_runs": _SAVER,
+    "delta_history": _SAVER,
+    "sync_api": _SAVER,
+    "thread_index": _SAVER,
+    "retention": _SAVER,
+    "replay": frozenset({Kind.STREAMS}),
+}
+
+
 def validate_capabilities(caps: object, *, where: str) -> frozenset[str]:
     """Return ``caps`` as a frozenset, rejecting names outside `CAPABILITIES`."""
     from .errors import PluginError

@@ -79,3 +79,31 @@ def test_plugin_import_is_cheap() -> None:
     code = "import sys, runstore.conformance.plugin; print(sorted(m for m in ('hypothesis', 'langgraph', 'sqlalchemy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ('"cross_proces"', "*requires('cross_proces') names no capability; known: copy_thread, cross_process*"),
+        ('"replay"', "*requires('replay') on a test of events backends; 'replay' is a capability of streams backends only*"),
+    ],
+)
+def test_a_requires_marker_naming_no_capability_of_its_kind_is_refused(
+    pytester: pytest.Pytester, marker: str, message: str
+) -> None:
+    pytester.makepyfile(test_suite=f"""
+import pytest
+
+@pytest.mark.requires({marker})
+def test_typo(events_target):
+    pass
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--runstore-backend", "memory://")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_every_capability_names_the_kinds_that_can_have_it() -> None:
+    from runstore.capabilities import CAPABILITIES, CAPABILITY_KINDS
+
+    assert CAPABILITY_KINDS.keys() == CAPABILITIES.keys()
