@@ -80,3 +80,30 @@ async def test_calls_into_a_half_open_network_end_at_the_url_bounds(
     fault_report.add("postgres: run store calls into a half-open network (URL bounds)",
                      trials=len(calls), acknowledged=0, lost=0, duplicated=0,
                      **{f"ms {name}": int(t * 1000) for name, t in elapsed.items()})
+
+
+async def test_a_connection_killed_while_idle_does_not_fail_the_next_call(
+    postgres_server: PostgresServer, tcp_proxy: Callable[[int], TcpProxy], fault_report: Any
+) -> None:
+    """Pooled connections closed by the server (``pg_terminate_backend``) or reset by the
+    network while idle: the next read and write succeed, each write once."""
+    from runstore.plugins.postgres.runs import PostgresRunStore
+
+    proxy: TcpProxy = tcp_proxy(postgres_server.port)
+    trials = 10
+    async with BackendOptions.scope() as options:
+        store = await PostgresRunStore.open(BackendURL.parse(proxy.url(postgres_server.url())), options)
+        await store.create("t", run_id="a")
+        for i in range(trials):
+            await store.get("a")  # a pooled connection, idle from here
+            if i % 2:
+                await asyncio.to_thread(postgres_server.terminate_connections)
+            else:
+                proxy.drop(reset=True)
+            await asyncio.sleep(0.05)  # the close has reached the client
+            assert (await store.get("a")) is not None
+            await store.create(f"t{i}", run_id=f"b{i}")
+        created = [r["run_id"] for i in range(trials) for r in await store.list_by_thread(f"t{i}")]
+    assert created == [f"b{i}" for i in range(trials)], "each create once"
+    fault_report.add("postgres: run store connection killed while idle (server or network)",
+                     trials=trials, acknowledged=trials + 1, lost=0, duplicated=0)
