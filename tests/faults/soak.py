@@ -30,10 +30,11 @@ from typing import Any
 import runstore
 from runstore import END, HEARTBEAT
 
-#: Short lifetimes so that expiry happens within the soak (seconds). The late-subscriber
-#: window must outlast a loaded machine's pause between END and the late subscription:
-#: a late subscriber of an expired run waits for a run that never comes.
-LIFETIMES = {"late_subscriber_window_seconds": 5, "stream_ttl_seconds": 1, "heartbeat_interval_seconds": 5}
+#: Short lifetimes so that expiry happens within the soak (seconds), yet longer than a
+#: loaded machine's pause between two calls of one run: a stream idle for
+#: ``stream_ttl_seconds`` expires (its END then stands alone), and a late subscriber of an
+#: expired run waits for a run that never comes.
+LIFETIMES = {"late_subscriber_window_seconds": 5, "stream_ttl_seconds": 5, "heartbeat_interval_seconds": 5}
 #: Generous bound of any wait in a run (a hang detector, never a timing assertion).
 WAIT = 60.0
 CONCURRENT = 10
