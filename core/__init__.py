@@ -102,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "UndeclaredChannelError": ".errors",
     "StoreNotOpenedError": ".errors",
     "ThreadDeletedError": ".errors",
+    "StaleFenceError": ".errors",
     # the thread index
     "RetentionPolicy": ".checkpoint.retention",
     "ThreadInfo": ".checkpoint.threads",
@@ -145,6 +146,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         OwnerContextMissingError,
         PluginError,
         RunstoreError,
+        StaleFenceError,
         StoreNotOpenedError,
         SyncCallOnEventLoopError,
         ThreadDeletedError,

@@ -31,6 +31,9 @@ CAPABILITIES: dict[str, str] = {
     "retention": "saver applies a RetentionPolicy in claimed batches (asweep, "
     "aset_thread_retention, afinish_cleanup): keeps every resume and delta reconstruction "
     "intact, expires idle threads whole, dry runs change nothing",
+    "fencing": "saver refuses put/put_writes/delete_thread carrying a fencing token "
+    "(configurable.runstore_fence) older than one the thread has seen, with StaleFenceError, "
+    "atomically with the write; afence_thread raises a thread's fence",
     "replay": "stream bridge replays retained events to late subscribers",
 }
 

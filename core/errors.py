@@ -184,3 +184,21 @@ class ThreadDeletedError(RunstoreError):
             f"thread {thread_id!r} was deleted; this write continues its deleted history and "
             "was refused (start the thread again with a checkpoint that has no parent)"
         )
+
+
+class StaleFenceError(RunstoreError):
+    """A write carried a fencing token older than one the thread has already seen, so it
+    was refused and nothing was written.
+
+    ``fence`` is the token the write carried, ``current`` the thread's fence (the highest
+    token a write to it carried). The writer's lease was taken over: it must stop writing.
+    """
+
+    def __init__(self, thread_id: str, fence: int, current: int) -> None:
+        self.thread_id = thread_id
+        self.fence = fence
+        self.current = current
+        super().__init__(
+            f"thread {thread_id!r} is fenced at token {current}; this write carried the stale "
+            f"token {fence} and was refused (its lease was taken over: stop writing this thread)"
+        )

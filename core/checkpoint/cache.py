@@ -572,12 +572,12 @@ class CachedHistorySaver(ForwardingSaver):
 
     # ------------------------------------------------------------------ purge on delete / prune
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.inner.adelete_thread(thread_id)
+    async def adelete_thread(self, thread_id: str, **fence: Any) -> None:
+        await self.inner.adelete_thread(thread_id, **fence)
         await self._purge([thread_id])
 
-    def delete_thread(self, thread_id: str) -> None:
-        self.inner.delete_thread(thread_id)
+    def delete_thread(self, thread_id: str, **fence: Any) -> None:
+        self.inner.delete_thread(thread_id, **fence)
         self._purge_sync([thread_id])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

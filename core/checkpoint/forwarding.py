@@ -84,8 +84,9 @@ class ForwardingSaver(BaseCheckpointSaver[Any]):
     ) -> None:
         return self.inner.put_writes(config, writes, task_id, task_path)
 
-    def delete_thread(self, thread_id: str) -> None:
-        return self.inner.delete_thread(thread_id)
+    def delete_thread(self, thread_id: str, **fence: Any) -> None:
+        # ``fence=`` only when given: a stock inner saver takes the thread id alone.
+        return self.inner.delete_thread(thread_id, **fence)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         return self.inner.delete_for_runs(run_ids)
@@ -135,8 +136,8 @@ class ForwardingSaver(BaseCheckpointSaver[Any]):
     ) -> None:
         return await self.inner.aput_writes(config, writes, task_id, task_path)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        return await self.inner.adelete_thread(thread_id)
+    async def adelete_thread(self, thread_id: str, **fence: Any) -> None:
+        return await self.inner.adelete_thread(thread_id, **fence)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         return await self.inner.adelete_for_runs(run_ids)

@@ -31,9 +31,12 @@ PREFETCH_MAX_SUPERSTEPS = 256
 
 __all__ = [
     "DELTA_COUNTERS_KEY",
+    "FENCE_KEY",
+    "MAX_FENCE",
     "PREFETCH_MAX_SUPERSTEPS",
     "PRUNE_STRATEGIES",
     "check_channels",
+    "check_fence",
     "check_prune_strategy",
     "check_put",
     "check_put_writes",
@@ -41,6 +44,7 @@ __all__ = [
     "checked_text",
     "checkpoint_config",
     "config_address",
+    "config_fence",
     "delta_channels",
     "ensure_off_loop",
     "history_channels",
@@ -184,6 +188,30 @@ def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
         checkpoint_ns,
         checked_text(checkpoint_id, "checkpoint_id") if checkpoint_id else None,
     )
+
+
+#: The ``configurable`` key a fenced write's token travels under (a run store lease's
+#: ``fence``); a write without it is not fenced.
+FENCE_KEY = "runstore_fence"
+#: Tokens are SQL ``BIGINT``s.
+MAX_FENCE = 2**63 - 1
+
+
+def check_fence(value: Any, what: str = "fence") -> int:
+    """A fencing token: an int from 1 to `MAX_FENCE` (not a bool); else `InvalidSaverInputError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FENCE:
+        raise InvalidSaverInputError(
+            f"{what} must be a fencing token (an int from 1 to {MAX_FENCE}, e.g. a run's "
+            f"'fence'), not {value!r}"
+        )
+    return value
+
+
+def config_fence(config: RunnableConfig | None) -> int | None:
+    """The fencing token a write's config carries (``configurable.runstore_fence``), checked;
+    ``None`` when it carries none (the write is not fenced)."""
+    value = ((config or {}).get("configurable") or {}).get(FENCE_KEY)
+    return None if value is None else check_fence(value, f"config['configurable'][{FENCE_KEY!r}]")
 
 
 def worth_prefetching(metadata: Mapping[str, Any] | None) -> bool:

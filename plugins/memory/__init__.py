@@ -71,6 +71,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "sync_api",
             "thread_index",
             "retention",
+            "fencing",
         ],
         description="in-process checkpoint saver",
     )

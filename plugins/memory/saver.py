@@ -54,6 +54,7 @@ from runstore.checkpoint.retention import (
     plan_thread,
 )
 from runstore.checkpoint.saverbase import (
+    check_fence,
     check_prune_strategy,
     check_put,
     check_put_writes,
@@ -61,6 +62,7 @@ from runstore.checkpoint.saverbase import (
     checked_text,
     checkpoint_config,
     config_address,
+    config_fence,
     history_channels,
     is_last_write_wins,
     missing_delta_channels,
@@ -77,7 +79,7 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
-from runstore.errors import ThreadDeletedError
+from runstore.errors import StaleFenceError, ThreadDeletedError
 from runstore.runs import Clock, system_clock
 
 if TYPE_CHECKING:
@@ -411,12 +413,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns, parent, checkpoint_id = check_put(
             config, checkpoint, new_versions
         )
+        fence = config_fence(config)
         full_metadata = get_checkpoint_metadata(config, metadata)
         # Raises for metadata JSON cannot hold, before anything is stored.
         metadata_text = codec.metadata_text(codec.merged_metadata(config, metadata))
         stored_metadata = orjson.loads(metadata_text)
         now = clock_micros(self.clock)
-        record = self._touch(thread_id, now, starts=parent is None)
+        record = self._touch(thread_id, now, starts=parent is None, fence=fence)
         record.updated_at = max(record.updated_at, now)
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         values = checkpoint.get("channel_values") or {}
@@ -462,9 +465,10 @@ class MemorySaver(BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns, checkpoint_id, task_id, task_path = check_put_writes(
             config, writes, task_id, task_path
         )
+        fence = config_fence(config)
         if not writes:
             return
-        self._touch(thread_id, clock_micros(self.clock), starts=False)
+        self._touch(thread_id, clock_micros(self.clock), starts=False, fence=fence)
         ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
         stored = ns.writes.get(checkpoint_id)
         if stored is None:
@@ -481,10 +485,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
         if changed:
             stored._sorted = None
 
-    def _touch(self, thread_id: str, now: int, *, starts: bool) -> _Record:
-        """The thread's record for a write at ``now``; a write that does not start a
-        history (``starts``: a put without a parent) on a deleted thread is refused."""
+    def _touch(self, thread_id: str, now: int, *, starts: bool, fence: int | None) -> _Record:
+        """The thread's record for a write at ``now``; a write carrying a stale ``fence``
+        is refused, and so is a write that does not start a history (``starts``: a put
+        without a parent) on a deleted thread."""
         record = self._records.get(thread_id)
+        if fence is not None:
+            _check_fence(thread_id, record, fence)
         if record is None:
             record = self._records[thread_id] = _Record(now, now, now)
         elif record.deleted_at is not None:
@@ -492,13 +499,34 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 raise ThreadDeletedError(thread_id)
             record.restart(now)
         record.touched_at = max(record.touched_at, now)
+        if fence is not None:
+            record.fence = fence
         return record
 
+    def _fenced(self, thread_id: str, fence: int, now: int) -> None:
+        """Raise the thread's fence to ``fence`` (compare and set under the saver's lock);
+        `StaleFenceError` if it already holds a higher token."""
+        record = self._records.get(thread_id)
+        _check_fence(thread_id, record, fence)
+        if record is None:
+            record = self._records[thread_id] = _Record(now, now, now)
+        record.fence = fence
+
     @_locked
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Delete every checkpoint and write of ``thread_id``; the thread keeps a tombstone
-        that refuses late writes."""
-        self._purge([checked_text(thread_id, "thread_id")], dry_run=False)
+        that refuses late writes. With ``fence``, refused (`StaleFenceError`) if the thread
+        has seen a newer token."""
+        thread_id = checked_text(thread_id, "thread_id")
+        if fence is not None:
+            self._fenced(thread_id, check_fence(fence), clock_micros(self.clock))
+        self._purge([thread_id], dry_run=False)
+
+    @_locked
+    def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` without writing anything else: from now on
+        writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
+        self._fenced(checked_text(thread_id, "thread_id"), check_fence(fence), clock_micros(self.clock))
 
     def _purge(self, thread_ids: Sequence[str], *, dry_run: bool) -> Removed:
         now = clock_micros(self.clock)
@@ -902,9 +930,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
         """Async `put_writes`."""
         self.put_writes(config, writes, task_id, task_path)
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Async `delete_thread`."""
-        self.delete_thread(thread_id)
+        self.delete_thread(thread_id, fence=fence)
+
+    async def afence_thread(self, thread_id: str, fence: int) -> None:
+        """Async `fence_thread`."""
+        self.fence_thread(thread_id, fence)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async `copy_thread`."""
@@ -923,6 +955,13 @@ class MemorySaver(BaseCheckpointSaver[str]):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async `get_delta_channel_history`."""
         return self.get_delta_channel_history(config=config, channels=channels)
+
+
+def _check_fence(thread_id: str, record: _Record | None, fence: int) -> None:
+    """`StaleFenceError` if the thread has seen a token newer than ``fence``."""
+    current = record.fence if record is not None else 0
+    if fence < current:
+        raise StaleFenceError(thread_id, fence, current)
 
 
 def _footprint(namespaces: Iterable[_Namespace]) -> Removed:

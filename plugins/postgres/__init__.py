@@ -67,6 +67,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "sync_api",
             "thread_index",
             "retention",
+            "fencing",
         ],
         drivers=DRIVERS,
         extra="postgres",

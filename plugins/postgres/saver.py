@@ -56,10 +56,12 @@ from runstore.checkpoint.retention import (
     plan_thread,
 )
 from runstore.checkpoint.saverbase import (
+    check_fence,
     check_prune_strategy,
     checked_ids,
     checked_text,
     config_address,
+    config_fence,
     ensure_off_loop,
     history_channels,
     run_sync,
@@ -73,7 +75,7 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
-from runstore.errors import ThreadDeletedError
+from runstore.errors import StaleFenceError, ThreadDeletedError
 from runstore.runs import Clock, system_clock
 from runstore.urls import BackendURL
 
@@ -298,6 +300,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint and its new channel values in one statement."""
+        fence = config_fence(config)
         enc = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
         row = enc.row
         thread_id, ns = row.thread_id, row.checkpoint_ns
@@ -330,9 +333,10 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             + len(row.metadata)
             + sum(len(b.blob) for b in enc.blobs)
             + sum(len(b.blob) for b in carried),
+            fence,
         )
 
-        with self._prefetch.writing(), _refused(thread_id):
+        with self._prefetch.writing(), _refused(thread_id, fence):
             await self._commits.submit((sql.PUT_SQL, args))
         for b in enc.blobs:
             self._remember((thread_id, ns, b.channel, b.version))
@@ -348,6 +352,7 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes (first-write-wins; special channels last-write-wins)."""
+        fence = config_fence(config)
         enc = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if not writes:
             return
@@ -371,23 +376,42 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             [w.type for w in vals],
             [w.blob for w in vals],
             clock_micros(self.clock),
+            fence,
         )
 
-        with self._prefetch.writing(), _refused(first.thread_id):
+        with self._prefetch.writing(), _refused(first.thread_id, fence):
             await self._commits.submit((sql.PUT_WRITES_SQL, args))
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Delete every checkpoint, value and write of ``thread_id`` (all namespaces); the
-        thread keeps a tombstone that refuses late writes."""
-        await self._purge([checked_text(thread_id, "thread_id")], dry_run=False)
+        thread keeps a tombstone that refuses late writes. With ``fence``, refused
+        (`StaleFenceError`) if the thread has seen a newer token."""
+        thread_id = checked_text(thread_id, "thread_id")
+        token = None if fence is None else check_fence(fence)
+        await self._purge([thread_id], dry_run=False, fence=token)
 
-    async def _purge(self, thread_ids: Sequence[str], *, dry_run: bool) -> Removed:
+    async def afence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` without writing anything else: from now on
+        writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
+        thread_id, fence = checked_text(thread_id, "thread_id"), check_fence(fence)
+        now = clock_micros(self.clock)
+
+        async def go(conn: Any) -> None:
+            await _fence(conn, thread_id, now, fence)
+
+        await self._leases.run(go, operation="fence_thread", write=True, idempotent=True, begin="BEGIN")
+
+    async def _purge(
+        self, thread_ids: Sequence[str], *, dry_run: bool, fence: int | None = None
+    ) -> Removed:
         now = clock_micros(self.clock)
 
         async def go(conn: Any) -> Removed:
             removed = Removed()
             # Sorted: two deletions of the same threads lock them in one order.
             for thread_id in sorted(set(thread_ids)):
+                if fence is not None:
+                    await _fence(conn, thread_id, now, fence)
                 live = await conn.fetchval(sql.LOCK_THREAD_SQL, thread_id)
                 removed += await _purge_locked(conn, thread_id, bool(live), now, dry_run)
             return removed
@@ -722,9 +746,13 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         """Sync twin of `aput_writes`."""
         self._sync("put_writes", lambda: self.aput_writes(config, writes, task_id, task_path))
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Sync twin of `adelete_thread`."""
-        self._sync("delete_thread", lambda: self.adelete_thread(thread_id))
+        self._sync("delete_thread", lambda: self.adelete_thread(thread_id, fence=fence))
+
+    def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Sync twin of `afence_thread`."""
+        self._sync("fence_thread", lambda: self.afence_thread(thread_id, fence))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Sync twin of `adelete_for_runs`."""
@@ -778,15 +806,29 @@ async def _purge_locked(
     return Removed(int(live), ck, wr, bl, ck_bytes + wr_bytes + bl_bytes)
 
 
+async def _fence(conn: Any, thread_id: str, now: int, fence: int) -> None:
+    """The fence compare-and-set (`sql.FENCE_THREAD_SQL`) in ``conn``'s transaction;
+    `StaleFenceError` (the caller's transaction then rolls back) if the thread holds a
+    newer token."""
+    if await conn.fetchval(sql.FENCE_THREAD_SQL, thread_id, now, fence) is None:
+        current = await conn.fetchval(sql.FENCE_OF_SQL, thread_id)
+        raise StaleFenceError(thread_id, fence, int(current))
+
+
 @contextlib.contextmanager
-def _refused(thread_id: str) -> Iterator[None]:
-    """Turn the database's refusal of a write to a deleted thread into `ThreadDeletedError`."""
+def _refused(thread_id: str, fence: int | None = None) -> Iterator[None]:
+    """Turn the database's refusal of a write into the runstore error: `ThreadDeletedError`
+    (a tombstone refused it) or `StaleFenceError` (its token ``fence`` was stale)."""
     try:
         yield
     except Exception as exc:
         cause: BaseException | None = exc
         while cause is not None:
-            if getattr(cause, "sqlstate", None) == sql.THREAD_DELETED_SQLSTATE:
+            state = getattr(cause, "sqlstate", None)
+            if state == sql.THREAD_DELETED_SQLSTATE:
                 raise ThreadDeletedError(thread_id) from exc
+            if state == sql.STALE_FENCE_SQLSTATE and fence is not None:
+                current = int(getattr(cause, "detail", None) or 0)
+                raise StaleFenceError(thread_id, fence, current) from exc
             cause = cause.__cause__
         raise

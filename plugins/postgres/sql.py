@@ -61,6 +61,9 @@ async def _use_lz4(conn: AsyncConnection) -> None:
 
 #: SQLSTATE of the error `runstore_thread_deleted` raises (a write refused by a tombstone).
 THREAD_DELETED_SQLSTATE = "RS410"
+#: SQLSTATE of the error `runstore_stale_fence` raises (a write carrying a stale token);
+#: its DETAIL is the thread's current fence.
+STALE_FENCE_SQLSTATE = "RS409"
 
 #: One row per thread (`runstore.checkpoint.threads`); times in microseconds since the
 #: epoch. ``fence`` and ``deleted_at`` serve fenced writes and the deletion tombstone.
@@ -179,6 +182,24 @@ SCHEMA_MIGRATIONS: list[Migration] = [
     ),
     Migration(2, [_use_lz4], "lz4 compression of the value columns when available"),
     Migration(3, [_thread_index], "the thread index, checkpoints.created_at"),
+    Migration(
+        4,
+        [
+            # A fenced write whose token is older than the thread's fence calls this
+            # from its compare-and-set, failing the whole statement.
+            f"""CREATE OR REPLACE FUNCTION runstore_stale_fence(thread text, current bigint,
+                                                          given bigint) RETURNS bigint
+            LANGUAGE plpgsql AS $fn$
+            BEGIN
+                RAISE EXCEPTION USING ERRCODE = '{STALE_FENCE_SQLSTATE}',
+                    MESSAGE = 'thread ' || thread || ' is fenced at ' || current
+                              || '; a write carried ' || given,
+                    DETAIL = current::text;
+            END
+            $fn$""",
+        ],
+        "fenced writes: runstore_stale_fence",
+    ),
 ]
 
 # A write first locks its thread's record (`FOR NO KEY UPDATE`: a concurrent deletion
@@ -200,10 +221,23 @@ _IS_HEAD = (
 )
 _LIVE = "CASE WHEN t.deleted_at IS NULL THEN {0} ELSE {1} END"
 
+
+def _fence_cas(token: str) -> str:
+    """The record's new ``fence`` in a write's final upsert: the compare-and-set of a fenced
+    write (``token`` is its parameter, NULL when unfenced). It runs on the record as
+    locked (the newest version), so a stale token fails the statement and nothing of the
+    write commits; a thread whose record this statement inserts had no fence yet."""
+    return (
+        f"CASE WHEN {token}::bigint IS NULL THEN t.fence"
+        f" WHEN t.fence > {token}::bigint THEN runstore_stale_fence($1, t.fence, {token}::bigint)"
+        f" ELSE {token}::bigint END"
+    )
+
+
 # One statement: both blob inserts, the checkpoint upsert and the thread record commit
 # together (one WAL flush). New-version blobs replace (re-putting a checkpoint replaces
 # its values, as InMemorySaver does); carried blobs only fill a gap. $19 is the
-# saver's clock, $20 the bytes the put stores.
+# saver's clock, $20 the bytes the put stores, $21 the fencing token (NULL: unfenced).
 PUT_SQL = f"""
 WITH {_THREAD_GUARD.format(continues="$4::text IS NOT NULL")}, new_blobs AS (
     INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
@@ -235,14 +269,14 @@ WITH {_THREAD_GUARD.format(continues="$4::text IS NOT NULL")}, new_blobs AS (
     RETURNING (xmax = 0) AS added
 )
 INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, latest_checkpoint_id,
-                            metadata, status, checkpoints, writes, bytes, oldest_at)
+                            metadata, status, checkpoints, writes, bytes, oldest_at, fence)
 SELECT $1, $19, $19, $19, CASE WHEN $2 = '' THEN $3 END,
        CASE WHEN $2 = '' THEN $8::text::jsonb ELSE '{{}}'::jsonb END,
        {status_case(lambda ch: (
            f"EXISTS (SELECT 1 FROM {WRITES} x WHERE x.thread_id = $1 AND x.checkpoint_ns = $2"
            f" AND x.checkpoint_id = $3 AND x.idx < 0 AND x.channel = '{ch}')"
        ))},
-       ck.added::int, 0, $20, CASE WHEN ck.added THEN $19 END
+       ck.added::int, 0, $20, CASE WHEN ck.added THEN $19 END, coalesce($21::bigint, 0)
 FROM ck
 ON CONFLICT (thread_id) DO UPDATE SET
     created_at = {_LIVE.format("t.created_at", "EXCLUDED.created_at")},
@@ -259,13 +293,14 @@ ON CONFLICT (thread_id) DO UPDATE SET
     swept_at = {_LIVE.format("t.swept_at", "NULL")},
     sweep_after = {_LIVE.format("t.sweep_after", "NULL")},
     claimed_until = {_LIVE.format("t.claimed_until", "NULL")},
-    deleted_at = NULL
+    deleted_at = NULL,
+    fence = {_fence_cas("$21")}
 """
 
 # Normal writes are first-write-wins per (task_id, idx); the special negative slots
 # (errors, interrupts, resumes) are last-write-wins. The thread record counts the rows
 # added; a special write on the latest root checkpoint can raise its status. $10 is
-# the saver's clock.
+# the saver's clock, $11 the fencing token (NULL: unfenced).
 PUT_WRITES_SQL = f"""
 WITH {_THREAD_GUARD.format(continues="true")}, w AS (
     INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
@@ -281,12 +316,15 @@ WITH {_THREAD_GUARD.format(continues="true")}, w AS (
     WHERE {WRITES}.idx < 0
     RETURNING (xmax = 0) AS added, length(blob) AS size, channel
 )
-INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, status, writes, bytes)
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, status, writes, bytes,
+                            fence)
 SELECT $1, $10, $10, $10,
        {status_case(lambda ch: f"bool_or(w.channel = '{ch}')")},
-       count(*) FILTER (WHERE w.added), coalesce(sum(w.size) FILTER (WHERE w.added), 0)
+       count(*) FILTER (WHERE w.added), coalesce(sum(w.size) FILTER (WHERE w.added), 0),
+       coalesce($11::bigint, 0)
 FROM w
 ON CONFLICT (thread_id) DO UPDATE SET
+    fence = {_fence_cas("$11")},
     writes = t.writes + EXCLUDED.writes,
     bytes = t.bytes + EXCLUDED.bytes,
     touched_at = greatest(t.touched_at, EXCLUDED.touched_at),
@@ -561,6 +599,16 @@ THREAD_FOOTPRINT_SQL = footprint_sql(
 LOCK_THREAD_SQL = (
     f"SELECT deleted_at IS NULL AND checkpoints > 0 FROM {THREADS} WHERE thread_id = $1 FOR UPDATE"
 )
+# A fenced deletion's (or `afence_thread`'s) compare-and-set, first in its transaction:
+# the fence rises to $3 unless it is higher (then no row is returned: refused). It locks
+# the record like `LOCK_THREAD_SQL`; a thread without one gets it (not live).
+FENCE_THREAD_SQL = f"""
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, fence)
+VALUES ($1, $2, $2, $2, $3)
+ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE t.fence <= EXCLUDED.fence
+RETURNING fence
+"""
+FENCE_OF_SQL = f"SELECT fence FROM {THREADS} WHERE thread_id = $1"
 # The deletion tombstone: the record stays (keeping `fence`) so late writes are refused.
 TOMBSTONE_THREAD_SQL = f"""
 UPDATE {THREADS} SET deleted_at = $2, updated_at = $2, touched_at = $2,

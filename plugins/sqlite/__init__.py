@@ -65,6 +65,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "sync_api",
             "thread_index",
             "retention",
+            "fencing",
         ],
         description="aiosqlite checkpoint saver: sqlite:///path/app.db",
     )

@@ -32,7 +32,7 @@ from runstore.checkpoint.saverbase import (
     worth_prefetching,
 )
 from runstore.checkpoint.threads import Removed, status_of, stronger_status
-from runstore.errors import ThreadDeletedError
+from runstore.errors import StaleFenceError, ThreadDeletedError
 
 from . import sql
 
@@ -241,16 +241,29 @@ def delta(
 # --- writes (run inside `write_batch`) --------------------------------------------
 
 
+def fence_thread(conn: sqlite3.Connection, thread_id: str, now: int, fence: int) -> None:
+    """Raise the thread's fence to ``fence`` (`sql.FENCE_THREAD`, a compare-and-set in the
+    caller's transaction); `StaleFenceError` if the thread holds a newer token."""
+    params = {"thread_id": thread_id, "now": now, "fence": fence}
+    if not conn.execute(sql.FENCE_THREAD, params).rowcount:
+        (current,) = conn.execute(sql.FENCE_OF, (thread_id,)).fetchone()
+        raise StaleFenceError(thread_id, fence, int(current))
+
+
 def put(
     conn: sqlite3.Connection,
     encoded: codec.EncodedCheckpoint,
     serde: SerializerProtocol,
     now: int,
+    fence: int | None = None,
 ) -> None:
     """Store one encoded checkpoint (its record, its new blobs, and carried values whose
-    blob is missing) and update its thread's record. A checkpoint with a parent on a
-    deleted thread is a late write and raises `ThreadDeletedError`."""
+    blob is missing) and update its thread's record. A stale ``fence`` raises
+    `StaleFenceError`; a checkpoint with a parent on a deleted thread is a late write
+    and raises `ThreadDeletedError`."""
     row = encoded.row
+    if fence is not None:
+        fence_thread(conn, row.thread_id, now, fence)
     state = conn.execute(sql.THREAD_STATE, (row.thread_id,)).fetchone()
     restart = state is not None and state[0] is not None
     if restart and row.parent_checkpoint_id is not None:
@@ -304,13 +317,18 @@ def _head_status(conn: sqlite3.Connection, thread_id: str, checkpoint_id: str) -
     return status_of(r[0] for r in rows)
 
 
-def put_writes(conn: sqlite3.Connection, encoded: codec.EncodedWrites, now: int) -> None:
+def put_writes(
+    conn: sqlite3.Connection, encoded: codec.EncodedWrites, now: int, fence: int | None = None
+) -> None:
     """Store pending writes (first write wins, special slots last write wins) and count
-    them in their thread's record; writes to a deleted thread raise `ThreadDeletedError`."""
+    them in their thread's record; a stale ``fence`` raises `StaleFenceError`, writes to
+    a deleted thread `ThreadDeletedError`."""
     rows = [*encoded.first_wins, *encoded.last_wins]
     if not rows:
         return
     first = rows[0]
+    if fence is not None:
+        fence_thread(conn, first.thread_id, now, fence)
     state = conn.execute(sql.THREAD_STATE, (first.thread_id,)).fetchone()
     if state is not None and state[0] is not None:
         raise ThreadDeletedError(first.thread_id)
@@ -355,8 +373,14 @@ def purge_threads(
     return removed
 
 
-def delete_threads(conn: sqlite3.Connection, thread_ids: Sequence[str], now: int) -> None:
-    """`purge_threads`, answering nothing (``delete_thread`` and ``prune(strategy="delete")``)."""
+def delete_threads(
+    conn: sqlite3.Connection, thread_ids: Sequence[str], now: int, fence: int | None = None
+) -> None:
+    """`purge_threads`, answering nothing (``delete_thread`` and ``prune(strategy="delete")``);
+    with ``fence`` (one thread), refused by a stale token like any write."""
+    if fence is not None:
+        for thread_id in thread_ids:
+            fence_thread(conn, thread_id, now, fence)
     purge_threads(conn, thread_ids, now)
 
 

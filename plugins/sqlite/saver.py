@@ -38,10 +38,12 @@ from runstore.checkpoint.retention import (
     check_sweep,
 )
 from runstore.checkpoint.saverbase import (
+    check_fence,
     check_prune_strategy,
     checked_ids,
     checked_text,
     config_address,
+    config_fence,
     ensure_off_loop,
     history_channels,
 )
@@ -300,8 +302,9 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store ``checkpoint`` (record + blobs of ``new_versions``) under ``config``'s parent."""
+        fence = config_fence(config)
         encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        await self._write(ops.put, encoded, self.serde, clock_micros(self.clock))
+        await self._write(ops.put, encoded, self.serde, clock_micros(self.clock), fence)
         return encoded.config
 
     async def aput_writes(
@@ -312,14 +315,23 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store pending writes of ``task_id`` (first write wins; special channels last wins)."""
+        fence = config_fence(config)
         encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if encoded.first_wins or encoded.last_wins:
-            await self._write(ops.put_writes, encoded, clock_micros(self.clock))
+            await self._write(ops.put_writes, encoded, clock_micros(self.clock), fence)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, blob and write of ``thread_id``."""
+    async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
+        """Delete every checkpoint, blob and write of ``thread_id``; with ``fence``, refused
+        (`StaleFenceError`) if the thread has seen a newer token."""
         ids = [checked_text(thread_id, "thread_id")]
-        await self._write(ops.delete_threads, ids, clock_micros(self.clock))
+        token = None if fence is None else check_fence(fence)
+        await self._write(ops.delete_threads, ids, clock_micros(self.clock), token)
+
+    async def afence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` without writing anything else: from now on
+        writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
+        thread_id, fence = checked_text(thread_id, "thread_id"), check_fence(fence)
+        await self._write(ops.fence_thread, thread_id, clock_micros(self.clock), fence)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (whole parent chain), blob and write to another thread.
@@ -494,8 +506,9 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Sync twin of `aput` (not on the saver's event loop thread)."""
+        fence = config_fence(config)
         encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        self._sync_write("put", ops.put, encoded, self.serde, clock_micros(self.clock))
+        self._sync_write("put", ops.put, encoded, self.serde, clock_micros(self.clock), fence)
         return encoded.config
 
     def put_writes(
@@ -506,14 +519,23 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Sync twin of `aput_writes` (not on the saver's event loop thread)."""
+        fence = config_fence(config)
         encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if encoded.first_wins or encoded.last_wins:
-            self._sync_write("put_writes", ops.put_writes, encoded, clock_micros(self.clock))
+            self._sync_write(
+                "put_writes", ops.put_writes, encoded, clock_micros(self.clock), fence
+            )
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Sync twin of `adelete_thread` (not on the saver's event loop thread)."""
         ids = [checked_text(thread_id, "thread_id")]
-        self._sync_write("delete_thread", ops.delete_threads, ids, clock_micros(self.clock))
+        token = None if fence is None else check_fence(fence)
+        self._sync_write("delete_thread", ops.delete_threads, ids, clock_micros(self.clock), token)
+
+    def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Sync twin of `afence_thread` (not on the saver's event loop thread)."""
+        thread_id, fence = checked_text(thread_id, "thread_id"), check_fence(fence)
+        self._sync_write("fence_thread", ops.fence_thread, thread_id, clock_micros(self.clock), fence)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Sync twin of `acopy_thread` (not on the saver's event loop thread)."""

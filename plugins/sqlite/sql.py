@@ -384,6 +384,16 @@ ON CONFLICT (thread_id) DO UPDATE SET
     writes = writes + excluded.writes, bytes = bytes + excluded.bytes,
     touched_at = max(touched_at, excluded.touched_at), status = excluded.status
 """
+# A fenced call's compare-and-set, first in its write transaction: the thread's fence
+# rises to :fence unless it is already higher (then no row changes: the call is refused
+# and rolled back). A thread without a record gets one (not live until it holds a
+# checkpoint), so the token is remembered before the thread's first write.
+FENCE_THREAD = f"""
+INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, fence)
+VALUES (:thread_id, :now, :now, :now, :fence)
+ON CONFLICT (thread_id) DO UPDATE SET fence = excluded.fence WHERE fence <= excluded.fence
+"""
+FENCE_OF = f"SELECT fence FROM {THREADS} WHERE thread_id = ?"
 # The deletion tombstone: the record stays (keeping `fence`) so late writes are refused.
 TOMBSTONE_THREAD = f"""
 UPDATE {THREADS} SET deleted_at = :now, updated_at = :now, touched_at = :now,

@@ -1,0 +1,165 @@
+"""Writer processes for the fenced-write races (spawned, so importable by name)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .processes import errors_travel, load_plugins
+
+T = TypeVar("T")
+
+#: One write attempt of a racing writer: (index, began after the newer token was written,
+#: "ok" / "stale" / an error text, checkpoint id or task id it wrote).
+Attempt = tuple[int, bool, str, str]
+
+
+def with_saver(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the saver at ``url`` in this process (through the registry) and run ``body``."""
+    from runstore.capabilities import Kind
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+    load_plugins(plugins)
+
+    async def main() -> T:
+        parsed = BackendURL.parse(url)
+        spec = get_backends().of(Kind.SAVER).for_url(parsed)
+        async with BackendOptions.scope() as options:
+            saver = await spec.open(parsed, options)
+            try:
+                return await body(saver)
+            finally:
+                close = getattr(saver, "aclose", None)
+                if close is not None:
+                    await close()
+
+    return asyncio.run(main())
+
+
+def fenced_config(thread_id: str, fence: int, checkpoint_id: str | None = None) -> Any:
+    """A write config of ``thread_id`` carrying the fencing token ``fence``."""
+    from runstore.checkpoint.saverbase import FENCE_KEY
+
+    from .savers_model import config_for
+
+    config = config_for(thread_id, checkpoint_id)
+    config["configurable"][FENCE_KEY] = fence
+    return config
+
+
+async def write_once(
+    saver: Any, thread_id: str, root: str, fence: int, i: int, tag: str
+) -> tuple[str, str]:
+    """One fenced write: a put (child of ``root``) on even ``i``, else pending writes on
+    ``root``. Returns (outcome, what it wrote): "ok", "stale", or the unexpected error."""
+    from runstore.errors import StaleFenceError
+
+    from .savers_model import make_checkpoint, new_checkpoint_id
+
+    try:
+        if i % 2 == 0:
+            cid = new_checkpoint_id()
+            await saver.aput(
+                fenced_config(thread_id, fence, root), make_checkpoint(cid, {}, {}),
+                {"writer": tag}, {},
+            )  # fmt: skip
+            return "ok", cid
+        task = f"{tag}-{i}"
+        await saver.aput_writes(fenced_config(thread_id, fence, root), [("x", i)], task, "")
+        return "ok", task
+    except StaleFenceError:
+        return "stale", ""
+    except Exception as exc:  # reported to the test, which names it
+        return f"{type(exc).__name__}: {exc}", ""
+
+
+async def landed(saver: Any, thread_id: str, root: str) -> list[str]:
+    """What the racing writers' writes left on the thread: checkpoint ids other than
+    ``root`` and the task ids of ``root``'s pending writes."""
+    from .savers_model import config_for
+
+    out: list[str] = []
+    async for item in saver.alist(config_for(thread_id)):
+        cid = item.config["configurable"]["checkpoint_id"]
+        if cid == root:
+            out += sorted({w[0] for w in item.pending_writes or []})
+        else:
+            out.append(cid)
+    return out
+
+
+@errors_travel
+def stale_writer(
+    url: str,
+    plugins: list[str],
+    thread_id: str,
+    root: str,
+    fence: int,
+    fenced: Any,
+    wrote: Any,
+    barrier: Any,
+) -> list[Attempt]:
+    """Write with ``fence`` until refused, then try a few more times (all must be refused).
+
+    Sets ``wrote`` after its third acknowledged write. Before each attempt it reads
+    ``fenced`` (set by the newer writer once its first write with the newer token was
+    acknowledged), so the test can tell attempts that began after the newer token was
+    in the store.
+    """
+
+    async def body(saver: Any) -> list[Attempt]:
+        attempts: list[Attempt] = []
+        barrier.wait(timeout=120)
+        refused = 0
+        deadline = time.monotonic() + 120
+        i = 0
+        while refused < 6 and time.monotonic() < deadline:
+            after = bool(fenced.is_set())
+            outcome, what = await write_once(saver, thread_id, root, fence, i, "old")
+            attempts.append((i, after, outcome, what))
+            if outcome != "ok":
+                refused += 1
+            elif sum(a[2] == "ok" for a in attempts) == 3:
+                wrote.set()
+            i += 1
+        return attempts
+
+    return with_saver(url, plugins, body)
+
+
+@errors_travel
+def fresh_writer(
+    url: str,
+    plugins: list[str],
+    thread_id: str,
+    root: str,
+    fence: int,
+    fenced: Any,
+    wrote: Any,
+    barrier: Any,
+    head_start: float,
+) -> tuple[list[Attempt], list[str]]:
+    """Once the stale writer has written (``wrote``), and ``head_start`` seconds later, write
+    with the newer ``fence``; set ``fenced`` once the first of them is acknowledged, then
+    write 10 more. Returns the attempts and what had `landed` right after that first
+    acknowledgement: every write of the stale token that ever lands must be in it."""
+
+    async def body(saver: Any) -> tuple[list[Attempt], list[str]]:
+        attempts: list[Attempt] = []
+        seen: list[str] = []
+        barrier.wait(timeout=120)
+        await asyncio.to_thread(wrote.wait, 120)
+        await asyncio.sleep(head_start)
+        for i in range(11):
+            outcome, what = await write_once(saver, thread_id, root, fence, i, "new")
+            attempts.append((i, True, outcome, what))
+            if i == 0 and outcome == "ok":
+                fenced.set()
+                seen = await landed(saver, thread_id, root)
+        return attempts, seen
+
+    return with_saver(url, plugins, body)
