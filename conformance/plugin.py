@@ -98,7 +98,7 @@ def project_settings(config: pytest.Config) -> dict[str, Any]:
     """
     cached = getattr(config, "_runstore_project", None)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     path_option = config.getoption("runstore_config")
     path = Path(path_option) if path_option else Path.cwd() / "pyproject.toml"
     data: dict[str, Any] = {}

@@ -65,8 +65,9 @@ def _describe(item: pytest.Item) -> dict[str, Any]:
                 kind, url = kind_name, callspec.params[fixture]
                 backend = callspec.id.split("-")[0] if callspec.id else None
                 break
-    module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
-    cls = item.cls.__name__ if getattr(item, "cls", None) else ""
+    test_module, test_class = getattr(item, "module", None), getattr(item, "cls", None)
+    module = test_module.__name__.rsplit(".", 1)[-1] if test_module else ""
+    cls = test_class.__name__ if test_class else ""
     suite = module.removeprefix("test_") + (f".{cls.removeprefix('Test')}" if cls else "")
     return {"nodeid": item.nodeid, "kind": kind, "url": url, "backend": backend, "suite": suite}
 

@@ -37,13 +37,13 @@ def agent_reply(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
     return [AIMessage(f"re: {last.content} ({len(messages)})", id=f"ai-{last.id}")]
 
 
-def _agent(state: dict[str, Any]) -> dict[str, Any]:
+def _agent(state: Any) -> dict[str, Any]:
     return {"messages": agent_reply(state.get("messages") or [])}
 
 
 def build_graph(mode: str, frequency: int, saver: Any) -> Any:
     """A one-node chat graph on runstore's thread-state schema for ``mode``."""
-    builder = StateGraph(get_thread_state_schema(mode, frequency))
+    builder: StateGraph[Any] = StateGraph(get_thread_state_schema(mode, frequency))
     builder.add_node("agent", _agent)
     builder.add_edge(START, "agent")
     builder.add_edge("agent", END)
@@ -63,7 +63,7 @@ class GraphModel:
     at: dict[str, list[AnyMessage]] = field(default_factory=dict)
     counter: int = 0
 
-    def apply(self, batch: Sequence[AnyMessage]) -> None:
+    def apply(self, batch: Sequence[AnyMessage | RemoveMessage]) -> None:
         self.state = list(add_messages(self.state, list(batch)))  # type: ignore[arg-type]
 
     def fresh_id(self) -> str:
@@ -71,7 +71,7 @@ class GraphModel:
         return f"h-{self.counter}"
 
 
-def input_batch(op: str, model: GraphModel, pick: int) -> list[AnyMessage]:
+def input_batch(op: str, model: GraphModel, pick: int) -> list[AnyMessage | RemoveMessage]:
     """The input messages for ``op`` given the model's current state."""
     ids = [m.id for m in model.state if m.id]
     if op == "replace" and ids:

@@ -20,7 +20,7 @@ _SAFE_INT = 2**53
 
 # No NUL (savers refuse it in nested metadata: PostgreSQL cannot store it) and no
 # lone surrogates (not Unicode: no JSON encoder accepts them).
-_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=4)
+_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=4)
 _scalars = (
     st.none()
     | st.booleans()

@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
-from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointMetadata
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
 
 from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY
@@ -71,6 +71,11 @@ def make_checkpoint(
         "versions_seen": {},
         "updated_channels": None,
     }
+
+
+def as_metadata(values: Mapping[str, Any]) -> CheckpointMetadata:
+    """``values`` as checkpoint metadata (LangGraph's TypedDict names its own keys; savers store any)."""
+    return cast(CheckpointMetadata, dict(values))
 
 
 def config_for(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:

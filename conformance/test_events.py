@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from runstore.errors import IncompleteMessageRunLookupError, OwnerContextMissingError
-from runstore.events import AI_LOOKUP_PAGE_SIZE, RunEventStore, walk_ai_message_runs
+from runstore.events import AI_LOOKUP_PAGE_SIZE, EventRecord, RunEventStore, walk_ai_message_runs
 from runstore.owner import owner_scope
 
 from .events_model import (
@@ -57,7 +57,7 @@ def _store_run(target: Any, body: Callable[[Any], Awaitable[Any]], **kw: Any) ->
     return target.run(body, **kw)
 
 
-def _check_owner(target: Any, record: dict[str, Any], owner: str | None) -> None:
+def _check_owner(target: Any, record: Mapping[str, Any], owner: str | None) -> None:
     if target.has("owner_filter"):
         assert record.get("user_id") == owner, (
             f"contract: owner_filter backends return the write's owner as user_id "
@@ -319,8 +319,9 @@ class EventStoreMachine(RuleBasedStateMachine):
 def test_state_machine_matches_model(events_target: Any) -> None:
     """Random put/put_batch/put_if_absent/reads/deletes agree with a plain-dict model."""
     with events_target.session() as session:
+        # A factory: hypothesis's parameter is named for one, though annotated as a class.
         run_state_machine_as_test(
-            lambda: EventStoreMachine(session),
+            lambda: EventStoreMachine(session),  # type: ignore[arg-type]
             settings=settings(suppress_health_check=list(HealthCheck)),
         )
 
@@ -643,14 +644,14 @@ class _AppendingView:
     def __init__(self, store: RunEventStore, thread: str, ids: list[str]) -> None:
         self.store, self.thread, self.ids, self.pages = store, thread, ids, 0
 
-    async def list_messages(self, thread_id: str, **kw: Any) -> list[dict[str, Any]]:
+    async def list_messages(self, thread_id: str, **kw: Any) -> list[EventRecord]:
         got = await self.store.list_messages(thread_id, **kw)
         self.pages += 1
         await self.store.put_batch(
             [_message(self.thread, "run-late", {"type": "ai", "id": mid}) for mid in self.ids] * 3,
             user_id=None,
         )
-        return got  # type: ignore[return-value]
+        return got
 
 
 class _StuckView:
@@ -659,9 +660,9 @@ class _StuckView:
     def __init__(self, store: RunEventStore) -> None:
         self.store = store
 
-    async def list_messages(self, thread_id: str, **kw: Any) -> list[dict[str, Any]]:
+    async def list_messages(self, thread_id: str, **kw: Any) -> list[EventRecord]:
         kw.pop("before_seq", None)
-        return await self.store.list_messages(thread_id, **kw)  # type: ignore[return-value]
+        return await self.store.list_messages(thread_id, **kw)
 
 
 def test_find_latest_ai_message_run_ids_keeps_first_page_watermark(events_target: Any) -> None:
@@ -733,7 +734,7 @@ def test_find_latest_raises_when_seqs_do_not_progress(events_target: Any) -> Non
 def test_message_identity_and_get_message_seqs(events_target: Any) -> None:
     async def body(store: RunEventStore) -> None:
         thread = fresh_id("ident")
-        contents = [
+        contents: list[tuple[str, Any]] = [
             ("human_message", {"type": "human", "id": "u1__user", "content": "hi"}),  # 1 message:u1
             ("human_message", {"type": "human", "id": "u1", "content": "hi"}),  # 2 message:u1 again
             ("tool.result", {"type": "tool", "id": "tm", "tool_call_id": "call_1"}),  # 3 tool:call_1
@@ -797,7 +798,7 @@ def test_empty_lookups_do_no_io(events_target: Any) -> None:
 
 GOOD = {"run_id": "run-1", "event_type": "llm.ai.response", "category": "message", "content": "ok"}
 
-BAD_EVENTS = {
+BAD_EVENTS: dict[str, dict[str, Any]] = {
     "event_type over 32 chars": {"event_type": "e" * 33},
     "empty event_type": {"event_type": ""},
     "category over 16 chars": {"category": "c" * 17},
@@ -825,7 +826,7 @@ BAD_EVENTS = {
 def test_bad_input_is_a_clear_error_and_writes_nothing(events_target: Any, case: str) -> None:
     async def body(store: RunEventStore) -> None:
         thread = fresh_id("bad")
-        event = {"thread_id": thread, **GOOD, **BAD_EVENTS[case]}
+        event: dict[str, Any] = {"thread_id": thread, **GOOD, **BAD_EVENTS[case]}
         with pytest.raises(BAD_INPUT) as info:
             await store.put(**event, user_id=None)
         assert str(info.value), f"contract: bad input ({case}) raises an error that says what is wrong"
@@ -972,7 +973,7 @@ def test_read_arguments_are_validated(events_target: Any) -> None:
         with pytest.raises(BAD_INPUT):
             await store.list_messages(thread, limit=-1, user_id=None)
         with pytest.raises(BAD_INPUT):
-            await store.list_events(thread, "r", event_types="abc", user_id=None)  # type: ignore[arg-type]
+            await store.list_events(thread, "r", event_types="abc", user_id=None)
         assert await store.list_messages(thread, limit=0, user_id=None) == [], "contract: limit=0 is an empty page"
 
     events_target.run(body)
@@ -1111,7 +1112,7 @@ def test_calls_are_checked_in_one_order(events_target: Any) -> None:
         for name, call in empty_without_owner.items():
             await _expect(call, OwnerContextMissingError, f"contract: the owner is resolved before an answer that needs no I/O: {name} without an owner context fails")
         await store.close()
-        empty_answers = {
+        empty_answers: dict[str, tuple[Any, Any]] = {
             "get_message_seqs(thread, [])": (await store.get_message_seqs(thread, [], user_id=None), {}),
             "find_latest_ai_message_run_ids(thread, [])": (
                 await store.find_latest_ai_message_run_ids(thread, [], user_id=None), {}
@@ -1156,7 +1157,7 @@ def test_calls_are_checked_in_one_order(events_target: Any) -> None:
 def test_records_are_normalized_and_isolated(events_target: Any) -> None:
     async def body(store: RunEventStore) -> None:
         thread = fresh_id("norm")
-        content = {"type": "ai", "id": "m", "nested": {"a": [1, 2]}}
+        content: dict[str, Any] = {"type": "ai", "id": "m", "nested": {"a": [1, 2]}}
         meta = {"task_id": "t1"}
         record = await store.put(
             thread_id=thread, run_id="r", event_type="ai_message", category="message",
@@ -1167,7 +1168,9 @@ def test_records_are_normalized_and_isolated(events_target: Any) -> None:
         )
         content["nested"]["a"].append(3)
         meta["task_id"] = "changed"
-        record["content"]["id"] = "mutated"
+        record_content = record["content"]
+        assert isinstance(record_content, dict), "contract: JSON content comes back as it was put"
+        record_content["id"] = "mutated"
         record["metadata"]["x"] = 1
         again = await store.list_events(thread, "r", user_id=None)
         assert again[0]["content"] == {"type": "ai", "id": "m", "nested": {"a": [1, 2]}}, (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,6 +35,7 @@ from runstore.runs import (
     MULTITASK_STRATEGIES,
     InvalidRunError,
     ManualClock,
+    RunRecord,
     RunStore,
     ThreadBusyError,
 )
@@ -312,8 +313,9 @@ def test_state_machine_matches_model(runs_target: Any) -> None:
     """Random creates/starts/renewals/cancels/finalizes/claims/deletes and clock moves agree
     with a plain-dict model."""
     with runs_target.session() as session:
+        # A factory: hypothesis's parameter is named for one, though annotated as a class.
         run_state_machine_as_test(
-            lambda: RunStoreMachine(session),
+            lambda: RunStoreMachine(session),  # type: ignore[arg-type]
             settings=settings(suppress_health_check=list(HealthCheck)),
         )
 
@@ -455,7 +457,7 @@ async def _expired_runs(store: RunStore, count: int, prefix: str) -> list[str]:
     return ids
 
 
-def _check_claims(claims: list[tuple[str, int]], run_ids: list[str], where: str) -> None:
+def _check_claims(claims: Sequence[tuple[str, int | None]], run_ids: list[str], where: str) -> None:
     seen: dict[str, int] = {}
     for run_id, _ in claims:
         seen[run_id] = seen.get(run_id, 0) + 1
@@ -479,8 +481,8 @@ def test_claim_race_in_one_process(runs_target: Any) -> None:
         run_ids = await _expired_runs(store, 40, prefix)
         try:
 
-            async def claimer(i: int) -> list[tuple[str, int]]:
-                out: list[tuple[str, int]] = []
+            async def claimer(i: int) -> list[tuple[str, int | None]]:
+                out: list[tuple[str, int | None]] = []
                 for _ in range(100):
                     got = await store.claim_expired(f"{prefix}-c{i}", 600, grace=5, limit=3)
                     out += [(r["run_id"], r["fence"]) for r in got]
@@ -667,7 +669,7 @@ def test_durable(runs_target: Any) -> None:
     """Runs, leases and each thread's fencing counter survive reopening the store."""
     thread = fresh_id("durable")
 
-    async def write(store: RunStore) -> dict[str, Any]:
+    async def write(store: RunStore) -> RunRecord:
         store.clock = ManualClock(RACE_EPOCH)
         await store.create(thread, run_id=f"{thread}-a")
         started = await store.start(f"{thread}-a", "w", 30)
@@ -718,7 +720,7 @@ BAD_CALLS: list[tuple[str, Callable[[RunStore], Awaitable[Any]], str]] = [
     ("owner", lambda s: s.start("r", "", 5), "owner"),
     ("grace", lambda s: s.claim_expired("w", 5, grace=-1), "grace"),
     ("limit", lambda s: s.claim_expired("w", 5, grace=0, limit=0), "limit"),
-    ("status", lambda s: s.finalize("r", "w", "running"), "success, error"),  # type: ignore[arg-type]
+    ("status", lambda s: s.finalize("r", "w", "running"), "success, error"),
     ("status unknown", lambda s: s.finalize("r", "w", "done"), "success, error"),  # type: ignore[arg-type]
     ("action", lambda s: s.request_cancel("r", "stop"), "interrupt, rollback"),  # type: ignore[arg-type]
     ("list status", lambda s: s.list_by_thread("t", status="finished"), "pending, running"),  # type: ignore[arg-type]

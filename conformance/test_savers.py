@@ -66,6 +66,7 @@ from .savers_model import (
     Tree,
     TreeSpec,
     WritesModel,
+    as_metadata,
     checkpoint_trees,
     config_for,
     describe_history_mismatch,
@@ -175,7 +176,7 @@ def test_put_then_get_roundtrip(saver_target: Any) -> None:
         cfg = await saver.aput(
             config_for(thread),
             make_checkpoint(first, values, {"messages": v1, "count": v1}),
-            {"source": "input", "step": -1, "custom": "x"},
+            as_metadata({"source": "input", "step": -1, "custom": "x"}),
             {"messages": v1, "count": v1},
         )
         assert cfg["configurable"]["checkpoint_id"] == first, (
@@ -305,6 +306,7 @@ def test_stored_state_is_isolated_from_callers(saver_target: Any) -> None:
 
         first = await saver.aget_tuple(cfg)
         check(first, "after the caller mutated what it put")
+        assert first is not None and first.pending_writes
         first.checkpoint["channel_values"]["items"].append(100)
         first.checkpoint["channel_values"]["d"]["k"] = "changed"
         first.checkpoint["versions_seen"]["node"]["items"] = "changed"
@@ -1142,7 +1144,7 @@ async def _put_chain_with_metadata(
     parent: str | None = None
     for meta in metas:
         cid = new_checkpoint_id()
-        await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), dict(meta), {})
+        await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), as_metadata(meta), {})
         ids.append(cid)
         parent = cid
     return ids
@@ -1228,7 +1230,8 @@ def test_list_without_thread_id_spans_threads_in_one_order(saver_target: Any) ->
                     "descending; thread_id / checkpoint_ns in the config narrow when present, "
                     "and without thread_id every thread is listed)"
                 )
-                for config in (None, {"configurable": {}}):
+                configs: tuple[dict[str, Any] | None, ...] = (None, {"configurable": {}})
+                for config in configs:
                     assert await listed(config) == ordered, f"list({config}) {contract}"
                 only_ns = [r for r in ordered if r[2] == "child:1"]
                 got = await listed({"configurable": {"checkpoint_ns": "child:1"}})
@@ -1277,7 +1280,7 @@ def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target:
                     lambda bad=bad: saver.aput(
                         config_for(bad),
                         make_checkpoint(new_checkpoint_id(), {}, {}),
-                        {"tag": tag},
+                        as_metadata({"tag": tag}),
                         {},
                     ),
                 ),
@@ -1286,14 +1289,14 @@ def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target:
                     lambda bad=bad: saver.aput(
                         config_for(thread, ns=bad),
                         make_checkpoint(new_checkpoint_id(), {}, {}),
-                        {"tag": tag},
+                        as_metadata({"tag": tag}),
                         {},
                     ),
                 ),
                 (
                     "checkpoint id",
                     lambda bad=bad: saver.aput(
-                        config_for(thread, cid), make_checkpoint(bad, {}, {}), {"tag": tag}, {}
+                        config_for(thread, cid), make_checkpoint(bad, {}, {}), as_metadata({"tag": tag}), {}
                     ),
                 ),
                 ("task_id", lambda bad=bad: saver.aput_writes(head, [("a", "bad")], bad)),
@@ -1741,4 +1744,8 @@ def test_state_machine_matches_model(saver_target: Any, mode: str) -> None:
     """Random saver operations (full or delta mode) agree with a plain-dict model."""
     with saver_target.session() as session:
         machine = type(f"SaverMachine_{mode}", (SaverMachine,), {"mode": mode})
-        run_state_machine_as_test(lambda: machine(session), settings=settings(suppress_health_check=list(HealthCheck)))
+        # A factory: hypothesis's parameter is named for one, though annotated as a class.
+        run_state_machine_as_test(
+            lambda: machine(session),  # type: ignore[arg-type]
+            settings=settings(suppress_health_check=list(HealthCheck)),
+        )

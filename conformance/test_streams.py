@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -104,8 +104,8 @@ async def publish_many(bridge: StreamBridge, run_id: str, count: int, start: int
     return events
 
 
-def assert_events(got: list[StreamItem], expected: list[StreamItem], contract: str) -> None:
-    assert got == expected, (
+def assert_events(got: Sequence[StreamItem], expected: Sequence[StreamItem], contract: str) -> None:
+    assert list(got) == list(expected), (
         f"contract: {contract}\n  expected ids {[_show(i) for i in expected]}\n"
         f"  got          {[_show(i) for i in got]}"
     )

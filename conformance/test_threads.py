@@ -23,6 +23,7 @@ from runstore.errors import InvalidCursorError, InvalidSaverInputError, ThreadDe
 from runstore.runs import ManualClock
 
 from .savers_model import (
+    as_metadata,
     checkpoint_trees,
     config_for,
     make_checkpoint,
@@ -56,7 +57,7 @@ async def _chain(
         if clock is not None:
             clock.advance(1)
         cid = new_checkpoint_id()
-        await saver.aput(config_for(thread, parent, ns), make_checkpoint(cid, {}, {}), dict(meta), {})
+        await saver.aput(config_for(thread, parent, ns), make_checkpoint(cid, {}, {}), as_metadata(meta), {})
         ids.append(cid)
         parent = cid
     return ids
@@ -108,7 +109,7 @@ def test_record_follows_every_write(saver_target: Any) -> None:
                     clock.advance(1)
                     await saver.aput_writes(tree.config(head.index), [(channel, i)], f"s{i}", "")
                 rows += len({(f"s{i}", ch) for i, ch in enumerate(special)})
-                info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+                info = await saver.aget_thread(thread)
                 assert info is not None, "contract: get_thread finds a thread with checkpoints"
                 note(repr(info))
                 assert info.checkpoints == checkpoints, (
@@ -164,7 +165,7 @@ def test_updated_at_is_the_last_put_and_status_follows_the_head(saver_target: An
         assert info is not None and info.status == "error", "contract: error beats interrupted"
         clock.advance(1)
         cid = new_checkpoint_id()
-        await saver.aput(config_for(thread, first), make_checkpoint(cid, {}, {}), {"n": 2}, {})
+        await saver.aput(config_for(thread, first), make_checkpoint(cid, {}, {}), as_metadata({"n": 2}), {})
         info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
         assert info is not None and info.status == "idle" and info.metadata.get("n") == 2, (
             "contract: a new latest checkpoint carries its own (empty) writes' status"
@@ -223,7 +224,7 @@ def test_list_threads_pages_filters_and_orders(saver_target: Any) -> None:
                         await _chain(saver, thread, [{"tag": tag, "kind": label}])
                         ids = ids[:0]
                     if interrupted:
-                        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+                        info = await saver.aget_thread(thread)
                         head = info.latest_checkpoint_id
                         await saver.aput_writes(config_for(thread, head), [(INTERRUPT, 1)], "t", "")
                     model.append(
@@ -264,7 +265,9 @@ def test_list_threads_metadata_filter_follows_the_filter_rule(saver_target: Any)
 
     async def body(saver: Saver) -> None:
         tag = new_thread_id("tag")
-        metas = [{"v": 1}, {"v": 1.0}, {"v": True}, {"v": "1"}, {}, {"v": None}, {"v": [1, {"x": 2}]}]
+        metas: list[dict[str, Any]] = [
+            {"v": 1}, {"v": 1.0}, {"v": True}, {"v": "1"}, {}, {"v": None}, {"v": [1, {"x": 2}]}
+        ]
         threads = []
         for meta in metas:
             thread = new_thread_id()
@@ -311,7 +314,7 @@ def test_list_threads_cursor_is_stable_under_concurrent_writes(saver_target: Any
                 await saver.aput(
                     config_for(victim, info.latest_checkpoint_id),
                     make_checkpoint(new_checkpoint_id(), {}, {}),
-                    {"tag": tag},
+                    as_metadata({"tag": tag}),
                     {},
                 )
             await _chain(saver, new_thread_id(), [{"tag": tag}])
@@ -427,7 +430,7 @@ def test_delete_racing_writes_never_resurrects(saver_target: Any) -> None:
                 cid = new_checkpoint_id()
                 try:
                     await saver.aput(
-                        config_for(thread, parent), make_checkpoint(cid, {}, {}), {"n": i}, {}
+                        config_for(thread, parent), make_checkpoint(cid, {}, {}), as_metadata({"n": i}), {}
                     )
                     await saver.aput_writes(config_for(thread, cid), [("a", i)], "t", "")
                 except ThreadDeletedError:

@@ -30,7 +30,7 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -181,7 +181,7 @@ class StreamBridge(ABC):
         *,
         last_event_id: str | None = None,
         heartbeat_interval: float | None = None,
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """Replay retained events after ``last_event_id`` then follow live until END or a gap.
 
         ``heartbeat_interval`` overrides the bridge default for this subscription only.
@@ -246,7 +246,7 @@ def resolve_heartbeat(value: float | None, default: float) -> float:
 Poll = Callable[[float], Awaitable[Sequence[StreamItem]]]
 
 
-async def heartbeat_loop(poll: Poll, interval: float) -> AsyncIterator[StreamItem]:
+async def heartbeat_loop(poll: Poll, interval: float) -> AsyncGenerator[StreamItem, None]:
     """Drive a subscription: yield what ``poll`` returns, and HEARTBEAT on idle intervals.
 
     ``poll(timeout)`` waits at most ``timeout`` seconds for new items and returns them

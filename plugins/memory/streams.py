@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runstore.streams import (
@@ -205,14 +205,14 @@ class MemoryStreamBridge(StreamBridge):
         *,
         last_event_id: str | None = None,
         heartbeat_interval: float | None = None,
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """Replay after ``last_event_id`` (everything retained without one), then follow live."""
         interval = resolve_heartbeat(heartbeat_interval, self.heartbeat_interval)
         return self._follow(check_run_id(run_id), last_event_id, interval)
 
     async def _follow(
         self, run_id: str, last_event_id: str | None, interval: float
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         run = self._run(run_id)
         run.subscribers += 1
         cursor = self._start(run, last_event_id)

@@ -29,7 +29,7 @@ import hashlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -439,7 +439,7 @@ class RedisStreamBridge(StreamBridge):
         *,
         last_event_id: str | None = None,
         heartbeat_interval: float | None = None,
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """Replay after ``last_event_id`` (everything retained without one), then follow live.
 
         Heartbeats keep coming while a read is stuck (an unresponsive server); a read
@@ -450,7 +450,7 @@ class RedisStreamBridge(StreamBridge):
 
     async def _follow(
         self, key: bytes, last_event_id: str | None, interval: float
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         cursor = _Cursor()
         watch = self._watch(key)
         reading: asyncio.Task[list[StreamItem]] | None = None
