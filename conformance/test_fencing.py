@@ -199,7 +199,9 @@ def test_sync_twins_are_fenced(saver_target: Any) -> None:
             "put_writes (sync)",
         )
         await _stale(
-            asyncio.to_thread(saver.delete_thread, thread, fence=1), "delete_thread (sync)"
+            # fence= is runstore's extension of LangGraph's delete_thread (capability fencing).
+            asyncio.to_thread(saver.delete_thread, thread, fence=1),  # type: ignore[call-arg]
+            "delete_thread (sync)",
         )
         assert await _snapshot(saver, thread) == before, "contract: sync twins refuse stale tokens"
 
