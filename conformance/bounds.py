@@ -183,16 +183,15 @@ def parse_timeout(value: Any, source: str) -> float:
 class BoundsPlugin:
     """Pytest hook wrappers that bound each phase of every test that drives a backend."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, target_fixtures: dict[str, str]) -> None:
         self.seconds = seconds
+        self.target_fixtures = target_fixtures  # kind -> fixture of the backend under test
 
     def _what(self, item: pytest.Item) -> str | None:
-        from .plugin import TARGET_FIXTURES
-
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             return None
-        for kind, fixture in TARGET_FIXTURES.items():
+        for kind, fixture in self.target_fixtures.items():
             if callspec.params.get(fixture) is not None:
                 return f"{kind} backend"
         return None

@@ -33,25 +33,22 @@ def race_worker(
         batches: list[list[int]] = []
         async with BackendOptions.scope() as options:
             store = await spec.open(parsed, options)
-            try:
-                barrier.wait(timeout=120)
-                for k in range(rounds):
-                    record, created = await store.put_if_absent(
-                        thread_id=thread_id, run_id=f"run-{k}", event_type="run.end",
-                        category="lifecycle", content={"by": index}, user_id=None,
-                    )
-                    claims.append([(core(record), created)])
-                    records = await store.put_batch(
-                        [
-                            {"thread_id": thread_id, "run_id": f"w{index}", "event_type": "tool.result",
-                             "category": "trace", "content": {"k": k, "j": j}}
-                            for j in range(2)
-                        ],
-                        user_id=None,
-                    )
-                    batches.append([r["seq"] for r in records])
-            finally:
-                await store.close()
+            barrier.wait(timeout=120)
+            for k in range(rounds):
+                record, created = await store.put_if_absent(
+                    thread_id=thread_id, run_id=f"run-{k}", event_type="run.end",
+                    category="lifecycle", content={"by": index}, user_id=None,
+                )
+                claims.append([(core(record), created)])
+                records = await store.put_batch(
+                    [
+                        {"thread_id": thread_id, "run_id": f"w{index}", "event_type": "tool.result",
+                         "category": "trace", "content": {"k": k, "j": j}}
+                        for j in range(2)
+                    ],
+                    user_id=None,
+                )
+                batches.append([r["seq"] for r in records])
         return {"claims": claims, "batches": batches}
 
     return asyncio.run(main())

@@ -117,10 +117,8 @@ class BackendTarget(Generic[B]):
                 self._scope = BackendOptions.scope(target.settings_with(overrides))
                 options = await self._scope.__aenter__()
                 try:
+                    # The registry's lifecycle: options enter / close the backend.
                     backend = await target.spec.open(target.url, options)
-                    close = getattr(backend, "close", None) or getattr(backend, "aclose", None)
-                    if close is not None and target.kind is not Kind.SAVER:
-                        options.on_close(close)
                 except BaseException:
                     await self._scope.__aexit__(None, None, None)
                     raise

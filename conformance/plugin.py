@@ -164,7 +164,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _register_plugin(spec)
     _resolve_backends(config)
     if named_backends(config):
-        config.pluginmanager.register(BoundsPlugin(test_timeout(config)), "runstore-bounds")
+        config.pluginmanager.register(BoundsPlugin(test_timeout(config), TARGET_FIXTURES), "runstore-bounds")
     requested = config.getoption("hypothesis_profile", default=None)
     if named_backends(config) or str(requested).startswith("runstore-"):
         from .profiles import register_profiles

@@ -26,10 +26,7 @@ def _with_store(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]
         spec = get_backends().of(Kind.RUNS).for_url(parsed)
         async with BackendOptions.scope() as options:
             store = await spec.open(parsed, options)
-            try:
-                return await body(store)
-            finally:
-                await store.close()
+            return await body(store)
 
     return asyncio.run(main())
 

@@ -726,12 +726,9 @@ _PUBLISHER = textwrap.dedent(
         spec = get_backends().of(Kind.STREAMS).for_url(url)
         async with BackendOptions.scope(Settings()) as options:
             bridge = await spec.open(url, options)
-            try:
-                for i in range(20):
-                    await bridge.publish(run_id, "values", {"i": i, "pid": os.getpid()})
-                await bridge.publish_end(run_id)
-            finally:
-                await bridge.close()
+            for i in range(20):
+                await bridge.publish(run_id, "values", {"i": i, "pid": os.getpid()})
+            await bridge.publish_end(run_id)
 
     asyncio.run(main())
     """

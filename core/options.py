@@ -50,6 +50,22 @@ class BackendOptions:
                 self.on_close(lambda: closer(resource))
         return self._shared[key]
 
+    async def adopt(self, opened: Any) -> Any:
+        """Take charge of what a backend factory returned, the same way for every kind.
+
+        An async context manager (``AsyncSqliteSaver.from_conn_string(...)``, or a backend
+        whose ``__aenter__`` returns itself) is entered now and exited when these options
+        close; what it yields is the backend. Anything else is the backend itself, and its
+        ``aclose()`` or else ``close()`` (sync or async) runs when these options close.
+        Cleanups the factory registered with `on_close` run after that (last in, first out).
+        """
+        if hasattr(opened, "__aenter__") and hasattr(opened, "__aexit__"):
+            return await self._stack.enter_async_context(opened)
+        close = getattr(opened, "aclose", None) or getattr(opened, "close", None)
+        if callable(close):
+            self.on_close(close)
+        return opened
+
     async def aclose(self) -> None:
         """Run every registered cleanup."""
         self._shared.clear()

@@ -75,11 +75,15 @@ class BackendSpec(Generic[T]):
         return capability in self.capabilities
 
     async def open(self, url: BackendURL, options: BackendOptions) -> T:
-        """Open an instance, raising `MissingDriverError` first if a driver is absent."""
+        """Open an instance, raising `MissingDriverError` first if a driver is absent.
+
+        ``options`` takes charge of closing it (`BackendOptions.adopt`): it closes when
+        they do, whatever the kind.
+        """
         module = self.missing_driver()
         if module is not None:
             raise MissingDriverError(self.name, module, self.extra or self.name)
-        return await self.factory(url, options)
+        return await options.adopt(await self.factory(url, options))
 
 
 class BackendRegistry(Generic[T]):

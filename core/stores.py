@@ -123,8 +123,6 @@ async def open(
                 store = await spec.open(settings.url(kind), options)  # type: ignore[arg-type]
                 if kind == "checkpointer":
                     store = await _wrap_checkpointer(store, options, registry)
-                else:
-                    options.on_close(store.close)
                 opened[kind] = store
             log.debug(
                 "runstore opened %s",
@@ -177,5 +175,4 @@ async def _wrap_checkpointer(
     cache = await open_history_cache(settings, options, registry)
     if cache is None:
         return marked
-    options.on_close(cache.close)
     return CachedHistorySaver(marked, cache)

@@ -283,7 +283,6 @@ async def _wrap_cache(
         url = BackendURL.parse(f"{spec.schemes[0]}://")
     options = await stack.enter_async_context(BackendOptions.scope(Settings.load(settings or None)))
     backend = await spec.open(url, options)
-    stack.push_async_callback(backend.close)
     return CachedHistorySaver(saver, backend)
 
 

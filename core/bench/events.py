@@ -391,7 +391,6 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
         async with AsyncExitStack() as stack:
             options = await stack.enter_async_context(BackendOptions.scope(settings))
             store = await spec.open(url, options)
-            stack.push_async_callback(store.close)
             batch_size = case["batch_size"]
             if url.scheme == "sqlite":
                 raw_labels = ["raw:aiosqlite", "raw:sqlite3"]

@@ -380,7 +380,6 @@ async def run_streams_case(case: dict[str, Any]) -> dict[str, Any]:
     async with AsyncExitStack() as stack:
         options = await stack.enter_async_context(BackendOptions.scope(settings))
         bridge = await spec.open(url, options)
-        stack.push_async_callback(bridge.close)
         measurements.extend(await _bridge_measurements(bridge, label, case, reference))
     if is_redis:
         raw_url = url.without_query("prefix").render(hide_password=False)

@@ -140,7 +140,9 @@ def test_worker_errors_that_cannot_be_pickled_still_name_their_cause() -> None:
 #: or blocking the loop's thread) and followers that heartbeat forever without END.
 ZOO_PLUGIN = '''
 import asyncio
+import os
 import threading
+from contextlib import asynccontextmanager
 
 import runstore
 from runstore.plugins.memory.streams import MemoryStreamBridge
@@ -164,6 +166,29 @@ class ChattyBridge(MemoryStreamBridge):
                 await asyncio.sleep(0.01)
                 yield HEARTBEAT
         return beats()
+
+
+@asynccontextmanager
+async def _saver_in_context():
+    """A saver that lives inside an async context manager, like AsyncSqliteSaver.from_conn_string."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with open(os.environ["ZOO_LOG"], "a") as log:
+        log.write("enter\\n")
+    try:
+        yield InMemorySaver()
+    finally:
+        with open(os.environ["ZOO_LOG"], "a") as log:
+            log.write("exit\\n")
+
+
+async def _open_saver(url, options):
+    return _saver_in_context()
+
+
+@runstore.hookimpl
+def runstore_register_savers(registry):
+    registry.add("zoosaver", schemes=["zoosaver"], factory=_open_saver, description="in a context")
 
 
 def _opener(cls):
@@ -246,3 +271,35 @@ def test_the_bound_is_a_pyproject_setting(zoo_site: Path, tmp_path: Path) -> Non
     )
     assert bad.returncode == pytest.ExitCode.USAGE_ERROR, bad.stderr
     assert "timeout is a number of seconds >= 0 (0 = none); got 'soon'" in bad.stderr
+
+
+def test_the_harness_enters_and_exits_a_saver_factory_s_context_manager(
+    zoo_site: Path, tmp_path: Path
+) -> None:
+    """One lifecycle for every kind, in runstore.open and in the suite: no on_close by hand."""
+    log = tmp_path / "lifecycle.log"
+    env = {**_zoo_env(zoo_site), "ZOO_LOG": str(log)}
+    code = textwrap.dedent(
+        """
+        import asyncio, runstore
+        async def main():
+            async with runstore.open(checkpointer="zoosaver://", events="memory://") as stores:
+                print(type(stores.checkpointer).__name__)
+        asyncio.run(main())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["InMemorySaver"]
+    assert log.read_text().split() == ["enter", "exit"]
+
+    log.unlink()
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "runstore.conformance.test_savers",
+         "-p", "no:cacheprovider", "-q", "--runstore-backend", "zoosaver://", "-k", "roundtrip"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]
+    events = log.read_text().split()
+    assert events and events.count("enter") == events.count("exit"), events
+    assert events == ["enter", "exit"] * (len(events) // 2), "each instance is exited before the next opens"

@@ -28,16 +28,12 @@ CAPABILITIES = ["delta_history", "sync_api"]
 
 
 async def _open_sqlite(url: BackendURL, options: BackendOptions) -> Any:
-    import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     url.check_options(set())
     path = url.file_path()
-    conn = await aiosqlite.connect(str(path) if path else ":memory:")
-    saver = AsyncSqliteSaver(conn)
-    await saver.setup()
-    options.on_close(conn.close)
-    return saver
+    # An async context manager: runstore enters it and exits it when it closes the saver.
+    return AsyncSqliteSaver.from_conn_string(str(path) if path else ":memory:")
 
 
 def _libpq(url: BackendURL) -> tuple[str, str | None]:
@@ -46,21 +42,22 @@ def _libpq(url: BackendURL) -> tuple[str, str | None]:
     return postgres.render(hide_password=False), url.option("schema")
 
 
-async def _open_postgres(url: BackendURL, options: BackendOptions) -> Any:
+@asynccontextmanager
+async def _postgres_saver(url: BackendURL) -> AsyncIterator[Any]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-    from psycopg import AsyncConnection
-    from psycopg.rows import dict_row
+    from psycopg.conninfo import make_conninfo
 
-    url.check_options({"schema"})
     conninfo, schema = _libpq(url)
-    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
     if schema:
-        kwargs["options"] = f"-c search_path={schema}"
-    conn = await AsyncConnection.connect(conninfo, **kwargs)
-    saver = AsyncPostgresSaver(conn)
-    await saver.setup()
-    options.on_close(conn.close)
-    return saver
+        conninfo = make_conninfo(conninfo, options=f"-c search_path={schema}")
+    async with AsyncPostgresSaver.from_conn_string(conninfo) as saver:
+        await saver.setup()
+        yield saver
+
+
+async def _open_postgres(url: BackendURL, options: BackendOptions) -> Any:
+    url.check_options({"schema"})
+    return _postgres_saver(url)
 
 
 @asynccontextmanager
