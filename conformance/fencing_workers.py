@@ -29,13 +29,8 @@ def with_saver(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]
         parsed = BackendURL.parse(url)
         spec = get_backends().of(Kind.SAVER).for_url(parsed)
         async with BackendOptions.scope() as options:
-            saver = await spec.open(parsed, options)
-            try:
-                return await body(saver)
-            finally:
-                close = getattr(saver, "aclose", None)
-                if close is not None:
-                    await close()
+            saver = await spec.open(parsed, options)  # closed with the options
+            return await body(saver)
 
     return asyncio.run(main())
 
