@@ -65,8 +65,6 @@ from runstore.checkpoint.saverbase import (
     config_fence,
     history_channels,
     is_last_write_wins,
-    missing_delta_channels,
-    reconstruction_ancestors,
     write_slot,
 )
 from runstore.checkpoint.threads import (
@@ -192,18 +190,6 @@ class _Namespace:
         return {
             ch for ch, ver in entry.versions.items() if self.blobs.get((ch, ver)) is not None
         }
-
-    def parent_of(self, checkpoint_id: str) -> str | None:
-        entry = self.entries.get(checkpoint_id)
-        return entry.parent if entry is not None else None
-
-    def needed_ancestors(self, checkpoint_id: str) -> list[str]:
-        """Ancestors a delta reconstruction at ``checkpoint_id`` reads (nearest first)."""
-        entry = self.entries[checkpoint_id]
-        missing = missing_delta_channels(
-            entry.stored_metadata, entry.versions, self.valued_channels(checkpoint_id)
-        )
-        return reconstruction_ancestors(checkpoint_id, missing, self.parent_of, self.valued_channels)
 
     def graph(self) -> CheckpointGraph:
         """The namespace as the retention and pruning rules read it."""
@@ -586,7 +572,7 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 latest = ns.latest()
                 if latest is None:
                     continue
-                keep = {latest, *ns.needed_ancestors(latest)}
+                keep = {latest, *ns.graph().needed(latest)}
                 ns.remove(set(ns.entries) - keep)
 
     @_locked
@@ -603,9 +589,10 @@ class MemorySaver(BaseCheckpointSaver[str]):
                 doomed = {cid for cid, e in ns.entries.items() if e.run_id in wanted}
                 if not doomed:
                     continue
+                graph = ns.graph()
                 for cid in ns.entries:
                     if cid not in doomed:
-                        doomed.difference_update(ns.needed_ancestors(cid))
+                        doomed.difference_update(graph.needed(cid))
                 ns.remove(doomed)
                 if not ns.entries and not ns.writes:
                     del namespaces[checkpoint_ns]
