@@ -14,9 +14,10 @@ connection leasing in `runstore.plugins.postgres.connections`. The round-trip bu
 
 Design notes and measurements: docs/savers.md, section "PostgreSQL".
 
-Why one module of this size: it holds only the LangGraph API, and about half of it is
-the sync twins (a few lines each over the async method); SQL text, connections and
-the history walk already live in `sql`, `connections` and `history`.
+Why one module of this size: it holds only the saver's API (LangGraph's, plus the
+thread index, retention and fencing), each method the Python glue around its
+statements, and the sync twins are a line or two each; SQL text, connections and the
+history walk live in `sql`, `connections` and `history`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Each runs whole on one thread: the aiosqlite worker thread for the async API (on
 hop per operation) or the caller's thread for the sync twins. Read operations open
 their own read transaction (`read_tx`); write operations run inside the transaction
 of `write_batch`, which commits a group of them at once (group commit).
+
+Why one module of this size: every operation shares the same few row helpers and the
+transaction rules above (read_tx, the savepoint per write in `write_batch`); kept
+together, the one transaction discipline is visible in one place.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ together through the shared `runstore.checkpoint.groupcommit.GroupCommit`. The s
 twins run the very same functions on a stdlib ``sqlite3`` connection from the
 calling thread. Schema and SQL: `runstore.plugins.sqlite.sql`; connections:
 `runstore.plugins.sqlite.connections`; decisions: docs/savers.md.
+
+Why one module of this size: it holds only the saver's API (LangGraph's, plus the
+thread index, retention and fencing) and its sync twins, each a call of one function
+of `ops` on the worker or the sync connection.
 """
 
 from __future__ import annotations
