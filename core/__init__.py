@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidStreamInputError": ".streams",
     "parse_event_id": ".streams",
     "sse_stream": ".sse",
+    "open_sse_stream": ".sse",
     "sse_frames": ".sse",
     "sse_frame": ".sse",
     "SSE_MEDIA_TYPE": ".sse",
@@ -188,7 +189,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         system_clock,
     )
     from .settings import Settings
-    from .sse import SSE_HEADERS, SSE_MEDIA_TYPE, sse_frame, sse_frames, sse_stream
+    from .sse import SSE_HEADERS, SSE_MEDIA_TYPE, open_sse_stream, sse_frame, sse_frames, sse_stream
     from .stores import Stores, open
     from .streams import (
         END,

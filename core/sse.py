@@ -1,11 +1,12 @@
-"""Server-sent events: serve a run's stream as ``text/event-stream`` in three lines.
+"""Server-sent events: serve a run's stream as ``text/event-stream``.
 
-Starlette / FastAPI::
+FastAPI / Starlette (docs/web-apps.md has the whole app, with its lifespan)::
 
-    async def run_events(request):
-        frames = sse_stream(bridge, request.path_params["run_id"],
-                            last_event_id=request.headers.get("last-event-id"))
-        return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)
+    frames = await open_sse_stream(stores.streams, run_id, runs=stores.runs,
+                                   last_event_id=request.headers.get("last-event-id"))
+    if frames is None:
+        raise HTTPException(404)
+    return EventSourceResponse(frames, ping=0, headers=SSE_HEADERS)  # sse-starlette
 
 Frames: an event is ``id:`` + ``event:`` + ``data:`` (JSON); a heartbeat is the
 comment line ``: heartbeat`` (keeps proxies from closing an idle connection, ignored
@@ -17,6 +18,7 @@ ends. A browser EventSource reconnects by itself, so a client should ``close()``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +27,10 @@ import orjson
 from .streams import END, HEARTBEAT, StreamEvent, StreamGap, StreamItem
 
 if TYPE_CHECKING:
+    from .runs import RunStore
     from .streams import StreamBridge
+
+log = logging.getLogger(__name__)
 
 #: The media type of an SSE response.
 SSE_MEDIA_TYPE: Final = "text/event-stream"
@@ -135,4 +140,59 @@ def sse_stream(
     subscription = bridge.subscribe(
         run_id, last_event_id=last_event_id or None, heartbeat_interval=heartbeat_interval
     )
-    return sse_frames(subscription, dumps=dumps, retry_ms=retry_ms)
+    return _logged(sse_frames(subscription, dumps=dumps, retry_ms=retry_ms), run_id)
+
+
+async def open_sse_stream(
+    bridge: StreamBridge,
+    run_id: str,
+    *,
+    runs: RunStore | None = None,
+    last_event_id: str | None = None,
+    heartbeat_interval: float | None = None,
+    dumps: Dumps = json_dumps,
+    retry_ms: int | None = None,
+) -> AsyncIterator[bytes] | None:
+    """`sse_stream` for an endpoint: ``None`` when there is no run ``run_id`` (answer 404).
+
+    With ``runs`` (the run store) a run exists when it has a record: one created but not
+    publishing yet streams heartbeats until its first event, and one that finished
+    after its live stream was removed (the late-subscriber window is over) gets a single
+    ``event: end`` frame, then the response ends: its events are in the run event store.
+    Without ``runs`` a run exists while its stream does (`StreamBridge.stream_exists`),
+    so a run that has not published yet is not found.
+    """
+    if runs is not None:
+        from .runs import TERMINAL_STATUSES
+
+        record = await runs.get(run_id)
+        if record is None:
+            return None
+        if record["status"] in TERMINAL_STATUSES and not await bridge.stream_exists(run_id):
+            log.debug("SSE stream of run %s: finished and its stream is gone; sending end", run_id)
+            return _finished()
+    elif not await bridge.stream_exists(run_id):
+        return None
+    return sse_stream(
+        bridge, run_id, last_event_id=last_event_id, heartbeat_interval=heartbeat_interval,
+        dumps=dumps, retry_ms=retry_ms,
+    )
+
+
+async def _finished() -> AsyncIterator[bytes]:
+    yield sse_frame(END)
+
+
+async def _logged(frames: AsyncIterator[bytes], run_id: str) -> AsyncIterator[bytes]:
+    """``frames``, logging (DEBUG) how the stream ended: by END or a gap, or cut short by the
+    client going away or the server stopping (the subscription is closed either way)."""
+    how = "was closed early (client gone or server stopping)"
+    try:
+        async for frame in frames:
+            yield frame
+        how = "ended"
+    finally:
+        try:
+            await frames.aclose()  # type: ignore[attr-defined]
+        finally:
+            log.debug("SSE stream of run %s %s", run_id, how)

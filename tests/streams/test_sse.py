@@ -284,3 +284,53 @@ async def test_reconnect_to_another_server_process_with_redis(redis_url: str) ->
                 assert [(f.id, f.json) for f in resumed] == [(ids[2], 2), (ids[3], 3)]
                 await first.publish_end("xr")
                 assert (await read(it)).event == "end"
+
+
+# -- open_sse_stream: which runs exist -------------------------------------------------
+
+
+async def _first_frames(frames: AsyncIterator[bytes], count: int) -> list[bytes]:
+    out = []
+    try:
+        async with asyncio.timeout(WAIT):
+            async for frame in frames:
+                out.append(frame)
+                if len(out) == count:
+                    break
+    finally:
+        await frames.aclose()  # type: ignore[attr-defined]
+    return out
+
+
+async def test_open_sse_stream_knows_runs_from_the_run_store() -> None:
+    from runstore.plugins.memory.runs import MemoryRunStore
+
+    bridge = MemoryStreamBridge(heartbeat_interval=0.05)
+    runs = MemoryRunStore()
+    try:
+        assert await runstore.open_sse_stream(bridge, "no-such-run", runs=runs) is None
+        pending = (await runs.create("t-pending")).run["run_id"]
+        frames = await runstore.open_sse_stream(bridge, pending, runs=runs)
+        assert frames is not None  # exists, not publishing yet: heartbeats until it does
+        assert await _first_frames(frames, 1) == [sse_frame(HEARTBEAT)]
+        done = (await runs.create("t-done")).run["run_id"]
+        await runs.start(done, "w", 60)
+        await runs.finalize(done, "w", "success")
+        frames = await runstore.open_sse_stream(bridge, done, runs=runs)
+        assert frames is not None
+        assert [frame async for frame in frames] == [sse_frame(END)]  # not heartbeats forever
+    finally:
+        await bridge.close()
+        await runs.close()
+
+
+async def test_open_sse_stream_without_a_run_store_knows_runs_by_their_stream() -> None:
+    bridge = MemoryStreamBridge(heartbeat_interval=0.05)
+    try:
+        assert await runstore.open_sse_stream(bridge, "r1") is None
+        await bridge.publish("r1", "values", {"n": 1})
+        frames = await runstore.open_sse_stream(bridge, "r1")
+        assert frames is not None
+        assert await _first_frames(frames, 1) == [sse_frame(StreamEvent("0-1", "values", {"n": 1}))]
+    finally:
+        await bridge.close()
