@@ -491,3 +491,36 @@ def seconds_with_url(url: BackendURL, section: Any, names: Sequence[str]) -> dic
                 f"URL option {name}={raw!r} in {url}: must be {accepted_values(float, meta[key])} (seconds)"
             ) from None
     return values
+
+
+@dataclass(frozen=True)
+class OptionValues:
+    """A settings section's values for some keys with a URL's options of the same names
+    applied, and where each value came from, for messages (`with_url_options`)."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def problem(self, name: str, message: str) -> InvalidURLError | ConfigError:
+        """The error for a bad ``name``: `InvalidURLError` if the URL gave it, else `ConfigError`,
+        saying where it came from and ``message``."""
+        where = self.origins[name]
+        error = InvalidURLError if where.startswith("URL") else ConfigError
+        return error(f"{where}: {message}")
+
+
+def with_url_options(url: BackendURL, section: Any, section_name: str, names: Sequence[str]) -> OptionValues:
+    """``section``'s ``names`` with ``url``'s options of the same names applied (the URL wins)."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in names:
+        raw = url.option(name)
+        if raw is not None:
+            values[name], origins[name] = raw, f"URL option {name}={raw!r} in {url}"
+        else:
+            value = getattr(section, name)
+            values[name], origins[name] = value, f"config key '{section_name}.{name}' ({value!r})"
+    return OptionValues(values, origins)

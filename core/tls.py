@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from .settings import OptionValues
 
 #: The URL options (and settings keys) of TLS.
 TLS_OPTIONS: Final = ("sslmode", "sslrootcert", "sslcert", "sslkey")
@@ -28,3 +31,16 @@ def pem_file_problem(path: str) -> str | None:
     if not os.access(file, os.R_OK):
         return f"cannot read {str(file)!r} (permission denied)"
     return None
+
+
+def check_tls_files(options: OptionValues) -> None:
+    """Refuse unreadable certificate and key files, and a client key without its certificate
+    (``options`` holds `TLS_OPTIONS`; `OptionValues.problem` says where each came from)."""
+    for name in ("sslrootcert", "sslcert", "sslkey"):
+        path = options[name]
+        if path is not None and not (name == "sslrootcert" and path == SYSTEM_ROOTS):
+            trouble = pem_file_problem(path)
+            if trouble is not None:
+                raise options.problem(name, trouble)
+    if options["sslkey"] is not None and options["sslcert"] is None:
+        raise options.problem("sslkey", "a client key needs its certificate: give sslcert too")

@@ -28,8 +28,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from runstore.errors import ConfigError, InvalidURLError
-from runstore.tls import SYSTEM_ROOTS, pem_file_problem
+from runstore.errors import ConfigError
+from runstore.settings import with_url_options
+from runstore.tls import SYSTEM_ROOTS, check_tls_files
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -74,20 +75,8 @@ class PostgresConnectOptions:
     @classmethod
     def resolve(cls, url: BackendURL, settings: PostgresSettings) -> PostgresConnectOptions:
         """The settings with ``url``'s options applied, checked (see the module docstring)."""
-        values: dict[str, str | None] = {}
-        origin: dict[str, str] = {}
-        for name in CONNECT_OPTIONS:
-            raw = url.option(name)
-            if raw is not None:
-                values[name], origin[name] = raw, f"URL option {name}={raw!r} in {url}"
-            else:
-                value = getattr(settings, name)
-                values[name], origin[name] = value, f"config key 'postgres.{name}' ({value!r})"
-
-        def problem(name: str, message: str) -> Exception:
-            where = origin[name]
-            error = InvalidURLError if where.startswith("URL") else ConfigError
-            return error(f"{where}: {message}")
+        values = with_url_options(url, settings, "postgres", CONNECT_OPTIONS)
+        problem = values.problem
 
         sslmode = _choice(values["sslmode"], SSL_MODES, lambda m: problem("sslmode", m))
         pooler = _choice(values["pooler"], POOLERS, lambda m: problem("pooler", m)) or "none"
@@ -99,14 +88,8 @@ class PostgresConnectOptions:
             if sslmode not in (None, "verify-full"):
                 raise problem("sslrootcert", "the system's CAs are only used with sslmode=verify-full")
             sslmode = "verify-full"
+        check_tls_files(values)
         files = {name: values[name] for name in ("sslrootcert", "sslcert", "sslkey")}
-        for name, path in files.items():
-            if path is not None and not (name == "sslrootcert" and path == SYSTEM_ROOTS):
-                trouble = pem_file_problem(path)
-                if trouble is not None:
-                    raise problem(name, trouble)
-        if files["sslkey"] is not None and files["sslcert"] is None:
-            raise problem("sslkey", "a client key needs its certificate: give sslcert too")
         if sslmode in ("verify-ca", "verify-full") and rootcert is None and not _default_roots():
             raise problem(
                 "sslmode",

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
-from runstore.settings import seconds_with_url
-from runstore.tls import SYSTEM_ROOTS, TLS_OPTIONS, pem_file_problem
+from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.settings import seconds_with_url, with_url_options
+from runstore.tls import SYSTEM_ROOTS, TLS_OPTIONS, check_tls_files
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -94,31 +94,11 @@ def tls_arguments(url: BackendURL, settings: RedisSettings) -> dict[str, Any]:
                 f"{url}: {', '.join(given)} need TLS; use a rediss:// URL (redis:// is plain TCP)"
             )
         return {}
-    values: dict[str, str | None] = {}
-    origin: dict[str, str] = {}
-    for name in TLS_OPTIONS:
-        raw = url.option(name)
-        if raw is not None:
-            values[name], origin[name] = raw, f"URL option {name}={raw!r} in {url}"
-        else:
-            values[name] = getattr(settings, name)
-            origin[name] = f"config key 'redis.{name}' ({values[name]!r})"
-
-    def problem(name: str, message: str) -> Exception:
-        error = InvalidURLError if origin[name].startswith("URL") else ConfigError
-        return error(f"{origin[name]}: {message}")
-
+    values = with_url_options(url, settings, "redis", TLS_OPTIONS)
     mode = (values["sslmode"] or "verify-full").lower()
     if mode not in SSL_MODES:
-        raise problem("sslmode", f"must be one of {', '.join(SSL_MODES)} (rediss:// is always encrypted)")
-    for name in ("sslrootcert", "sslcert", "sslkey"):
-        path = values[name]
-        if path is not None and not (name == "sslrootcert" and path == SYSTEM_ROOTS):
-            trouble = pem_file_problem(path)
-            if trouble is not None:
-                raise problem(name, trouble)
-    if values["sslkey"] is not None and values["sslcert"] is None:
-        raise problem("sslkey", "a client key needs its certificate: give sslcert too")
+        raise values.problem("sslmode", f"must be one of {', '.join(SSL_MODES)} (rediss:// is always encrypted)")
+    check_tls_files(values)
     args: dict[str, Any] = {
         "ssl_cert_reqs": "none" if mode == "require" else "required",
         "ssl_check_hostname": mode == "verify-full",
