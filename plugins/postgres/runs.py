@@ -6,10 +6,17 @@ in one transaction, a statement per round trip; the scripts take the row locks
 their checks and writes one atomic step across processes and hosts. asyncpg is
 imported only when a store is opened.
 
+Connections are leased through `runstore.plugins.postgres.connections.Leases`, the
+rules the event store and the saver follow (docs/reliability.md): a whole call is
+bounded by ``operation_timeout`` (connect and statements by their own bounds), a
+connection lost before a write's ``COMMIT`` was sent (or during a read) is retried on
+a fresh one until then, anything else is `BackendUnavailableError`; a call that fails
+or times out mid-statement has its connection rolled back or closed, never reused
+inside a transaction.
+
 Cancellation: an operation runs in its own task; a caller cancelled meanwhile waits
-for that task to commit or roll back (at most ``postgres.command_timeout_seconds``
-per statement) and then gets its `asyncio.CancelledError`. So a cancelled call has
-written all or nothing, and no connection goes back to the pool inside a transaction.
+for that task to commit or roll back and then gets its `asyncio.CancelledError`. So a
+cancelled call has written all or nothing.
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
-from runstore.sql.dialect import driver_connection
 from runstore.sql.migrations import ensure_schema
 from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
+from .connections import Leases
 from .engine import POSTGRES, SCHEMES, URL_OPTIONS, shared_engine
+from .settings import PostgresSettings, PostgresTimeouts
 
 T = TypeVar("T")
 
@@ -93,16 +101,22 @@ class PostgresRunDialect(RunDialect):
 
 
 class PostgresRunDriver(RunDriver):
-    """asyncpg connections from the shared pool, one per operation."""
+    """asyncpg connections leased from the shared pool, one per operation."""
 
     dialect: ClassVar[RunDialect] = PostgresRunDialect()
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    #: None kept between calls: the event store and the saver keep theirs, and the run
+    #: store must never wait for a pool they hold.
+    MAX_IDLE_CONNECTIONS = 0
+
+    def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts | None = None) -> None:
         self._engine = engine
-        self._closed = False
+        self._leases = Leases(
+            engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
+        )
 
     async def close(self) -> None:
-        self._closed = True
+        await self._leases.aclose()
 
     async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
         return await settle(self._run(script, operation, write=True))
@@ -111,40 +125,25 @@ class PostgresRunDriver(RunDriver):
         return await settle(self._run(script, operation, write=False))
 
     async def _run(self, script: Callable[[], Script[T]], operation: str, *, write: bool) -> T:
-        if self._closed:
-            raise RuntimeError("this run store is closed")
         for attempt in range(1, ATTEMPTS + 1):
-            committing = False
             try:
-                async with self._engine.connect() as conn:
-                    raw = await driver_connection(conn)
-                    if not write:
-                        return await _drive(raw, script())
-                    transaction = raw.transaction()
-                    await transaction.start()
-                    try:
-                        result = await _drive(raw, script())
-                    except BaseException:
-                        try:
-                            await transaction.rollback()
-                        except Exception:
-                            pass  # the connection is broken: the server rolls back, the pool drops it
-                        raise
-                    committing = True
-                    await transaction.commit()
-                    return result
+                # A write's script runs inside BEGIN ... COMMIT (Leases commits it).
+                return await self._leases.run(
+                    lambda raw: _drive(raw, script()), operation=operation, write=write,
+                    begin="BEGIN" if write else None,
+                )
             except RunstoreError:
                 raise
             except Exception as exc:
                 if _retryable(exc) and attempt < ATTEMPTS:
                     continue
+                # Rolled back before it reached the caller: whatever failed wrote nothing.
                 if _unavailable(exc):
                     raise BackendUnavailableError(
-                        BACKEND, operation, write_may_have_happened=committing, cause=exc
+                        BACKEND, operation, write_may_have_happened=False, cause=exc
                     ) from exc
                 raise RunError(
-                    f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); "
-                    + ("it may have been written" if committing else "nothing was written")
+                    f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written"
                 ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -164,6 +163,7 @@ class PostgresRunStore(SqlRunStore):
         url.check_options(cls.url_options)
         engine = await shared_engine(url, options)
         await ensure_schema(engine, COMPONENT, MIGRATIONS)
-        store = cls(PostgresRunDriver(engine))
+        timeouts = PostgresTimeouts.resolve(url, options.settings.section(PostgresSettings))
+        store = cls(PostgresRunDriver(engine, timeouts))
         options.on_close(store.close)
         return store

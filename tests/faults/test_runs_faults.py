@@ -28,12 +28,13 @@ async def test_a_stopped_server_is_unavailable_then_the_store_recovers(postgres_
 
     options = BackendOptions()
     try:
-        store = await PostgresRunStore.open(BackendURL.parse(postgres_server.url()), options)
+        url = postgres_server.url(operation_timeout="1")
+        store = await PostgresRunStore.open(BackendURL.parse(url), options)
         await store.create("t", run_id="a")
         postgres_server.stop()
         for call in (store.get("a"), store.create("t", run_id="b"), store.start("a", "w", 5)):
             with pytest.raises(BackendUnavailableError) as info:
-                await call
+                await asyncio.wait_for(call, WAIT)  # retried on fresh connections until 1 s
             assert info.value.write_may_have_happened is False
             assert info.value.__cause__ is not None
         postgres_server.start()
@@ -48,13 +49,16 @@ async def test_calls_into_a_half_open_network_end_at_the_url_bounds(
     postgres_server: PostgresServer, tcp_proxy: Callable[[int], TcpProxy], fault_report: Any
 ) -> None:
     """The URL's timeout options apply to the run store as to the other postgres stores
-    (settings far longer): a black-holed call ends at its connect or statement bound with
-    `BackendUnavailableError`, nothing written; once traffic passes, the same store works."""
+    (settings far longer): a black-holed call, retried on fresh connections, ends at the
+    operation bound with `BackendUnavailableError`, nothing written (its COMMIT never
+    left); once traffic passes, the same store works."""
     from runstore.plugins.postgres.runs import PostgresRunStore
 
     proxy: TcpProxy = tcp_proxy(postgres_server.port)
     url = proxy.url(postgres_server.url(connect_timeout="0.5", command_timeout="0.5", operation_timeout="2"))
-    settings = Settings().merged({"postgres": {"connect_timeout_seconds": 600, "command_timeout_seconds": 600}})
+    settings = Settings().merged({"postgres": {
+        "connect_timeout_seconds": 600, "command_timeout_seconds": 600, "operation_timeout_seconds": 600,
+    }})
     async with BackendOptions.scope(settings) as options:
         store = await PostgresRunStore.open(BackendURL.parse(url), options)
         await store.create("t", run_id="a")
