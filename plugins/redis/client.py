@@ -171,6 +171,12 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
 
+def _certificate_alert(exc: BaseException) -> bool:
+    """A TLS alert about certificates (the server wants a client certificate, or refuses
+    ours): as permanent as a wrong password."""
+    return isinstance(exc, ssl.SSLError) and "CERTIFICATE" in str(getattr(exc, "reason", "") or "")
+
+
 def _refused_for_good(exc: BaseException) -> bool:
     """A wrong password, or a server certificate we do not trust: no retry changes either."""
     from redis.exceptions import AuthenticationError, AuthorizationError
@@ -179,7 +185,7 @@ def _refused_for_good(exc: BaseException) -> bool:
         return True
     seen: BaseException | None = exc
     while seen is not None:  # redis-py raises its ConnectionError while handling the SSL error
-        if isinstance(seen, ssl.SSLCertVerificationError):
+        if isinstance(seen, ssl.SSLCertVerificationError) or _certificate_alert(seen):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
