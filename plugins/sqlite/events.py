@@ -21,6 +21,7 @@ from runstore.urls import BackendURL
 
 from .adapter import WriterAndReader
 from .engine import shared_engine
+from .errors import unavailable_errors
 
 #: The event store's migrations on sqlite (the backfill reads the JSON with json_extract).
 SQLITE_MIGRATIONS = events_migrations(
@@ -40,6 +41,7 @@ _INSERT = (
     f"VALUES ({', '.join('?' * len(INSERT_COLUMNS))})"
 )
 _MAX_SEQ = f"SELECT coalesce(max(seq), 0) FROM {TABLE} WHERE thread_id = ?"
+BACKEND = "sqlite event store"
 
 
 class SqliteEventDriver(SqlEventDriver):
@@ -55,18 +57,22 @@ class SqliteEventDriver(SqlEventDriver):
         await self._connections.close()
 
     async def fetch(self, sql: str, params: Params) -> list[Row]:
-        return await self._connections.read(_fetchall, sql, params)
+        with unavailable_errors(BACKEND, "read"):
+            return await self._connections.read(_fetchall, sql, params)
 
     async def insert(self, rows: list[list[Any]]) -> list[int]:
-        return await self._connections.write(_insert, rows)
+        with unavailable_errors(BACKEND, "put"):
+            return await self._connections.write(_insert, rows)
 
     async def insert_if_absent(
         self, key: tuple[str, str, str], row: list[Any]
     ) -> tuple[Row | None, int]:
-        return await self._connections.write(_insert_if_absent, key, row)
+        with unavailable_errors(BACKEND, "put_if_absent"):
+            return await self._connections.write(_insert_if_absent, key, row)
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
-        return await self._connections.write(_delete, f"DELETE FROM {TABLE} WHERE {where}", params)
+        with unavailable_errors(BACKEND, "delete"):
+            return await self._connections.write(_delete, f"DELETE FROM {TABLE} WHERE {where}", params)
 
 
 def _fetchall(conn: sqlite3.Connection, sql: str, params: Params) -> list[Row]:

@@ -35,6 +35,7 @@ from runstore.urls import BackendURL
 
 from .adapter import WriterAndReader
 from .engine import shared_engine
+from .errors import is_unavailable
 
 T = TypeVar("T")
 
@@ -66,19 +67,10 @@ class SqliteRunDriver(RunDriver):
             raise _translate(exc, operation) from exc
 
 
-#: sqlite result codes meaning the file could not be used right now (busy past
-#: busy_timeout, I/O error, disk full, cannot open): `BackendUnavailableError`.
-UNAVAILABLE_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_NOMEM")
-
-
 def _translate(exc: sqlite3.Error, operation: str) -> Exception:
-    """A runstore error for a driver error (the caller chains ``exc`` as ``__cause__``).
-
-    sqlite commits atomically: a statement or COMMIT that failed left nothing behind
-    (the transaction is rolled back), so a busy or unreadable file means "retry".
-    """
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    if name.startswith(UNAVAILABLE_CODES):
+    """A runstore error for a driver error (the caller chains ``exc`` as ``__cause__``):
+    `BackendUnavailableError` for `is_unavailable` ones (nothing was written), else `RunError`."""
+    if is_unavailable(exc):
         return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=exc)
     return RunError(f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written")
 

@@ -65,6 +65,7 @@ from runstore.sql.migrations import ensure_schema
 from . import ops, sql
 from .adapter import WorkerConnection
 from .connections import SyncConnection, open_worker
+from .errors import unavailable_errors
 from .sql import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
     from runstore.urls import BackendURL
 
 R = TypeVar("R")
+
+BACKEND = "sqlite saver"
 
 __all__ = ["SCHEMA_COMPONENT", "SCHEMA_MIGRATIONS", "SqliteSaver"]
 
@@ -222,26 +225,29 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         if self._state.closed:
             raise RuntimeError("SqliteSaver is closed")
-        return await self._state.hop(fn, *args)
+        with unavailable_errors(BACKEND, fn.__name__):
+            return await self._state.hop(fn, *args)
 
     async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run write op ``fn`` in the next group commit; return once it has committed."""
         if self._state.closed:
             raise RuntimeError("SqliteSaver is closed")
-        with self._state.prefetch.writing():
+        with unavailable_errors(BACKEND, fn.__name__), self._state.prefetch.writing():
             return await self._state.commits.submit((fn, args))
 
     def _sync_read(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._state.loop, method, type(self).__name__)
-        return self._state.sync.run(fn, *args)
+        with unavailable_errors(BACKEND, method):
+            return self._state.sync.run(fn, *args)
 
     def _sync_write(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         ensure_off_loop(self._state.loop, method, type(self).__name__)
-        with self._state.prefetch.writing():
-            [(ok, value)] = self._state.sync.run(ops.write_batch, [(fn, args)])
-        if not ok:
-            raise value
-        return value
+        with unavailable_errors(BACKEND, method):
+            with self._state.prefetch.writing():
+                [(ok, value)] = self._state.sync.run(ops.write_batch, [(fn, args)])
+            if not ok:
+                raise value
+            return value
 
     def _decode(self, fetched: ops.Fetched) -> CheckpointTuple:
         record, blobs, writes = fetched
