@@ -1527,3 +1527,34 @@ def test_deletes_leave_no_index_behind(events_target: Any) -> None:
             await store.delete_by_thread(thread, user_id=None)
 
     events_target.run(body)
+
+
+def test_list_runs_counts_each_run(events_target: Any) -> None:
+    """list_runs answers the thread's runs by first seq with their event and message counts
+    (what a thread deletion removes from the event store), and follows deletes."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("runs")
+        await store.put_batch(
+            [_ai(thread, "r2", "m1"), _ai(thread, "r1", "m2"),
+             _ai(thread, "r2", "x", category="trace", event_type="run.end")],
+            user_id=None,
+        )
+        try:
+            runs = await store.list_runs(thread, user_id=None)
+            got = [(r.run_id, r.events, r.messages, r.first_seq, r.last_seq) for r in runs]
+            assert got == [("r2", 2, 1, 1, 3), ("r1", 1, 1, 2, 2)], (
+                f"{got} (contract: list_runs gives each run's events, messages, first and last "
+                "seq, ordered by first seq)"
+            )
+            await store.delete_by_run(thread, "r2", user_id=None)
+            assert [r.run_id for r in await store.list_runs(thread, user_id=None)] == ["r1"], (
+                "contract: list_runs follows delete_by_run"
+            )
+            assert await store.list_runs(fresh_id("none"), user_id=None) == [], (
+                "contract: a thread without events has no runs"
+            )
+        finally:
+            await store.delete_by_thread(thread, user_id=None)
+
+    events_target.run(body)

@@ -9,6 +9,7 @@ reconstruction needs; a dry run reports what a real sweep removes and changes no
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -401,3 +402,80 @@ def test_resume_after_retention_behaves_like_before(saver_target: Any) -> None:
             session.run(body())
 
         check()
+
+
+@pytest.mark.requires("cross_process")
+def test_sweepers_in_processes_split_the_work_exactly(
+    saver_target: Any, request: pytest.FixtureRequest
+) -> None:
+    """Three sweeper processes run one pass each against one database while this process
+    keeps writing to the same threads; after a last pass every thread holds exactly
+    ``keep_last`` checkpoints, the record says so, and the sweeps' reported removals add
+    up to exactly what was written minus what is kept (nothing deleted twice or wrongly)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from runstore.retention import Sweeper
+
+    from .plugin import development_plugins
+    from .retention_workers import sweeper_worker
+
+    url = saver_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+    threads, before, during, keep, workers = 18, 6, 3, 2, 3
+
+    async def body(saver: Saver) -> None:
+        ids = sorted(new_thread_id("sweep") for _ in range(threads))
+        heads: dict[str, str | None] = dict.fromkeys(ids)
+
+        async def put(thread: str, n: int) -> None:
+            cid = new_checkpoint_id()
+            version = f"{n:032}.0"
+            await saver.aput(
+                config_for(thread, heads[thread]),
+                make_checkpoint(cid, {"a": n}, {"a": version}),
+                {"step": n},
+                {"a": version},
+            )
+            heads[thread] = cid
+
+        for n in range(before):
+            for thread in ids:
+                await put(thread, n)
+        loop = asyncio.get_running_loop()
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(workers + 1)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                futures = [
+                    asyncio.wrap_future(pool.submit(sweeper_worker, url, plugins, keep, barrier))
+                    for _ in range(workers)
+                ]
+                await loop.run_in_executor(None, barrier.wait, 120)
+                for n in range(before, before + during):
+                    for thread in ids:
+                        await put(thread, n)
+                results = await asyncio.wait_for(asyncio.gather(*futures), 300)
+        last = await Sweeper(saver).sweep(RetentionPolicy(keep_last=keep), thread_ids=ids)
+        removed = sum(r["checkpoints"] for r in results) + last.removed.checkpoints
+        shown = f"(per process {results}, last pass {last.as_dict()})"
+        assert sum(r["examined"] for r in results) >= 1, f"no process swept anything {shown}"
+        for thread in ids:
+            left = await _ids(saver, thread)
+            assert len(left) == keep, (
+                f"{thread}: {len(left)} checkpoints left (contract: concurrent sweepers and "
+                f"writers end with exactly keep_last={keep})"
+            )
+            info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+            assert info.checkpoints == keep and info.latest_checkpoint_id == heads[thread], (
+                "contract: the thread record stays exact under concurrent sweeps and writes"
+            )
+        written = threads * (before + during)
+        assert removed == written - threads * keep, named(
+            f"sweeps reported {removed} checkpoints removed, {written - threads * keep} were "
+            f"(contract: concurrent sweepers split the work without deleting anything twice) {shown}"
+        )
+        for thread in ids:
+            await saver.adelete_thread(thread)
+
+    saver_target.run(body)

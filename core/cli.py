@@ -301,6 +301,16 @@ def _attach_bench() -> None:
 _attach_bench()
 
 
+def _attach_retention() -> None:
+    from .retention_cli import compact_cmd, retention_group
+
+    main.add_command(retention_group)
+    main.add_command(compact_cmd)
+
+
+_attach_retention()
+
+
 def run() -> None:
     """Console entry point with friendly errors for runstore's own exceptions."""
     try:

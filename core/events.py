@@ -63,6 +63,8 @@ __all__ = [
     "MAX_CATEGORY_LENGTH",
     "MAX_EVENT_TYPE_LENGTH",
     "MESSAGE_CATEGORY",
+    "RunSummary",
+    "summarize_runs",
     "TRACE_CATEGORY",
     "EventContent",
     "EventRecord",
@@ -115,6 +117,28 @@ class Lookup(NamedTuple):
     thread_id: str
     owner: str | None
     keys: set[str] | None
+
+
+class RunSummary(NamedTuple):
+    """One run of a thread as `RunEventStore.list_runs` counts it."""
+
+    run_id: str
+    events: int
+    messages: int
+    first_seq: int
+    last_seq: int
+
+
+def summarize_runs(records: Iterable[EventRecord]) -> list[RunSummary]:
+    """Per-run counts of ``records`` (any order), ordered by each run's first seq."""
+    runs: dict[str, list[int]] = {}
+    for record in records:
+        entry = runs.setdefault(record["run_id"], [0, 0, record["seq"], record["seq"]])
+        entry[0] += 1
+        entry[1] += record["category"] == MESSAGE_CATEGORY
+        entry[2] = min(entry[2], record["seq"])
+        entry[3] = max(entry[3], record["seq"])
+    return sorted((RunSummary(run, *counts) for run, counts in runs.items()), key=lambda r: r.first_seq)
 
 
 class RunEventStore(ABC):
@@ -384,6 +408,11 @@ class RunEventStore(ABC):
         if call is None or call.keys is None:
             return {}
         return await walk_ai_message_runs(self.list_messages, call.thread_id, call.keys, call.owner)
+
+    @abstractmethod
+    async def list_runs(self, thread_id: str, *, user_id: UserId = AUTO) -> list[RunSummary]:
+        """The thread's runs with their event and message counts, by first seq (the
+        owner's events only, under ``owner_filter``)."""
 
     # -- deletes --------------------------------------------------------------------
 

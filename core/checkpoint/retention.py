@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OVERRIDE_KEYS",
     "CheckpointGraph",
+    "Compaction",
     "DryRun",
     "RetentionPolicy",
     "SweepBatch",
@@ -267,6 +268,24 @@ def plan_thread(
 
 
 # --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """Storage size before and after a compaction (bytes: a sqlite file with its WAL, or
+    PostgreSQL's total relation sizes of the saver's tables)."""
+
+    before: int
+    after: int
+
+    @property
+    def reclaimed(self) -> int:
+        """Bytes given back (never negative)."""
+        return max(self.before - self.after, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-able form."""
+        return {"before": self.before, "after": self.after, "reclaimed": self.reclaimed}
 
 
 class DryRun(Exception):

@@ -26,6 +26,7 @@ from ..events import (
     EventRecord,
     Page,
     RunEventStore,
+    RunSummary,
     Target,
 )
 from ..identity import message_identity
@@ -425,6 +426,18 @@ class SqlEventStore(RunEventStore):
         return result
 
     # -- deletes --------------------------------------------------------------------------
+
+    async def list_runs(self, thread_id: str, *, user_id: UserId = AUTO) -> list[RunSummary]:
+        """The thread's runs with their event and message counts (one grouped query)."""
+        target = self._target_call(thread_id, None, user_id)
+        params: list[Any] = [target.thread_id]
+        where = _where(["thread_id = ?"], params, owner=target.owner)
+        rows = await self._driver.fetch(
+            "SELECT run_id, count(*), sum(CASE WHEN category = 'message' THEN 1 ELSE 0 END), "
+            f"min(seq), max(seq) FROM {TABLE} WHERE {where} GROUP BY run_id ORDER BY min(seq)",
+            params,
+        )
+        return [RunSummary(r[0], int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
         """Delete the thread's events (the owner's, when filtering); return how many."""

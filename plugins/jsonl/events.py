@@ -36,7 +36,15 @@ except ImportError:  # pragma: no cover
 
 from runstore.cancellation import settle
 from runstore.errors import InvalidURLError
-from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, Page, RunEventStore
+from runstore.events import (
+    MESSAGE_CATEGORY,
+    EventContent,
+    EventRecord,
+    Page,
+    RunEventStore,
+    RunSummary,
+    summarize_runs,
+)
 from runstore.identity import message_identity
 from runstore.owner import AUTO, UserId
 from runstore.records import (
@@ -522,6 +530,10 @@ class JsonlEventStore(RunEventStore):
         return result
 
     # -- deletes --------------------------------------------------------------------
+
+    async def list_runs(self, thread_id: str, *, user_id: UserId = AUTO) -> list[RunSummary]:
+        records = await self._thread_records(self._target_call(thread_id, None, user_id).thread_id)
+        return summarize_runs(records)
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
         thread = self._target_call(thread_id, None, user_id).thread_id

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runstore.events import MESSAGE_CATEGORY, EventContent, EventRecord, RunEventStore
+from runstore.events import (
+    MESSAGE_CATEGORY,
+    EventContent,
+    EventRecord,
+    RunEventStore,
+    RunSummary,
+    summarize_runs,
+)
 from runstore.identity import message_identity
 from runstore.owner import AUTO, UserId
 from runstore.records import (
@@ -265,6 +272,13 @@ class MemoryEventStore(RunEventStore):
         return {i: thread.identities[i] for i in call.keys if i in thread.identities}
 
     # -- deletes --------------------------------------------------------------------
+
+    async def list_runs(self, thread_id: str, *, user_id: UserId = AUTO) -> list[RunSummary]:
+        target = self._target_call(thread_id, None, user_id)
+        thread = self._threads.get(target.thread_id)
+        if thread is None:
+            return []
+        return summarize_runs(r for rows in thread.runs.values() for r in rows.rows)
 
     async def delete_by_thread(self, thread_id: str, *, user_id: UserId = AUTO) -> int:
         thread = self._threads.pop(self._target_call(thread_id, None, user_id).thread_id, None)

@@ -761,6 +761,15 @@ class MemorySaver(BaseCheckpointSaver[str]):
         return ThreadSwept(thread_id, False, removed)
 
     @_locked
+    def purge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
+        """`delete_thread` for several threads, answering what went (a dry run only counts)."""
+        return self._purge(checked_ids(thread_ids, "thread_ids"), dry_run=dry_run)
+
+    async def apurge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
+        """Async `purge_threads`."""
+        return self.purge_threads(thread_ids, dry_run=dry_run)
+
+    @_locked
     def finish_cleanup(self, thread_ids: Sequence[str]) -> None:
         """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
         now = clock_micros(self.clock)

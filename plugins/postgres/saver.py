@@ -46,6 +46,7 @@ from runstore.checkpoint.groupcommit import GroupCommit
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.retention import (
     CheckpointGraph,
+    Compaction,
     DryRun,
     RetentionPolicy,
     SweepBatch,
@@ -537,6 +538,25 @@ class PostgresSaver(BaseCheckpointSaver[str]):
             return await self._delete(go, "sweep", begin="BEGIN")
         except DryRun as answer:
             return answer.swept
+
+    async def apurge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
+        """`adelete_thread` for several threads, answering what went (a dry run only counts)."""
+        ids = checked_ids(thread_ids, "thread_ids")
+        return await self._purge(ids, dry_run=dry_run) if ids else Removed()
+
+    async def acompact(self, *, full: bool = False) -> Compaction:
+        """``VACUUM (ANALYZE)`` the saver's tables (``full``: ``VACUUM FULL``, which rewrites
+        them under an exclusive lock: writers wait); their total size before and after.
+        Autovacuum does the plain one on its own (docs/threads.md, "Giving disk back")."""
+
+        async def go(conn: Any) -> tuple[int, int]:
+            before = await conn.fetchval(sql.SAVER_TABLES_SIZE_SQL)
+            verb = "VACUUM (FULL, ANALYZE)" if full else "VACUUM (ANALYZE)"
+            await conn.execute(f"{verb} {', '.join(sql.SAVER_TABLES)}")
+            return int(before), int(await conn.fetchval(sql.SAVER_TABLES_SIZE_SQL))
+
+        before, after = await self._leases.run(go, operation="compact", write=True, idempotent=True)
+        return Compaction(before, after)
 
     async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
         """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""

@@ -962,3 +962,8 @@ ON CONFLICT (thread_id) DO UPDATE SET retention = EXCLUDED.retention, swept_at =
 WHERE t.deleted_at IS NULL
 RETURNING 1
 """
+#: The saver's tables, and their total size (heap, TOAST, indexes) in bytes.
+SAVER_TABLES = (CHECKPOINTS, BLOBS, WRITES, THREADS)
+SAVER_TABLES_SIZE_SQL = "SELECT " + " + ".join(
+    f"pg_total_relation_size('{t}'::regclass)" for t in SAVER_TABLES
+)

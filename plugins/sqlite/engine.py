@@ -160,6 +160,9 @@ def _ensure_wal(cursor: Any, busy_timeout_ms: int) -> None:
         try:
             cursor.execute("PRAGMA journal_mode")
             if str(cursor.fetchone()[0]).lower() != "wal":
+                # The first opener of a new file: before any table exists, this makes
+                # deleted pages reclaimable without rewriting the file (docs/threads.md).
+                cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 cursor.execute("PRAGMA journal_mode = WAL")
             return
         except Exception as exc:

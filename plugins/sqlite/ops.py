@@ -571,3 +571,18 @@ def set_retention(
     if state is not None and state[0] is not None:
         raise ThreadDeletedError(thread_id)
     conn.execute(sql.SET_RETENTION, {"thread_id": thread_id, "now": now, "retention": retention})
+
+
+def compact(conn: sqlite3.Connection, full: bool) -> None:
+    """Give free pages back to the file system: ``PRAGMA incremental_vacuum`` on a file
+    in incremental auto-vacuum mode, else (or with ``full``) a ``VACUUM`` that rewrites
+    the file and switches it to that mode; then truncate the WAL."""
+    mode = conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+    if full or mode != 2:  # 2: incremental
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("VACUUM")
+    else:
+        # Through sqlite3_exec: it steps the pragma to the end (one page per step), where
+        # a cursor's fetch stops after the first page.
+        conn.executescript("PRAGMA incremental_vacuum;")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -34,6 +34,7 @@ from runstore.checkpoint import codec
 from runstore.checkpoint.groupcommit import GroupCommit, Outcome
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.retention import (
+    Compaction,
     DryRun,
     RetentionPolicy,
     SweepBatch,
@@ -52,6 +53,7 @@ from runstore.checkpoint.saverbase import (
     history_channels,
 )
 from runstore.checkpoint.threads import (
+    Removed,
     ThreadInfo,
     ThreadPage,
     clock_micros,
@@ -463,6 +465,27 @@ class SqliteSaver(BaseCheckpointSaver[str]):
                 swept.append(answer.swept)
         return batch_of(claimed, swept, limit)
 
+    async def apurge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
+        """`adelete_thread` for several threads, answering what went (a dry run only counts)."""
+        ids = checked_ids(thread_ids, "thread_ids")
+        now = clock_micros(self.clock)
+        if dry_run:
+            return await self._read(ops.purge_threads, ids, now, True)
+        return await self._write(ops.purge_threads, ids, now)
+
+    async def acompact(self, *, full: bool = False) -> Compaction:
+        """Give the space deletions freed back to the file system (docs/threads.md,
+        "Giving disk back"); the file's size (with its WAL) before and after."""
+        if self._state.closed:
+            raise RuntimeError("SqliteSaver is closed")
+        before = _file_bytes(self.path)
+        if self._state.write_lock is None:
+            await self._state.hop(ops.compact, full)
+        else:
+            async with self._state.write_lock:
+                await self._state.hop(ops.compact, full)
+        return Compaction(before, _file_bytes(self.path))
+
     async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
         """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
         if ids := checked_ids(thread_ids, "thread_ids"):
@@ -613,6 +636,17 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A new channel version string after ``current`` (stock-saver compatible shape)."""
         return codec.next_version(current)
+
+
+def _file_bytes(path: Path) -> int:
+    """A database file's size with its WAL (0 for what does not exist)."""
+    total = 0
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += candidate.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _thread_fields(row: Sequence[Any]) -> dict[str, Any]:

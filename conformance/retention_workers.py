@@ -1,0 +1,35 @@
+"""Sweeper processes for the cross-process retention test (spawned, so importable by name)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .processes import errors_travel, load_plugins
+
+
+@errors_travel
+def sweeper_worker(url: str, plugins: list[str], keep_last: int, barrier: Any) -> dict[str, Any]:
+    """Open the saver at ``url`` in this process and run one retention pass in small
+    batches; returns ``{"checkpoints": removed, "examined": threads examined}``."""
+    from runstore.capabilities import Kind
+    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.retention import Sweeper
+    from runstore.urls import BackendURL
+
+    load_plugins(plugins)
+
+    async def main() -> dict[str, Any]:
+        parsed = BackendURL.parse(url)
+        spec = get_backends().of(Kind.SAVER).for_url(parsed)
+        async with BackendOptions.scope() as options:
+            saver = await spec.open(parsed, options)
+            barrier.wait(timeout=120)
+            report = await Sweeper(saver).sweep(
+                RetentionPolicy(keep_last=keep_last), batch_size=3
+            )
+            return {"checkpoints": report.removed.checkpoints, "examined": report.examined}
+
+    return asyncio.run(main())
