@@ -9,9 +9,11 @@ from .processes import errors_travel, load_plugins
 
 
 @errors_travel
-def sweeper_worker(url: str, plugins: list[str], keep_last: int, barrier: Any) -> dict[str, Any]:
-    """Open the saver at ``url`` in this process and run one retention pass in small
-    batches; returns ``{"checkpoints": removed, "examined": threads examined}``."""
+def sweeper_worker(
+    url: str, plugins: list[str], keep_last: int, thread_ids: list[str], barrier: Any
+) -> dict[str, Any]:
+    """Open the saver at ``url`` in this process and run one retention pass over
+    ``thread_ids`` (the suite's storage holds other tests' threads) in small batches; returns ``{"checkpoints": removed, "examined": threads examined}``."""
     from runstore.capabilities import Kind
     from runstore.checkpoint.retention import RetentionPolicy
     from runstore.loader import get_backends
@@ -28,7 +30,7 @@ def sweeper_worker(url: str, plugins: list[str], keep_last: int, barrier: Any) -
             saver = await spec.open(parsed, options)
             barrier.wait(timeout=120)
             report = await Sweeper(saver).sweep(
-                RetentionPolicy(keep_last=keep_last), batch_size=3
+                RetentionPolicy(keep_last=keep_last), batch_size=3, thread_ids=thread_ids
             )
             return {"checkpoints": report.removed.checkpoints, "examined": report.examined}
 

@@ -8,8 +8,6 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .cli import _emit_json, console, err_console
-
 
 def _open_kwargs(
     config: str | None, checkpointer: str | None, events: str | None, streams: str | None, runs: str | None
@@ -71,6 +69,8 @@ def run_cmd(
     configured policy applies. Several processes may run this at once (PostgreSQL
     claims batches with SKIP LOCKED).
     """
+    # Imported here: `python -m runstore.cli` loads this module while cli runs as __main__.
+    from .cli import _emit_json, console
     report = asyncio.run(
         _run(
             _open_kwargs(config, checkpointer, events, streams, runs),
@@ -107,6 +107,7 @@ async def _run(
 
     from .checkpoint.forwarding import unwrap_saver
     from .checkpoint.retention import RetentionPolicy
+    from .cli import err_console
     from .retention import SweepReport, sweep
     from .stores import open as open_stores
 
@@ -151,6 +152,7 @@ async def _run(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_json: bool) -> None:
     """Give the space deleted checkpoints held back to the file system (docs/threads.md)."""
+    from .cli import _emit_json, console
     result = asyncio.run(_compact(_open_kwargs(config, checkpointer, None, None, None), full))
     if as_json:
         _emit_json(result.as_dict())
@@ -165,6 +167,7 @@ def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_jso
 
 async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
     from .checkpoint.forwarding import unwrap_saver
+    from .cli import err_console
     from .errors import ConfigError
     from .stores import open as open_stores
 
