@@ -54,10 +54,6 @@ POOLERS = ("none", "transaction")
 _OPTION = re.compile(r"(?:-c\s*|--)([A-Za-z_][A-Za-z0-9_.]*)=(.*)", re.DOTALL)
 
 
-class _Problem(Exception):
-    """A bad value, raised as `InvalidURLError` or `ConfigError` by where it came from."""
-
-
 @dataclass(frozen=True)
 class PostgresConnectOptions:
     """The resolved connect options of one PostgreSQL URL (see the module docstring)."""
