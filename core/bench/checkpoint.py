@@ -418,6 +418,8 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         result["messages"] = len(messages)
         result["digest"] = message_digest(messages)
         result["saver_calls"] = probe.report()
+        if case.get("fenced") and hasattr(storage, "afence_thread"):
+            result.update(await _fence_metrics(cold_graph, updates, payloads, mode, thread_id))
         await target.close()
         if result.get("history_matches_base") is False:
             result["status"] = "failed"
@@ -477,6 +479,40 @@ async def _history_metrics(storage: Any, config: Any) -> dict[str, Any]:
         "history_matches_base": _history_key(own_entry) == _history_key(base.get("messages", {})),
     }
     return out
+
+
+async def _fence_metrics(
+    graph: Any, updates: int, payloads: Sequence[tuple[str, str]], mode: str, thread_id: str
+) -> dict[str, Any]:
+    """Fenced vs unfenced turns on one saver: the same turns on two fresh threads, one
+    carrying a fencing token (``configurable.runstore_fence``), alternating turn by turn
+    so both see the same machine and the same database size."""
+    from langchain_core.messages import HumanMessage
+
+    from ..checkpoint.saverbase import FENCE_KEY
+
+    configs = {
+        "unfenced": delta_config({"configurable": {"thread_id": f"{thread_id}-u"}}, mode),
+        "fenced": delta_config({"configurable": {"thread_id": f"{thread_id}-f", FENCE_KEY: 1}}, mode),
+    }
+    spent = dict.fromkeys(configs, 0.0)
+    for turn in range(updates):
+        # Alternate which goes first, so neither always follows the other's commit.
+        order = list(configs) if turn % 2 == 0 else list(reversed(configs))
+        for name in order:
+            t0 = time.perf_counter()
+            await graph.ainvoke(
+                {"messages": [HumanMessage(content=payloads[turn][0], id=f"human-{turn:06d}")]},
+                configs[name],
+            )
+            spent[name] += time.perf_counter() - t0
+    unfenced = updates / spent["unfenced"] if spent["unfenced"] else None
+    fenced = updates / spent["fenced"] if spent["fenced"] else None
+    return {
+        "fence_unfenced_turns_per_s": unfenced,
+        "fence_fenced_turns_per_s": fenced,
+        "fence_turns_ratio": (fenced / unfenced) if fenced and unfenced else None,
+    }
 
 
 def _write_metrics(latencies: Sequence[float], total: float) -> dict[str, Any]:

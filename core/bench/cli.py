@@ -153,7 +153,7 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     console = Console(width=max(Console().width, 200), markup=False, emoji=False)
     for title, entries, columns in (
         ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
-        ("events / streams", summary.measurements, MEASUREMENT_COLUMNS),
+        ("events / streams / runs", summary.measurements, MEASUREMENT_COLUMNS),
     ):
         if not entries:
             continue
@@ -188,7 +188,7 @@ def _finish(outcome: Outcome, *, as_json: bool) -> None:
 
 @click.group("bench")
 def bench_group() -> None:
-    """Benchmark checkpoint savers, event stores and stream bridges (JSONL + summaries)."""
+    """Benchmark checkpoint savers, event stores, stream bridges and run stores (JSONL + summaries)."""
 
 
 def _common_run_options(fn: Any) -> Any:
@@ -296,6 +296,12 @@ def _common_run_options(fn: Any) -> Any:
 )
 @click.option("--allow-large-cases", is_flag=True, help="Run cells over the payload cap anyway.")
 @click.option("--postgres-url", default=None, help="Server for langgraph:postgres.")
+@click.option(
+    "--fenced",
+    is_flag=True,
+    help="Also time fenced against unfenced turns (configurable.runstore_fence) on each "
+    "runstore saver, alternating on two fresh threads: column fenced/unfenced.",
+)
 @_common_run_options
 def checkpoint_cmd(
     backends: list[str],
@@ -307,6 +313,7 @@ def checkpoint_cmd(
     payload_cap_mib: float,
     allow_large_cases: bool,
     postgres_url: str | None,
+    fenced: bool,
     output: Path | None,
     repetitions: int,
     run_options: RunOptions,
@@ -345,7 +352,7 @@ def checkpoint_cmd(
         backend_urls=urls,
         cache_urls=cache_urls,
         output=output,
-        options=dataclasses.replace(run_options, postgres_url=postgres_url),
+        options=dataclasses.replace(run_options, postgres_url=postgres_url, fenced=fenced),
         argv=_redacted_argv(),
         params={
             "backends": list(urls),
@@ -357,6 +364,7 @@ def checkpoint_cmd(
             "seed": seed,
             "payload_cap_bytes": int(payload_cap_mib * 2**20),
             "allow_large_cases": allow_large_cases,
+            "fenced": fenced,
             "timeout_seconds": run_options.timeout_seconds,
             "settings": run_options.settings,
         },
@@ -475,6 +483,43 @@ def streams_cmd(
             "throughput_events": throughput_events,
             "subscribers": subscribers,
         },
+        argv=_redacted_argv(),
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
+@bench_group.command("runs")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Run store URLs (memory://, sqlite://, postgresql://...). Default: sqlite:// and the "
+    "PostgreSQL test server.",
+)
+@click.option("--cycles", type=int, default=500, show_default=True, help="create+start+finalize cycles.")
+@click.option("--renewals", type=int, default=1000, show_default=True, help="renew_lease calls.")
+@_common_run_options
+def runs_cmd(
+    backends: list[str],
+    cycles: int,
+    renewals: int,
+    output: Path | None,
+    repetitions: int,
+    run_options: RunOptions,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run store rates: create+start+finalize per second and renew_lease per second."""
+    from .runs import run_runs
+
+    outcome = run_runs(
+        backends or ["sqlite://", default_postgres_url()],
+        output=output or _default_output("runs"),
+        options=run_options,
+        repetitions=repetitions,
+        params={"cycles": cycles, "renewals": renewals},
         argv=_redacted_argv(),
         reporter=RichReporter(quiet=quiet or as_json),
     )

@@ -128,6 +128,8 @@ class RunOptions:
     postgres_url: str | None = None
     redis_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    #: checkpoint: also time fenced against unfenced turns on runstore savers.
+    fenced: bool = False
 
     def __repr__(self) -> str:
         from ..redaction import masked_repr
@@ -230,6 +232,7 @@ class CaseRunner:
             "postgres_url": self.options.postgres_url,
             "redis_url": self.options.redis_url,
             "settings": self.options.settings,
+            "fenced": self.options.fenced,
         }
         profiled = self.options.profile_dir is not None
         if profiled:

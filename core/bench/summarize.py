@@ -27,6 +27,7 @@ from .matrix import NO_CACHE
 #: Checkpoint metrics reported as medians.
 CHECKPOINT_METRICS = (
     "turns_per_s",
+    "fence_turns_ratio",
     "write_total_s",
     "turn_p50_ms",
     "turn_p95_ms",
@@ -229,9 +230,9 @@ def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
 
 
 def summarize_measurements(files: Sequence[BenchFile], summary: Summary) -> None:
-    """Fill ``summary.measurements`` for events and streams rows (with reference ratios)."""
+    """Fill ``summary.measurements`` for events, streams and runs rows (with reference ratios)."""
     for file_index, bench_file in enumerate(files):
-        rows = [r for r in bench_file.rows if r.get("bench") in ("events", "streams")]
+        rows = [r for r in bench_file.rows if r.get("bench") in ("events", "streams", "runs")]
         rows = [r for r in _usable(rows, summary, bench_file.path) if r.get("status") == "ok"]
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for row in rows:
@@ -334,6 +335,7 @@ CHECKPOINT_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("turns/s vs peer", "peer_turns_per_s", _fmt),
     ("vs ceiling", "ceiling_turns_per_s", _fmt),
     ("cache speedup", "cache_write_speedup", _fmt),
+    ("fenced/unfenced", "fence_turns_ratio", lambda v: _fmt(v, 3)),
 )
 
 MEASUREMENT_COLUMNS: tuple[tuple[str, str, Any], ...] = (

@@ -34,6 +34,10 @@ def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[s
         from .streams import run_streams_case
 
         return run_streams_case
+    if bench == "runs":
+        from .runs import run_runs_case
+
+        return run_runs_case
     if bench == "selftest":
         return _selftest_case
     raise ValueError(f"unknown benchmark {bench!r}")
@@ -59,6 +63,7 @@ _WARM_IMPORTS = {
     ),
     "events": ("runstore.loader", "runstore.sql"),
     "streams": ("runstore.loader", "runstore.streams"),
+    "runs": ("runstore.loader", "runstore.sql.runs"),
 }
 
 

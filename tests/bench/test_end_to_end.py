@@ -69,3 +69,35 @@ def test_tiny_checkpoint_run_end_to_end(tmp_path: Path) -> None:
             assert r[key] is not None, key
     summary = orjson.loads(proc.stdout)
     assert {e["mode"] for e in summary["checkpoint"]} == {"full", "delta"}
+
+
+def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [*_runstore()]
+    if cmd[-1] != "runstore.bench":
+        cmd.append("bench")
+    return subprocess.run(
+        [*cmd, *args, "--repetitions", "1", "--output", str(tmp_path / "run.jsonl"), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
+    )  # fmt: skip
+
+
+def test_tiny_runs_bench_end_to_end(tmp_path: Path) -> None:
+    proc = _bench(tmp_path, "runs", "--backends", "memory://", "--cycles", "20", "--renewals", "20")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_jsonl(tmp_path / "run.jsonl").rows
+    assert sorted(r["op"] for r in rows) == ["create_start_finalize", "renew"]
+    assert all(r["status"] == "ok" and r["rate_per_s"] > 0 and r["count"] == 20 for r in rows), rows
+    assert {m["op"] for m in orjson.loads(proc.stdout)["measurements"]} == {
+        "create_start_finalize", "renew",
+    }  # fmt: skip
+
+
+def test_fenced_checkpoint_bench_reports_the_ratio(tmp_path: Path) -> None:
+    proc = _bench(
+        tmp_path, "checkpoint", "--backends", "memory://", "--updates", "4",
+        "--snapshot-frequencies", "2", "--fenced",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_jsonl(tmp_path / "run.jsonl").rows
+    assert rows and all(r["fence_turns_ratio"] > 0 for r in rows), rows
+    assert all(e["fence_turns_ratio"] is not None for e in orjson.loads(proc.stdout)["checkpoint"])
