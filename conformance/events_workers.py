@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from .processes import errors_travel, load_plugins
+from .processes import errors_travel, with_backend
 
 
 @errors_travel
@@ -17,38 +16,27 @@ def race_worker(
     Returns ``{"claims": [[(record, created)], ...per round], "batches": [[seq, ...], ...]}``
     with records reduced to their contract fields.
     """
-    from runstore.capabilities import Kind
-    from runstore.loader import get_backends
-    from runstore.options import BackendOptions
-    from runstore.urls import BackendURL
-
-    load_plugins(plugins)
-
     from .events_model import core
 
-    async def main() -> dict[str, Any]:
-        parsed = BackendURL.parse(url)
-        spec = get_backends().of(Kind.EVENTS).for_url(parsed)
+    async def body(store: Any) -> dict[str, Any]:
         claims: list[list[tuple[dict[str, Any], bool]]] = []
         batches: list[list[int]] = []
-        async with BackendOptions.scope() as options:
-            store = await spec.open(parsed, options)
-            barrier.wait(timeout=120)
-            for k in range(rounds):
-                record, created = await store.put_if_absent(
-                    thread_id=thread_id, run_id=f"run-{k}", event_type="run.end",
-                    category="lifecycle", content={"by": index}, user_id=None,
-                )
-                claims.append([(core(record), created)])
-                records = await store.put_batch(
-                    [
-                        {"thread_id": thread_id, "run_id": f"w{index}", "event_type": "tool.result",
-                         "category": "trace", "content": {"k": k, "j": j}}
-                        for j in range(2)
-                    ],
-                    user_id=None,
-                )
-                batches.append([r["seq"] for r in records])
+        barrier.wait(timeout=120)
+        for k in range(rounds):
+            record, created = await store.put_if_absent(
+                thread_id=thread_id, run_id=f"run-{k}", event_type="run.end",
+                category="lifecycle", content={"by": index}, user_id=None,
+            )
+            claims.append([(core(record), created)])
+            records = await store.put_batch(
+                [
+                    {"thread_id": thread_id, "run_id": f"w{index}", "event_type": "tool.result",
+                     "category": "trace", "content": {"k": k, "j": j}}
+                    for j in range(2)
+                ],
+                user_id=None,
+            )
+            batches.append([r["seq"] for r in records])
         return {"claims": claims, "batches": batches}
 
-    return asyncio.run(main())
+    return with_backend("events", url, plugins, body)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .processes import errors_travel, load_plugins
+from .processes import errors_travel, with_backend
 
 T = TypeVar("T")
 
@@ -18,21 +18,7 @@ Attempt = tuple[int, bool, str, str]
 
 def with_saver(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]) -> T:
     """Open the saver at ``url`` in this process (through the registry) and run ``body``."""
-    from runstore.capabilities import Kind
-    from runstore.loader import get_backends
-    from runstore.options import BackendOptions
-    from runstore.urls import BackendURL
-
-    load_plugins(plugins)
-
-    async def main() -> T:
-        parsed = BackendURL.parse(url)
-        spec = get_backends().of(Kind.SAVER).for_url(parsed)
-        async with BackendOptions.scope() as options:
-            saver = await spec.open(parsed, options)  # closed with the options
-            return await body(saver)
-
-    return asyncio.run(main())
+    return with_backend("saver", url, plugins, body)
 
 
 def fenced_config(thread_id: str, fence: int, checkpoint_id: str | None = None) -> Any:

@@ -12,7 +12,7 @@ import json
 import os
 import pickle
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,6 +27,28 @@ def load_plugins(specs: Sequence[str]) -> None:
 
     for spec in specs:
         register_plugin_spec(spec)
+
+
+def with_backend(kind: str, url: str, plugins: Sequence[str], body: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the ``kind`` backend at ``url`` in this process (through the registry, after
+    loading ``plugins``), run ``body`` on it in a new event loop, and close it."""
+    import asyncio
+
+    from runstore.capabilities import Kind
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.urls import BackendURL
+
+    load_plugins(plugins)
+
+    async def main() -> T:
+        parsed = BackendURL.parse(url)
+        spec = get_backends().of(Kind(kind)).for_url(parsed)
+        async with BackendOptions.scope() as options:
+            backend = await spec.open(parsed, options)  # closed with the options
+            return await body(backend)
+
+    return asyncio.run(main())
 
 
 def load_plugins_from_env() -> None:

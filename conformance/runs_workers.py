@@ -7,28 +7,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .processes import errors_travel, load_plugins
+from .processes import errors_travel, with_backend
 
 T = TypeVar("T")
 
 
 def _with_store(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]) -> T:
     """Open the run store at ``url`` in this process (through the registry) and run ``body``."""
-    from runstore.capabilities import Kind
-    from runstore.loader import get_backends
-    from runstore.options import BackendOptions
-    from runstore.urls import BackendURL
-
-    load_plugins(plugins)
-
-    async def main() -> T:
-        parsed = BackendURL.parse(url)
-        spec = get_backends().of(Kind.RUNS).for_url(parsed)
-        async with BackendOptions.scope() as options:
-            store = await spec.open(parsed, options)
-            return await body(store)
-
-    return asyncio.run(main())
+    return with_backend("runs", url, plugins, body)
 
 
 @errors_travel
