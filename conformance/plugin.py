@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .bounds import BoundsPlugin
+from .headlines import HeadlinesPlugin
 
 
 def _rewrite_suite_helpers() -> None:
@@ -165,6 +166,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _resolve_backends(config)
     if named_backends(config):
         config.pluginmanager.register(BoundsPlugin(test_timeout(config), TARGET_FIXTURES), "runstore-bounds")
+        # Before the reporters (runstore check's, JUnit) read the headline.
+        config.pluginmanager.register(HeadlinesPlugin(), "runstore-headlines")
     requested = config.getoption("hypothesis_profile", default=None)
     if named_backends(config) or str(requested).startswith("runstore-"):
         from .profiles import register_profiles

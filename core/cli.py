@@ -272,7 +272,8 @@ def _print_matrix(result: Any) -> None:
 
 @main.command("new-plugin")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["events", "streams"]), default="events", show_default=True,
+@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs"]), default="events",
+              show_default=True,
               help="Which kind of backend the skeleton implements.")
 @click.option("--directory", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Where to create the runstore-NAME project.")

@@ -16,11 +16,46 @@ from typing import Any
 from .errors import ConfigError
 
 KINDS = {
+    "saver": ("saver", "BaseCheckpointSaver", "runstore_register_savers", "SaverRegistry"),
     "events": ("events", "RunEventStore", "runstore_register_event_stores", "EventStoreRegistry"),
     "streams": ("streams", "StreamBridge", "runstore_register_stream_bridges", "StreamBridgeRegistry"),
+    "runs": ("runs", "RunStore", "runstore_register_run_stores", "RunStoreRegistry"),
 }
+#: The generated class is named ``<Name><suffix>`` (``AcmeSaver``, ``AcmeEventStore``, ...).
+CLASS_SUFFIX = {"saver": "Saver", "events": "EventStore", "streams": "StreamBridge", "runs": "RunStore"}
+#: The suite module that checks each kind.
+SUITES = {"saver": "test_savers", "events": "test_events", "streams": "test_streams", "runs": "test_runs"}
+#: A saver's contract is the async API of LangGraph's BaseCheckpointSaver, whose methods
+#: are not abstract (they raise NotImplementedError): the ones a saver must write.
+SAVER_METHODS = ("aget_tuple", "alist", "aput", "aput_writes", "adelete_thread")
 
 _HEADER = {
+    "saver": (
+        "from collections.abc import AsyncIterator, Sequence\n"
+        "from typing import Any\n\n"
+        "from langchain_core.runnables import RunnableConfig\n"
+        "from langgraph.checkpoint.base import (\n"
+        "    BaseCheckpointSaver,\n"
+        "    ChannelVersions,\n"
+        "    Checkpoint,\n"
+        "    CheckpointMetadata,\n"
+        "    CheckpointTuple,\n"
+        ")\n\n"
+        "from runstore import BackendOptions, BackendURL\n"
+    ),
+    "runs": (
+        "from collections.abc import Iterable, Mapping\n"
+        "from typing import Any\n\n"
+        "from runstore import BackendOptions, BackendURL\n"
+        "from runstore.runs import (\n"
+        "    CancelAction,\n"
+        "    CreateResult,\n"
+        "    MultitaskStrategy,\n"
+        "    RunRecord,\n"
+        "    RunStatus,\n"
+        "    RunStore,\n"
+        ")\n"
+    ),
     "events": (
         "from collections.abc import Iterable, Mapping, Sequence\n"
         "from typing import Any\n\n"
@@ -29,7 +64,7 @@ _HEADER = {
         "from runstore.owner import AUTO, UserId\n"
     ),
     "streams": (
-        "from collections.abc import AsyncIterator\n"
+        "from collections.abc import AsyncGenerator\n"
         "from typing import Any\n\n"
         "from runstore import BackendOptions, BackendURL, StreamBridge\n"
         "from runstore.streams import StreamItem\n"
@@ -38,9 +73,23 @@ _HEADER = {
 
 
 def _protocol(kind: str) -> type[Any]:
-    from . import events, streams
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    return {"events": events.RunEventStore, "streams": streams.StreamBridge}[kind]
+    from . import events, runs, streams
+
+    return {
+        "saver": BaseCheckpointSaver,
+        "events": events.RunEventStore,
+        "streams": streams.StreamBridge,
+        "runs": runs.RunStore,
+    }[kind]
+
+
+def _contract_methods(kind: str) -> list[str]:
+    """The methods a backend of ``kind`` must write, in name order."""
+    if kind == "saver":
+        return sorted(SAVER_METHODS)
+    return sorted(getattr(_protocol(kind), "__abstractmethods__", ()))
 
 
 def _method_source(name: str, fn: Any) -> str:
@@ -60,9 +109,12 @@ def _method_source(name: str, fn: Any) -> str:
     returns = ""
     if signature.return_annotation is not inspect.Signature.empty:
         returns = f" -> {signature.return_annotation}"
-    prefix = "async def" if inspect.iscoroutinefunction(fn) else "def"
+    generator = inspect.isasyncgenfunction(fn)
+    prefix = "async def" if generator or inspect.iscoroutinefunction(fn) else "def"
     doc = (inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else ""
     body = f'raise NotImplementedError("{name}: not implemented yet")'
+    if generator:
+        body += "\n        yield  # an async generator: yield each result"
     head = f"    {prefix} {name}({', '.join(params)}){returns}:"
     if len(head) > 88:
         inner = "".join(f"        {p},\n" for p in params)
@@ -77,10 +129,7 @@ def _method_source(name: str, fn: Any) -> str:
 def backend_skeleton(kind: str, class_name: str) -> str:
     """Source of a backend class whose every abstract method raises NotImplementedError."""
     protocol = _protocol(kind)
-    methods = [
-        _method_source(name, getattr(protocol, name))
-        for name in sorted(getattr(protocol, "__abstractmethods__", ()))
-    ]
+    methods = [_method_source(name, getattr(protocol, name)) for name in _contract_methods(kind)]
     opener = textwrap.dedent(
         f'''
             @classmethod
@@ -112,9 +161,9 @@ def new_plugin(name: str, directory: Path, *, kind: str = "events") -> list[Path
         )
     if kind not in KINDS:
         raise ConfigError(f"unknown kind {kind!r}; accepted: {', '.join(KINDS)}")
-    module, protocol, hook, registry = KINDS[kind]
+    module, _, hook, registry = KINDS[kind]
     package = f"runstore_{name}"
-    class_name = "".join(part.title() for part in name.split("_")) + protocol.removeprefix("Run")
+    class_name = "".join(part.title() for part in name.split("_")) + CLASS_SUFFIX[kind]
     root = directory / f"runstore-{name.replace('_', '-')}"
     if root.exists() and any(root.iterdir()):
         raise ConfigError(f"{root} exists and is not empty; choose another directory")
@@ -182,7 +231,7 @@ def new_plugin(name: str, directory: Path, *, kind: str = "events") -> list[Path
         "tests/test_conformance.py": f'''\
             """Run runstore's conformance suite against {scheme}:// (see [tool.runstore.conformance])."""
 
-            from runstore.conformance.test_{kind} import *  # noqa: F403
+            from runstore.conformance.{SUITES[kind]} import *  # noqa: F403
         ''',
         ".github/workflows/conformance.yml": f'''\
             name: runstore conformance

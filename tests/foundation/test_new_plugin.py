@@ -7,15 +7,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runstore.errors import ConfigError
-from runstore.scaffold import new_plugin
+from runstore.scaffold import CLASS_SUFFIX, KINDS, new_plugin
 
 from .conftest import FreshEnv
 
-FILLED = '''
+FILLED = {
+    "events": '''
 """A memory-backed implementation: every method comes from runstore's memory store."""
 
 from runstore.plugins.memory.events import MemoryEventStore
@@ -23,7 +25,18 @@ from runstore.plugins.memory.events import MemoryEventStore
 
 class AcmeEventStore(MemoryEventStore):
     """The skeleton, filled in by delegating to the in-process store."""
-'''
+''',
+    "saver": '''
+"""A memory-backed implementation: every method comes from runstore's memory saver."""
+
+from runstore.plugins.memory.saver import MemorySaver
+
+
+class AcmeSaver(MemorySaver):
+    """The skeleton, filled in by delegating to the in-process saver."""
+''',
+}
+
 
 def _suite(env: FreshEnv, project: Path) -> subprocess.CompletedProcess[str]:
     return env.run(
@@ -37,6 +50,26 @@ def test_scaffold_rejects_bad_names(tmp_path: Path) -> None:
         new_plugin("Bad-Name", tmp_path)
     with pytest.raises(ConfigError, match="unknown kind"):
         new_plugin("ok", tmp_path, kind="teleport")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_skeleton_imports_and_its_annotations_resolve(tmp_path: Path, kind: str) -> None:
+    """The skeleton names only what its header imports (the protocols' annotations move)."""
+    root = new_plugin("acme", tmp_path, kind=kind)[0].parent
+    module = KINDS[kind][0]
+    code = (
+        "import inspect, typing, importlib\n"
+        f"mod = importlib.import_module('runstore_acme.{module}')\n"
+        "cls = next(v for v in vars(mod).values() if inspect.isclass(v) and v.__module__ == mod.__name__)\n"
+        "for name, fn in vars(cls).items():\n"
+        "    if callable(fn) or isinstance(fn, classmethod):\n"
+        "        typing.get_type_hints(getattr(cls, name))\n"
+        "cls()  # every method the contract needs is written: nothing abstract is left\n"
+        "print(cls.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"Acme{CLASS_SUFFIX[kind]}"
 
 
 def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp_path: Path) -> None:
@@ -58,8 +91,40 @@ def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp
     assert "INTERNALERROR" not in empty.stdout + empty.stderr
     assert " error" not in empty.stdout.splitlines()[-1], empty.stdout.splitlines()[-1]
 
-    (project / "runstore_acme" / "events.py").write_text(FILLED)
+    (project / "runstore_acme" / "events.py").write_text(FILLED["events"])
     fresh_env.install(project)
     filled = _suite(fresh_env, project)
     assert filled.returncode == 0, filled.stdout[-5000:] + filled.stderr[-3000:]
     assert " passed" in filled.stdout.splitlines()[-1]
+
+
+def test_saver_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp_path: Path) -> None:
+    """The same flow for a saver, certified with `runstore check` from the fresh environment."""
+    subprocess.run(
+        [sys.executable, "-m", "runstore.cli", "new-plugin", "acme", "--kind", "saver",
+         "--directory", str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    )
+    project = tmp_path / "runstore-acme"
+    assert "test_savers" in (project / "tests" / "test_conformance.py").read_text()
+    fresh_env.install(project)
+
+    def check() -> dict[str, Any]:
+        out = fresh_env.run("-m", "runstore", "check", "acme://", "--json", cwd=project, timeout=1200)
+        assert "INTERNALERROR" not in out.stdout + out.stderr, out.stderr[-3000:]
+        result: dict[str, Any] = json.loads(out.stdout)
+        assert out.returncode == (0 if result["ok"] else 1)
+        return result
+
+    empty = check()
+    row = empty["backends"]["saver:acme"]
+    assert not empty["ok"] and row["level"] == "failing"
+    failures = [f for suite in row["suites"].values() for f in suite["failures"]]
+    assert failures and all("NotImplementedError" in (f["message"] or "") for f in failures), [
+        f for f in failures if "NotImplementedError" not in (f["message"] or "")
+    ][:3]
+
+    (project / "runstore_acme" / "saver.py").write_text(FILLED["saver"])
+    fresh_env.install(project)
+    filled = check()
+    assert filled["ok"], json.dumps(filled, indent=1)[-5000:]

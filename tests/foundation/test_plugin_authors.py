@@ -159,6 +159,15 @@ class StuckBridge(MemoryStreamBridge):
         threading.Event().wait()  # blocks the event loop's thread
 
 
+class GroupBridge(MemoryStreamBridge):
+    async def publish(self, run_id, event, data):
+        async with asyncio.TaskGroup() as group:  # the failure arrives inside an ExceptionGroup
+            group.create_task(self._send())
+
+    async def _send(self):
+        raise ConnectionResetError("zoo: connection reset by peer")
+
+
 class ChattyBridge(MemoryStreamBridge):
     def subscribe(self, run_id, *, last_event_id=None, heartbeat_interval=None):
         async def beats():
@@ -200,7 +209,7 @@ def _opener(cls):
 @runstore.hookimpl
 def runstore_register_stream_bridges(registry):
     for name, cls in [("zoodeadlock", DeadlockBridge), ("zoostuck", StuckBridge),
-                      ("zoochatty", ChattyBridge)]:
+                      ("zoochatty", ChattyBridge), ("zoogroup", GroupBridge)]:
         registry.add(name, schemes=[name], factory=_opener(cls), capabilities=["replay"],
                      description=name)
 '''
@@ -303,3 +312,16 @@ def test_the_harness_enters_and_exits_a_saver_factory_s_context_manager(
     events = log.read_text().split()
     assert events and events.count("enter") == events.count("exit"), events
     assert events == ["enter", "exit"] * (len(events) // 2), "each instance is exited before the next opens"
+
+
+def test_a_failure_inside_an_exception_group_is_shown_by_its_cause(zoo_site: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runstore", "check", "zoogroup://", "-k", "ids_increase", "--json"],
+        cwd=tmp_path, env=_zoo_env(zoo_site), capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    (row,) = json.loads(out.stdout)["backends"].values()
+    (failure,) = [f for suite in row["suites"].values() for f in suite["failures"]]
+    headline, _, note = failure["message"].partition("\n")
+    assert headline == "ConnectionResetError: zoo: connection reset by peer", failure["message"]
+    assert note.startswith("(raised inside ExceptionGroup"), failure["message"]
