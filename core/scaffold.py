@@ -60,7 +60,7 @@ _HEADER = {
         "from collections.abc import Iterable, Mapping, Sequence\n"
         "from typing import Any\n\n"
         "from runstore import BackendOptions, BackendURL, RunEventStore\n"
-        "from runstore.events import EventContent, EventRecord\n"
+        "from runstore.events import EventContent, EventRecord, RunSummary\n"
         "from runstore.owner import AUTO, UserId\n"
     ),
     "streams": (
@@ -111,7 +111,8 @@ def _method_source(name: str, fn: Any) -> str:
         returns = f" -> {signature.return_annotation}"
     generator = inspect.isasyncgenfunction(fn)
     prefix = "async def" if generator or inspect.iscoroutinefunction(fn) else "def"
-    doc = (inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else ""
+    # The first paragraph of the protocol's docstring, on one line.
+    doc = " ".join((inspect.getdoc(fn) or "").split("\n\n")[0].split())
     body = f'raise NotImplementedError("{name}: not implemented yet")'
     if generator:
         body += "\n        yield  # an async generator: yield each result"
