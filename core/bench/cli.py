@@ -526,6 +526,58 @@ def runs_cmd(
     _finish(outcome, as_json=as_json)
 
 
+@bench_group.command("threads")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Saver URLs (sqlite://, postgresql://...). Default: sqlite:// and the PostgreSQL test server.",
+)
+@click.option("--threads", "n_threads", type=int, default=100, show_default=True, help="Threads written.")
+@click.option("--turns", type=int, default=500, show_default=True, help="Checkpoints per thread.")
+@click.option("--value-bytes", type=int, default=1000, show_default=True, help="Bytes of the value rewritten each turn.")
+@click.option("--keep-last", type=int, default=10, show_default=True, help="The sweep's keep_last.")
+@click.option("--index-small", type=int, default=1000, show_default=True, help="Thread records for the small list_threads case.")
+@click.option("--index-large", type=int, default=100_000, show_default=True, help="Thread records for the large case.")
+@_common_run_options
+def threads_cmd(
+    backends: list[str],
+    n_threads: int,
+    turns: int,
+    value_bytes: int,
+    keep_last: int,
+    index_small: int,
+    index_large: int,
+    output: Path | None,
+    repetitions: int,
+    run_options: RunOptions,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Retention (size before/after keep_last + compaction, sweep threads/s) and list_threads
+    page time on a small and a large thread index."""
+    from .threads import run_threads
+
+    outcome = run_threads(
+        backends or ["sqlite://", default_postgres_url()],
+        output=output or _default_output("threads"),
+        options=run_options,
+        repetitions=repetitions,
+        params={
+            "threads": n_threads,
+            "turns": turns,
+            "value_bytes": value_bytes,
+            "keep_last": keep_last,
+            "index_small": index_small,
+            "index_large": index_large,
+        },
+        argv=_redacted_argv(),
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
 @bench_group.command("summarize")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

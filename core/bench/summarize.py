@@ -230,9 +230,12 @@ def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
 
 
 def summarize_measurements(files: Sequence[BenchFile], summary: Summary) -> None:
-    """Fill ``summary.measurements`` for events, streams and runs rows (with reference ratios)."""
+    """Fill ``summary.measurements`` for events, streams, runs and threads rows (with
+    reference ratios)."""
     for file_index, bench_file in enumerate(files):
-        rows = [r for r in bench_file.rows if r.get("bench") in ("events", "streams", "runs")]
+        rows = [
+            r for r in bench_file.rows if r.get("bench") in ("events", "streams", "runs", "threads")
+        ]
         rows = [r for r in _usable(rows, summary, bench_file.path) if r.get("status") == "ok"]
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for row in rows:

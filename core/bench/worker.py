@@ -38,6 +38,10 @@ def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[s
         from .runs import run_runs_case
 
         return run_runs_case
+    if bench == "threads":
+        from .threads import run_threads_case
+
+        return run_threads_case
     if bench == "selftest":
         return _selftest_case
     raise ValueError(f"unknown benchmark {bench!r}")
@@ -64,6 +68,7 @@ _WARM_IMPORTS = {
     "events": ("runstore.loader", "runstore.sql"),
     "streams": ("runstore.loader", "runstore.streams"),
     "runs": ("runstore.loader", "runstore.sql.runs"),
+    "threads": ("runstore.loader", "runstore.retention"),
 }
 
 

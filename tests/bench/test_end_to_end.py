@@ -101,3 +101,17 @@ def test_fenced_checkpoint_bench_reports_the_ratio(tmp_path: Path) -> None:
     rows = read_jsonl(tmp_path / "run.jsonl").rows
     assert rows and all(r["fence_turns_ratio"] > 0 for r in rows), rows
     assert all(e["fence_turns_ratio"] is not None for e in orjson.loads(proc.stdout)["checkpoint"])
+
+
+def test_tiny_threads_bench_end_to_end(tmp_path: Path) -> None:
+    proc = _bench(
+        tmp_path, "threads", "--backends", "sqlite://", "--threads", "4", "--turns", "15",
+        "--keep-last", "3", "--index-small", "60", "--index-large", "300",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {(r["op"], r["variant"]): r for r in read_jsonl(tmp_path / "run.jsonl").rows}
+    size = rows[("size", "4x15 keep 3")]
+    assert size["checkpoints_removed"] == 4 * 12 and size["size_after_bytes"] < size["size_before_bytes"]
+    assert rows[("sweep", "4x15 keep 3")]["rate_per_s"] > 0
+    large = rows[("list_threads filtered", "300")]
+    assert large["reference"] == {"backend": "sqlite://", "op": "list_threads filtered", "variant": "60"}
