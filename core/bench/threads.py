@@ -7,7 +7,9 @@ Each case (one saver backend, one repetition) runs in a fresh child process and 
   concurrently across threads; then one sweep with ``keep_last=--keep-last`` and a
   compaction. Rows: ``size`` (bytes before the sweep and after sweep + compaction:
   the sqlite file with its WAL, or PostgreSQL's saver tables; ``shrink_ratio``),
-  ``sweep`` (threads per second of the sweep pass) and ``compact`` (its time).
+  ``sweep`` (threads per second of that first pass, each thread losing
+  ``turns - keep_last`` checkpoints), ``compact`` (its time) and ``sweep steady``
+  (one more turn per thread, then the next pass: threads per second when each loses one).
 - ``list_threads``: the newest page, a metadata-filtered page and a page after a cursor
   halfway down, each 50 threads, on ``--index-small`` and ``--index-large`` thread
   records (inserted straight into the record table: a page reads only that table);
@@ -135,17 +137,19 @@ async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
             options = await stack.enter_async_context(BackendOptions.scope(settings))
             saver: Any = await spec.open(url, options)
 
-            async def write_thread(t: int) -> None:
-                parent = None
+            heads: dict[int, str | None] = dict.fromkeys(range(threads))
+
+            async def write_thread(t: int, start: int = 0, count: int = turns) -> None:
+                parent = heads[t]
                 thread = f"{prefix}-t{t:04d}"
-                for turn in range(turns):
+                for turn in range(start, start + count):
                     cid = f"{turn:012d}"  # increasing within the thread, as ids must
                     checkpoint, versions = _checkpoint(cid, turn, value)
                     config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
                     if parent is not None:
                         config["configurable"]["checkpoint_id"] = parent
                     await saver.aput(config, checkpoint, {"step": turn, "source": "loop"}, versions)
-                    parent = cid
+                    parent = heads[t] = cid
 
             await asyncio.gather(*(write_thread(t) for t in range(threads)))
             before = await _size(saver, url, pg)
@@ -172,6 +176,16 @@ async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
             measurements.append(
                 _measurement("compact", variant, label, [compacted], units=1,
                              metric="p50_ms", reference=None)
+            )  # fmt: skip
+
+            # Steady state: one more turn per thread, then the next sweep (one checkpoint
+            # of each thread goes).
+            await asyncio.gather(*(write_thread(t, turns, 1) for t in range(threads)))
+            started = time.perf_counter()
+            report = await sweeper.sweep(RetentionPolicy(keep_last=keep), batch_size=100)
+            measurements.append(
+                _measurement("sweep steady", variant, label, [time.perf_counter() - started],
+                             units=report.examined, metric="rate_per_s", reference=None)
             )  # fmt: skip
 
             small, large = int(case["index_small"]), int(case["index_large"])

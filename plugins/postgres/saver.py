@@ -718,6 +718,11 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         statement, args = sql.list_threads_sql(query)
 
         async def go(conn: Any) -> list[Any]:
+            if query.terms:
+                # Many matches: the newest records in index order fill the page at once.
+                rows = await conn.fetch(*_flat(sql.list_threads_sql(query, probe=True)))
+                if len(rows) == query.limit:
+                    return list(rows)
             return list(await conn.fetch(statement, *args))
 
         rows = await self._leases.run(go, operation="list_threads")
@@ -813,6 +818,10 @@ class PostgresSaver(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Next channel version: the stock savers' zero-padded counter plus a random fraction."""
         return codec.next_version(current)
+
+
+def _flat(statement: tuple[str, list[Any]]) -> list[Any]:
+    return [statement[0], *statement[1]]
 
 
 async def _purge_locked(

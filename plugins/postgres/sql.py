@@ -878,9 +878,21 @@ GET_THREAD_SQL = (
 )
 
 
-def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
+#: A filtered page first reads this many times its size of the newest records in order.
+PROBE_FACTOR = 20
+
+
+def list_threads_sql(query: ThreadQuery, *, probe: bool = False) -> tuple[str, list[Any]]:
     """The `list_threads` statement (one page, newest first) and its arguments; every
-    condition is one an index on the record table answers."""
+    condition is one an index on the record table answers.
+
+    PostgreSQL keeps no statistics for JSONB containment, so a metadata filter is
+    planned as rare and answered from the GIN index: every matching record is read and
+    sorted, which is slow when many match. With ``probe``, the statement instead reads
+    the newest ``PROBE_FACTOR * limit`` records in index order and filters those: when
+    that fills the page, the page is exact (the first matches in order are among them);
+    when not, the caller runs the plain statement.
+    """
     args: list[Any] = []
 
     def arg(value: Any) -> str:
@@ -894,15 +906,22 @@ def list_threads_sql(query: ThreadQuery) -> tuple[str, list[Any]]:
         wheres.append(f"updated_at > {arg(query.updated_after)}")
     if query.updated_before is not None:
         wheres.append(f"updated_at < {arg(query.updated_before)}")
-    wheres.extend(filter_clauses(query.terms, "metadata", arg, indexed=True))
     order = query.order_by
     if query.after is not None:
         wheres.append(f"({order}, thread_id) < ({arg(query.after[0])}, {arg(query.after[1])})")
-    statement = (
-        f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE {' AND '.join(wheres)}"
-        f" ORDER BY {order} DESC, thread_id DESC LIMIT {arg(query.limit)}"
-    )
-    return statement, args
+    ordering = f" ORDER BY {order} DESC, thread_id DESC LIMIT "
+    if probe:
+        inner = f"SELECT * FROM {THREADS} WHERE {' AND '.join(wheres)}{ordering}"
+        inner += arg(query.limit * PROBE_FACTOR)
+        matches = filter_clauses(query.terms, "metadata", arg) or ["true"]
+        statement = (
+            f"SELECT {THREAD_INFO_COLUMNS} FROM ({inner}) AS t WHERE {' AND '.join(matches)}"
+            f"{ordering}{arg(query.limit)}"
+        )
+        return statement, args
+    wheres.extend(filter_clauses(query.terms, "metadata", arg, indexed=True))
+    statement = f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE {' AND '.join(wheres)}"
+    return statement + ordering + arg(query.limit), args
 
 
 # --------------------------------------------------------------------------- retention
