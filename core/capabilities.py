@@ -31,9 +31,10 @@ CAPABILITIES: dict[str, str] = {
     "retention": "saver applies a RetentionPolicy in claimed batches (asweep, "
     "aset_thread_retention, afinish_cleanup): keeps every resume and delta reconstruction "
     "intact, expires idle threads whole, dry runs change nothing",
-    "fencing": "saver refuses put/put_writes/delete_thread carrying a fencing token "
-    "(configurable.runstore_fence) older than one the thread has seen, with StaleFenceError, "
-    "atomically with the write; afence_thread raises a thread's fence",
+    "fencing": "writes carrying a fencing token older than one the thread has seen are "
+    "refused with StaleFenceError, atomically with the write (savers: put/put_writes with "
+    "configurable.runstore_fence, delete_thread(fence=), afence_thread; event stores: "
+    "put/put_batch/put_if_absent(fence=))",
     "replay": "stream bridge replays retained events to late subscribers",
 }
 

@@ -21,6 +21,11 @@ Contract (every backend, same answers; docs/events.md):
   store the owner on writes, filter every read and delete by it, and return it as
   the record's ``user_id``; other backends resolve the argument the same way (so a
   missing context still fails) and then ignore it.
+* Fenced writes (capability ``fencing``): ``put``, ``put_batch`` and ``put_if_absent``
+  take ``fence=`` (a run store lease's token). A store declaring ``fencing`` keeps per
+  thread the highest token a write carried and refuses an older one with
+  `StaleFenceError` (nothing written), in the same step as the write; other stores
+  check the argument and ignore it. Without a token a write is not checked.
 * Every call is checked in one order (the preamble, `RunEventStore` helpers such as
   `RunEventStore._page_call`): (1) its arguments, in signature order; (2) the owner;
   (3) a call whose answer needs no I/O (empty lookup input, ``limit=0``, an empty
@@ -48,6 +53,7 @@ from .records import (
     EventRecord,
     PreparedEvent,
     ai_message_match,
+    check_fence,
     check_page,
     check_run_filter,
     normalize_message_ids,
@@ -180,6 +186,7 @@ class RunEventStore(ABC):
         metadata: Any,
         created_at: Any,
         user_id: UserId,
+        fence: Any = None,
     ) -> tuple[PreparedEvent, str | None]:
         """The preamble of `put` / `put_if_absent` (arguments in their order): event and owner."""
         prepared = prepare_event(
@@ -193,13 +200,17 @@ class RunEventStore(ABC):
             max_trace_content=max_trace_content,
             check_id=self._check_id,
         )
+        if fence is not None:
+            check_fence(fence)
         return prepared, self._resolve(user_id, io=True)
 
     def _batch_call(
-        self, events: Any, user_id: UserId, *, max_trace_content: int
+        self, events: Any, user_id: UserId, *, max_trace_content: int, fence: Any = None
     ) -> tuple[list[PreparedEvent], str | None] | None:
         """The preamble of `put_batch`: the validated events and their owner (``None``: empty)."""
         prepared = prepare_batch(events, max_trace_content=max_trace_content, check_id=self._check_id)
+        if fence is not None:
+            check_fence(fence)
         owner = self._resolve(user_id, io=bool(prepared))
         return (prepared, owner) if prepared else None
 
@@ -271,6 +282,7 @@ class RunEventStore(ABC):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> EventRecord:
         """Append one event and return its record with the assigned ``seq``.
 
@@ -281,12 +293,17 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def put_batch(
-        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+        self,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> list[EventRecord]:
         """Append events all-or-nothing and return their records in input order.
 
-        Each mapping takes exactly `put`'s keyword arguments except ``user_id`` (one
-        owner per batch); an unknown or missing key rejects the whole batch. Each
+        Each mapping takes exactly `put`'s keyword arguments except ``user_id`` and
+        ``fence`` (one owner and one token per batch, checked on every thread of it); an
+        unknown or missing key rejects the whole batch. Each
         thread's events get one contiguous seq block. An empty batch does no I/O.
         """
 
@@ -302,6 +319,7 @@ class RunEventStore(ABC):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> tuple[EventRecord, bool]:
         """Write unless ``(thread_id, run_id, event_type)`` exists; return ``(record, created)``.
 

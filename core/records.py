@@ -109,6 +109,20 @@ def check_text(
         ) from None
 
 
+#: Fencing tokens are SQL ``BIGINT``s from 1.
+MAX_FENCE = 2**63 - 1
+
+
+def check_fence(value: Any, what: str = "fence", error: type[RunstoreError] = InvalidEventError) -> int:
+    """A fencing token (a run's ``fence``): an int from 1 to `MAX_FENCE`, not a bool; else ``error``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FENCE:
+        raise error(
+            f"{what} must be a fencing token (an int from 1 to {MAX_FENCE}, e.g. a run's "
+            f"'fence'), not {value!r}"
+        )
+    return value
+
+
 def validate_id(value: Any, what: str = "id") -> str:
     """Check a thread or run id: a non-empty str of at most `MAX_ID_BYTES` UTF-8 bytes."""
     if not isinstance(value, str):

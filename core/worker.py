@@ -244,7 +244,8 @@ class Worker:
         return WorkResult(run or lease.run, "lost")
 
     async def complete(self, run: RunRecord) -> None:
-        """End the run's stream (END) and write its completion event once (``put_if_absent``)."""
+        """End the run's stream (END) and write its completion event once (``put_if_absent``,
+        carrying the lease's token)."""
         if self.events is not None:
             await self.events.put_if_absent(
                 thread_id=run["thread_id"],
@@ -253,6 +254,8 @@ class Worker:
                 category=COMPLETION_CATEGORY,
                 content={"status": run["status"], "stop_reason": run["stop_reason"], "error": run["error"]},
                 user_id=None,
+                # Fenced like the graph's writes: a worker that lost the run writes no end.
+                fence=run["fence"],
             )
         if self.streams is not None:
             await self.streams.publish_end(run["run_id"])

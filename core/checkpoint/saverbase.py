@@ -18,7 +18,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from ..errors import InvalidSaverInputError, SyncCallOnEventLoopError
-from ..records import check_text
+from ..records import MAX_FENCE, check_text
+from ..records import check_fence as _check_fence
 
 R = TypeVar("R")
 
@@ -193,18 +194,11 @@ def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
 #: The ``configurable`` key a fenced write's token travels under (a run store lease's
 #: ``fence``); a write without it is not fenced.
 FENCE_KEY = "runstore_fence"
-#: Tokens are SQL ``BIGINT``s.
-MAX_FENCE = 2**63 - 1
 
 
 def check_fence(value: Any, what: str = "fence") -> int:
     """A fencing token: an int from 1 to `MAX_FENCE` (not a bool); else `InvalidSaverInputError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FENCE:
-        raise InvalidSaverInputError(
-            f"{what} must be a fencing token (an int from 1 to {MAX_FENCE}, e.g. a run's "
-            f"'fence'), not {value!r}"
-        )
-    return value
+    return _check_fence(value, what, InvalidSaverInputError)
 
 
 def config_fence(config: RunnableConfig | None) -> int | None:

@@ -40,7 +40,7 @@ from ..records import (
     normalize_run_ids,
 )
 from .migrations import Migration, ensure_schema
-from .schema import COMPONENT, RECORD_COLUMNS, TABLE
+from .schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
 
 S = TypeVar("S", bound="SqlEventStore")
 
@@ -135,6 +135,16 @@ EXISTING_SQL = (
 )
 
 
+#: A fenced append's compare-and-set, first in its transaction (params: thread, token): the
+#: thread's fence rises to the token unless it is higher; no row returned means stale.
+FENCE_SQL = (
+    f"INSERT INTO {FENCES} (thread_id, fence) VALUES (?, ?) ON CONFLICT (thread_id) "
+    f"DO UPDATE SET fence = excluded.fence WHERE {FENCES}.fence <= excluded.fence RETURNING fence"
+)
+#: The thread's fence (for the error of a refused append).
+FENCE_OF_SQL = f"SELECT fence FROM {FENCES} WHERE thread_id = ?"
+
+
 # -- the driver interface --------------------------------------------------------------
 
 
@@ -158,17 +168,20 @@ class SqlEventDriver(ABC):
         """Run one read statement and return its rows."""
 
     @abstractmethod
-    async def insert(self, rows: list[list[Any]]) -> list[int]:
+    async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
         """Insert rows in one transaction serialized per thread; return their seqs in order.
 
         Each thread's rows get the next seqs after its current maximum, in input order.
+        With ``fence``, the transaction first runs `FENCE_SQL` for each thread (sorted)
+        and raises `StaleFenceError` (rolling back) when one returns no row.
         """
 
     @abstractmethod
     async def insert_if_absent(
-        self, key: tuple[str, str, str], row: list[Any]
+        self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
-        """``(existing_row, 0)`` if ``key`` exists (`EXISTING_SQL`), else insert and return ``(None, seq)``."""
+        """``(existing_row, 0)`` if ``key`` exists (`EXISTING_SQL`), else insert and return
+        ``(None, seq)``; ``fence`` as in `insert`, checked before the key."""
 
     @abstractmethod
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
@@ -242,24 +255,29 @@ class SqlEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> EventRecord:
         """Append one event and return its record with the assigned ``seq``."""
         event, owner = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
-        (seq,) = await self._driver.insert([insert_row(event, owner)])
+        (seq,) = await self._insert([insert_row(event, owner)], fence)
         return event.to_record(seq, owner=owner, with_owner=True)
 
     async def put_batch(
-        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+        self,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> list[EventRecord]:
         """Append events all-or-nothing in one transaction; one contiguous seq block per thread."""
-        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace, fence=fence)
         if call is None:
             return []
         prepared, owner = call
-        seqs = await self._driver.insert([insert_row(event, owner) for event in prepared])
+        seqs = await self._insert([insert_row(event, owner) for event in prepared], fence)
         return [
             event.to_record(seq, owner=owner, with_owner=True)
             for event, seq in zip(prepared, seqs, strict=True)
@@ -276,18 +294,27 @@ class SqlEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> tuple[EventRecord, bool]:
         """Write unless ``(thread_id, run_id, event_type)`` exists (any owner); return (record, created)."""
         event, owner = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
-        found, seq = await self._driver.insert_if_absent(
-            (event.thread_id, event.run_id, event.event_type), insert_row(event, owner)
-        )
+        key = (event.thread_id, event.run_id, event.event_type)
+        row = insert_row(event, owner)
+        if fence is None:  # a driver written before fencing takes no fence argument
+            found, seq = await self._driver.insert_if_absent(key, row)
+        else:
+            found, seq = await self._driver.insert_if_absent(key, row, fence)
         if found is not None:
             return record_from_row(found), False
         return event.to_record(seq, owner=owner, with_owner=True), True
+
+    async def _insert(self, rows: list[list[Any]], fence: int | None) -> list[int]:
+        if fence is None:  # a driver written before fencing takes no fence argument
+            return await self._driver.insert(rows)
+        return await self._driver.insert(rows, fence)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -459,6 +486,8 @@ class SqlEventStore(RunEventStore):
 
 __all__ = [
     "EXISTING_SQL",
+    "FENCE_OF_SQL",
+    "FENCE_SQL",
     "SqlEventDriver",
     "SqlEventStore",
     "identity_patterns",

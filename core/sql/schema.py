@@ -16,6 +16,8 @@ from ..events import AI_MESSAGE_EVENT_TYPES
 from .migrations import Migration, Step
 
 TABLE = "runstore_events"
+#: Per thread, the highest fencing token an append carried (version 3; kept across deletes).
+FENCES = "runstore_event_fences"
 COMPONENT = "events"
 
 #: Column order of every row the store inserts and of the records it reads.
@@ -52,6 +54,8 @@ _V1_RUN_INDEX = f"CREATE INDEX {TABLE}_run ON {TABLE} (thread_id, run_id, seq)"
 _V2_ADD_TASK = f"ALTER TABLE {TABLE} ADD COLUMN task_id TEXT"
 _V2_ADD_VISIBLE = f"ALTER TABLE {TABLE} ADD COLUMN visible_ai BOOLEAN NOT NULL DEFAULT FALSE"
 
+_V3_FENCES = f"CREATE TABLE {FENCES} (thread_id TEXT PRIMARY KEY, fence BIGINT NOT NULL)"
+
 
 
 def events_migrations(backfill_v2: Sequence[Step]) -> list[Migration]:
@@ -70,4 +74,5 @@ def events_migrations(backfill_v2: Sequence[Step]) -> list[Migration]:
             [_V2_ADD_TASK, _V2_ADD_VISIBLE, *backfill_v2],
             "task_id and visible_ai columns for filters in SQL",
         ),
+        Migration(3, [_V3_FENCES], "per-thread fencing tokens of fenced appends"),
     ]

@@ -29,7 +29,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "jsonl",
         schemes=["jsonl"],
         factory=_open_events,
-        capabilities=["durable"],
+        capabilities=["durable", "fencing"],
         description="one JSON-lines file per run: jsonl:///var/runs",
     )
 

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from runstore.cancellation import settle
-from runstore.errors import InvalidURLError
+from runstore.errors import InvalidURLError, StaleFenceError
 from runstore.events import (
     MESSAGE_CATEGORY,
     EventContent,
@@ -257,6 +257,29 @@ class JsonlEventStore(RunEventStore):
 
     # -- disk helpers (worker thread) -----------------------------------------------
 
+    def _fence(self, thread_ids: Iterable[str], fence: int | None) -> None:
+        """Refuse a stale ``fence`` on any of the threads, else raise their fences to it.
+
+        Runs under the threads' locks, before the write it guards. Fences live in
+        ``{root}/fences/{thread_id}`` (outside the thread's directory, so a deletion of
+        the thread's events keeps them).
+        """
+        if fence is None:
+            return
+        paths = {t: self.root / "fences" / t for t in set(thread_ids)}
+        for thread_id, path in paths.items():
+            try:
+                current = int(path.read_text())
+            except FileNotFoundError:
+                current = 0
+            if fence < current:
+                raise StaleFenceError(thread_id, fence, current)
+        for path in paths.values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+            scratch.write_text(str(fence))
+            os.replace(scratch, path)
+
     def _read_run(self, thread_id: str, run_id: str) -> list[EventRecord]:
         try:
             data = self._run_file(thread_id, run_id).read_bytes()
@@ -362,22 +385,38 @@ class JsonlEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> EventRecord:
         event, _ = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
-        records = await self._locked([event.thread_id], lambda: self._write([event]))
+
+        def write() -> list[EventRecord]:
+            self._fence([event.thread_id], fence)
+            return self._write([event])
+
+        records = await self._locked([event.thread_id], write)
         return records[0]
 
     async def put_batch(
-        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+        self,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> list[EventRecord]:
-        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace, fence=fence)
         if call is None:
             return []
         prepared = call[0]
-        return await self._locked([e.thread_id for e in prepared], lambda: self._write(prepared))
+        threads = [e.thread_id for e in prepared]
+
+        def write() -> list[EventRecord]:
+            self._fence(threads, fence)
+            return self._write(prepared)
+
+        return await self._locked(threads, write)
 
     async def put_if_absent(
         self,
@@ -390,13 +429,15 @@ class JsonlEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> tuple[EventRecord, bool]:
         event, _ = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
 
         def check_and_write() -> tuple[EventRecord, bool]:
+            self._fence([event.thread_id], fence)
             for record in self._read_run(event.thread_id, event.run_id):
                 if record["event_type"] == event.event_type:
                     return record, False

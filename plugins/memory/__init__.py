@@ -83,7 +83,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory=_open_events,
-        capabilities=[],
+        capabilities=["fencing"],
         description="in-process event store with per-thread indexes",
     )
 

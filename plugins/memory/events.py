@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runstore.errors import StaleFenceError
 from runstore.events import (
     MESSAGE_CATEGORY,
     EventContent,
@@ -105,6 +106,8 @@ class MemoryEventStore(RunEventStore):
 
     def __init__(self, *, max_trace_content: int = 10240) -> None:
         self._threads: dict[str, _Thread] = {}
+        # Per thread, the highest fencing token a write carried (kept across deletes).
+        self._fences: dict[str, int] = {}
         self._max_trace = max_trace_content
         self._closed = False
 
@@ -117,6 +120,19 @@ class MemoryEventStore(RunEventStore):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this MemoryEventStore is closed")
+
+    def _fence(self, thread_ids: Iterable[str], fence: int | None) -> None:
+        """Refuse a stale ``fence`` on any of the threads, else raise their fences to it
+        (nothing awaits between this and the write it guards)."""
+        if fence is None:
+            return
+        threads = set(thread_ids)
+        for thread_id in threads:
+            current = self._fences.get(thread_id, 0)
+            if fence < current:
+                raise StaleFenceError(thread_id, fence, current)
+        for thread_id in threads:
+            self._fences[thread_id] = fence
 
     def _append(self, event: PreparedEvent) -> EventRecord:
         thread = self._threads.setdefault(event.thread_id, _Thread())
@@ -137,21 +153,28 @@ class MemoryEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> EventRecord:
         event, _ = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
+        self._fence([event.thread_id], fence)
         return copy_record(self._append(event))
 
     async def put_batch(
-        self, events: Sequence[Mapping[str, Any]], *, user_id: UserId = AUTO
+        self,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> list[EventRecord]:
-        call = self._batch_call(events, user_id, max_trace_content=self._max_trace)
+        call = self._batch_call(events, user_id, max_trace_content=self._max_trace, fence=fence)
         if call is None:
             return []
         # Everything is validated first and nothing below awaits, so the batch is
         # atomic and each thread's block is contiguous.
+        self._fence([event.thread_id for event in call[0]], fence)
         return [copy_record(self._append(event)) for event in call[0]]
 
     async def put_if_absent(
@@ -165,11 +188,13 @@ class MemoryEventStore(RunEventStore):
         metadata: Mapping[str, Any] | None = None,
         created_at: str | None = None,
         user_id: UserId = AUTO,
+        fence: int | None = None,
     ) -> tuple[EventRecord, bool]:
         event, _ = self._write_call(
             self._max_trace, thread_id, run_id, event_type, category, content, metadata,
-            created_at, user_id,
+            created_at, user_id, fence,
         )  # fmt: skip
+        self._fence([event.thread_id], fence)
         thread = self._threads.get(event.thread_id)
         existing = thread.keys.get((event.run_id, event.event_type)) if thread else None
         if existing is not None:

@@ -81,7 +81,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "postgres",
         schemes=SCHEMES,
         factory=_open_events,
-        capabilities=["durable", "cross_process", "owner_filter"],
+        capabilities=["durable", "cross_process", "owner_filter", "fencing"],
         drivers=DRIVERS,
         extra="postgres",
         description="SQLAlchemy/asyncpg event store: postgresql://user@host/db",

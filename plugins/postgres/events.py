@@ -11,10 +11,18 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.errors import InvalidURLError
+from runstore.errors import InvalidURLError, StaleFenceError
 from runstore.events import HIDDEN_CALLER_PREFIX
 from runstore.options import BackendOptions
-from runstore.sql.events import EXISTING_SQL, Params, Row, SqlEventDriver, SqlEventStore
+from runstore.sql.events import (
+    EXISTING_SQL,
+    FENCE_OF_SQL,
+    FENCE_SQL,
+    Params,
+    Row,
+    SqlEventDriver,
+    SqlEventStore,
+)
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
@@ -73,6 +81,8 @@ class PostgresEventDriver(SqlEventDriver):
         "RETURNING thread_id, seq"
     )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
+    _FENCE = POSTGRES.placeholders(FENCE_SQL)
+    _FENCE_OF = POSTGRES.placeholders(FENCE_OF_SQL)
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts) -> None:
         self._leases = Leases(
@@ -97,13 +107,23 @@ class PostgresEventDriver(SqlEventDriver):
 
         return await self._leases.run(work, operation="read")
 
-    async def insert(self, rows: list[list[Any]]) -> list[int]:
+    async def _fenced(self, raw: Any, threads: Sequence[str], fence: int | None) -> None:
+        """The fence compare-and-set of each thread, after the threads' advisory locks."""
+        if fence is None:
+            return
+        for thread_id in sorted(threads):
+            if await raw.fetchval(self._FENCE, thread_id, fence) is None:
+                current = await raw.fetchval(self._FENCE_OF, thread_id)
+                raise StaleFenceError(thread_id, fence, int(current))
+
+    async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
         columns = list(zip(*rows, strict=True))
         owner = rows[0][9]
         threads = list({r[0] for r in rows})
 
         async def work(raw: Any) -> list[Any]:
             await raw.execute(self._LOCK, threads)
+            await self._fenced(raw, threads, fence)
             return list(
                 await raw.fetch(
                     self._INSERT,
@@ -135,10 +155,11 @@ class PostgresEventDriver(SqlEventDriver):
         return out
 
     async def insert_if_absent(
-        self, key: tuple[str, str, str], row: list[Any]
+        self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
         async def work(raw: Any) -> tuple[Row | None, int]:
             await raw.execute(self._LOCK, [row[0]])
+            await self._fenced(raw, [row[0]], fence)
             found = await raw.fetchrow(self._EXISTING, *key)
             if found is not None:
                 return tuple(found), 0

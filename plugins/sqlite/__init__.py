@@ -77,7 +77,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "sqlite",
         schemes=["sqlite"],
         factory=_open_events,
-        capabilities=["durable", "cross_process", "owner_filter"],
+        capabilities=["durable", "cross_process", "owner_filter", "fencing"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
     )
 

@@ -12,10 +12,18 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.errors import InvalidURLError
+from runstore.errors import InvalidURLError, StaleFenceError
 from runstore.events import HIDDEN_CALLER_PREFIX
 from runstore.options import BackendOptions
-from runstore.sql.events import EXISTING_SQL, Params, Row, SqlEventDriver, SqlEventStore
+from runstore.sql.events import (
+    EXISTING_SQL,
+    FENCE_OF_SQL,
+    FENCE_SQL,
+    Params,
+    Row,
+    SqlEventDriver,
+    SqlEventStore,
+)
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
@@ -60,15 +68,15 @@ class SqliteEventDriver(SqlEventDriver):
         with unavailable_errors(BACKEND, "read"):
             return await self._connections.read(_fetchall, sql, params)
 
-    async def insert(self, rows: list[list[Any]]) -> list[int]:
+    async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
         with unavailable_errors(BACKEND, "put"):
-            return await self._connections.write(_insert, rows)
+            return await self._connections.write(_insert, rows, fence)
 
     async def insert_if_absent(
-        self, key: tuple[str, str, str], row: list[Any]
+        self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
         with unavailable_errors(BACKEND, "put_if_absent"):
-            return await self._connections.write(_insert_if_absent, key, row)
+            return await self._connections.write(_insert_if_absent, key, row, fence)
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         with unavailable_errors(BACKEND, "delete"):
@@ -79,7 +87,18 @@ def _fetchall(conn: sqlite3.Connection, sql: str, params: Params) -> list[Row]:
     return conn.execute(sql, params).fetchall()
 
 
-def _insert(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
+def _fence(conn: sqlite3.Connection, thread_ids: set[str], fence: int | None) -> None:
+    """The fence compare-and-set of each thread, in the caller's write transaction."""
+    if fence is None:
+        return
+    for thread_id in sorted(thread_ids):
+        if conn.execute(FENCE_SQL, (thread_id, fence)).fetchone() is None:
+            (current,) = conn.execute(FENCE_OF_SQL, (thread_id,)).fetchone()
+            raise StaleFenceError(thread_id, fence, int(current))
+
+
+def _insert(conn: sqlite3.Connection, rows: list[list[Any]], fence: int | None = None) -> list[int]:
+    _fence(conn, {r[0] for r in rows}, fence)
     last = {tid: conn.execute(_MAX_SEQ, (tid,)).fetchone()[0] for tid in {r[0] for r in rows}}
     seqs = []
     for row in rows:
@@ -91,8 +110,9 @@ def _insert(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
 
 
 def _insert_if_absent(
-    conn: sqlite3.Connection, key: tuple[str, str, str], row: list[Any]
+    conn: sqlite3.Connection, key: tuple[str, str, str], row: list[Any], fence: int | None = None
 ) -> tuple[Row | None, int]:
+    _fence(conn, {row[0]}, fence)
     found = conn.execute(EXISTING_SQL, key).fetchone()
     if found is not None:
         return tuple(found), 0

@@ -1,0 +1,149 @@
+"""Fenced appends to event stores (capability ``fencing``), as generated tests.
+
+``put``, ``put_batch`` and ``put_if_absent`` take ``fence=`` (a run store lease's token);
+a store declaring ``fencing`` refuses a token older than one the thread has seen with
+`StaleFenceError`, writing nothing, in the same step as the write (docs/events.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from runstore.errors import StaleFenceError
+from runstore.events import RunEventStore
+from runstore.records import InvalidEventError
+
+pytestmark = pytest.mark.requires("fencing")
+
+
+def _thread() -> str:
+    return f"fence-{uuid.uuid4().hex}"
+
+
+def _event(thread: str, i: int, run: str = "r1") -> dict[str, Any]:
+    return {"thread_id": thread, "run_id": run, "event_type": "step", "category": "trace", "content": str(i)}
+
+
+async def _stale(call: Any, what: str) -> StaleFenceError:
+    try:
+        await call
+    except StaleFenceError as exc:
+        return exc
+    raise AssertionError(
+        f"contract: fencing: {what} carrying a stale token is refused with StaleFenceError "
+        "(it went through)"
+    )
+
+
+async def _contents(store: RunEventStore, thread: str) -> list[str]:
+    out: list[str] = []
+    for run in ("r1", "r2"):
+        out += [str(e["content"]) for e in await store.list_events(thread, run, user_id=None)]
+    return sorted(out)
+
+
+def test_stale_token_is_refused_and_writes_nothing(events_target: Any) -> None:
+    """put, put_batch and put_if_absent with an older token than the thread has seen raise
+    StaleFenceError and write nothing; the current and newer tokens, and no token, pass."""
+
+    async def body(store: RunEventStore) -> None:
+        thread, other = _thread(), _thread()
+        await store.put(**_event(thread, 1), user_id=None, fence=2)
+        before = await _contents(store, thread)
+        raised = await _stale(store.put(**_event(thread, 2), user_id=None, fence=1), "put")
+        assert (raised.thread_id, raised.fence, raised.current) == (thread, 1, 2), (
+            f"contract: StaleFenceError names the thread, the stale token and the current one: {raised!r}"
+        )
+        # A batch over two threads, stale on one of them: nothing of it is written.
+        await _stale(
+            store.put_batch([_event(other, 3), _event(thread, 4)], user_id=None, fence=1), "put_batch"
+        )
+        await _stale(
+            store.put_if_absent(**{**_event(thread, 5), "event_type": "done"}, user_id=None, fence=1),
+            "put_if_absent",
+        )
+        assert await _contents(store, thread) == before and await _contents(store, other) == [], (
+            "contract: fencing: a refused append writes nothing (put, put_batch, put_if_absent)"
+        )
+        await store.put(**_event(thread, 6), user_id=None, fence=2)
+        await store.put_batch([_event(thread, 7, "r2")], user_id=None, fence=3)
+        await store.put(**_event(thread, 8), user_id=None)
+        _, created = await store.put_if_absent(
+            **{**_event(thread, 9), "event_type": "done"}, user_id=None, fence=3
+        )
+        assert created
+        assert await _contents(store, thread) == ["1", "6", "7", "8", "9"], (
+            "contract: fencing: appends with the current or a newer token, and without a token, "
+            f"are written; got {await _contents(store, thread)}"
+        )
+        await _stale(store.put(**_event(thread, 10), user_id=None, fence=2), "put")
+        await store.delete_by_thread(thread, user_id=None)
+        await _stale(store.put(**_event(thread, 11), user_id=None, fence=2), "put after a delete")
+
+    events_target.run(body)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_bad_token_is_an_input_error(events_target: Any, bad: Any) -> None:
+    """A token that is not an int from 1 to 2**63-1 raises InvalidEventError; nothing is written."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = _thread()
+        with pytest.raises(InvalidEventError, match="fence"):
+            await store.put(**_event(thread, 1), user_id=None, fence=bad)
+        with pytest.raises(InvalidEventError, match="fence"):
+            await store.put_batch([_event(thread, 1)], user_id=None, fence=bad)
+        assert await _contents(store, thread) == [], "contract: a malformed token writes nothing"
+
+    events_target.run(body)
+
+
+async def _race_round(store: RunEventStore, yields: int) -> None:
+    """One race; the newer appender starts after ``yields`` turns of the loop."""
+    thread = _thread()
+    await store.put(**_event(thread, 0), user_id=None, fence=1)
+    acked: list[str] = []
+    seen: list[str] = []
+
+    async def old() -> None:
+        for i in range(1, 400):
+            try:
+                await store.put(**_event(thread, i), user_id=None, fence=1)
+            except StaleFenceError:
+                return
+            acked.append(str(i))
+            await asyncio.sleep(0)
+
+    async def new() -> None:
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        # A batch, as a worker appends a step's events; the check of every append call
+        # must be one step with its write.
+        await store.put_batch([_event(thread, 1000, "r2")], user_id=None, fence=2)
+        seen.extend(await _contents(store, thread))
+
+    await asyncio.gather(old(), new())
+    late = sorted(set(acked) - set(seen), key=int)
+    assert not late, (
+        "contract: fencing: no append carrying a stale token lands after a newer token was "
+        f"written (new appender after {yields} turns): {late[:5]}"
+    )
+    stored = set(await _contents(store, thread))
+    assert set(acked) <= stored and stored <= {"0", "1000", *acked}, (
+        "contract: fencing: exactly the acknowledged appends are stored"
+    )
+
+
+def test_fence_race_in_one_process(events_target: Any) -> None:
+    """An appender with token 1 races one with token 2: every append of token 1 that
+    succeeded is stored before token 2's first append was acknowledged."""
+
+    async def body(store: RunEventStore) -> None:
+        for yields in range(2, 8):
+            await _race_round(store, yields)
+
+    events_target.run(body)

@@ -1,0 +1,3 @@
+"""Our run of the event-store fencing conformance suite."""
+
+from runstore.conformance.test_event_fencing import *  # noqa: F403
