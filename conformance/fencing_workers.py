@@ -144,3 +144,65 @@ def fresh_writer(
         return attempts, seen
 
     return with_saver(url, plugins, body)
+
+
+async def _event_contents(store: Any, thread_id: str) -> list[str]:
+    out: list[str] = []
+    for run in ("old", "new"):
+        out += [str(e["content"]) for e in await store.list_events(thread_id, run, user_id=None)]
+    return out
+
+
+@errors_travel
+def stale_appender(
+    url: str, plugins: list[str], thread_id: str, fenced: Any, wrote: Any, barrier: Any
+) -> list[Attempt]:
+    """Append with token 1 until refused, then a few more times (all must be refused);
+    sets ``wrote`` after three acknowledged appends and reads ``fenced`` before each."""
+    from runstore.errors import StaleFenceError
+
+    async def body(store: Any) -> list[Attempt]:
+        attempts: list[Attempt] = []
+        barrier.wait(timeout=120)
+        refused = i = 0
+        deadline = time.monotonic() + 120
+        while refused < 6 and time.monotonic() < deadline:
+            after = bool(fenced.is_set())
+            event = {"thread_id": thread_id, "run_id": "old", "event_type": "step",
+                     "category": "trace", "content": f"old-{i}"}  # fmt: skip
+            try:
+                await store.put(**event, user_id=None, fence=1)
+                attempts.append((i, after, "ok", f"old-{i}"))
+                if sum(a[2] == "ok" for a in attempts) == 3:
+                    wrote.set()
+            except StaleFenceError:
+                attempts.append((i, after, "stale", ""))
+                refused += 1
+            except Exception as exc:  # reported to the test, which names it
+                attempts.append((i, after, f"{type(exc).__name__}: {exc}", ""))
+                refused += 1
+            i += 1
+        return attempts
+
+    return with_backend("events", url, plugins, body)
+
+
+@errors_travel
+def fresh_appender(
+    url: str, plugins: list[str], thread_id: str, fenced: Any, wrote: Any, barrier: Any, head_start: float
+) -> tuple[list[Attempt], list[str]]:
+    """Once the stale appender has written, and ``head_start`` seconds later, append a batch
+    with token 2; set ``fenced`` and read what had landed right after it was acknowledged."""
+
+    async def body(store: Any) -> tuple[list[Attempt], list[str]]:
+        barrier.wait(timeout=120)
+        await asyncio.to_thread(wrote.wait, 120)
+        await asyncio.sleep(head_start)
+        events = [{"thread_id": thread_id, "run_id": "new", "event_type": "step",
+                   "category": "trace", "content": f"new-{k}"} for k in range(3)]  # fmt: skip
+        await store.put_batch(events, user_id=None, fence=2)
+        fenced.set()
+        seen = await _event_contents(store, thread_id)
+        return [(0, True, "ok", f"new-{k}") for k in range(3)], seen
+
+    return with_backend("events", url, plugins, body)

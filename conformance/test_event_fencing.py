@@ -8,7 +8,9 @@ a store declaring ``fencing`` refuses a token older than one the thread has seen
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,6 +18,9 @@ import pytest
 from runstore.errors import StaleFenceError
 from runstore.events import RunEventStore
 from runstore.records import InvalidEventError
+
+from .fencing_workers import fresh_appender, stale_appender
+from .plugin import development_plugins
 
 pytestmark = pytest.mark.requires("fencing")
 
@@ -147,3 +152,46 @@ def test_fence_race_in_one_process(events_target: Any) -> None:
             await _race_round(store, yields)
 
     events_target.run(body)
+
+
+@pytest.mark.requires("cross_process")
+def test_fence_race_across_processes(events_target: Any, request: pytest.FixtureRequest) -> None:
+    """Two OS processes append to one thread, the second with a newer token after the
+    first has written: every append of the older token that succeeded was stored before
+    the newer token's batch was acknowledged, none began after it and landed, and exactly
+    the acknowledged appends are stored."""
+    url = events_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+    ctx = multiprocessing.get_context("spawn")
+    for head_start in (0.0, 0.2):
+        thread = _thread()
+        with ctx.Manager() as manager:
+            fenced, wrote, barrier = manager.Event(), manager.Event(), manager.Barrier(2)
+            with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+                old_f = pool.submit(stale_appender, url, plugins, thread, fenced, wrote, barrier)
+                new_f = pool.submit(
+                    fresh_appender, url, plugins, thread, fenced, wrote, barrier, head_start
+                )
+                old, (new, seen) = old_f.result(timeout=300), new_f.result(timeout=300)
+        where = f"2 processes, head start {head_start}s"
+        odd = [a for a in old if a[2] not in ("ok", "stale")]
+        assert not odd, f"the stale appender failed unexpectedly ({where}): {odd[:3]}"
+        acked = {a[3] for a in old if a[2] == "ok"}
+        late = sorted(acked - set(seen))
+        assert not late, (
+            "contract: fencing: no append carrying a stale token lands after a newer token was "
+            f"written ({where}): {late[:5]}"
+        )
+        assert not [a for a in old if a[1] and a[2] == "ok"], (
+            f"contract: fencing: an append that began after the newer token was written is refused ({where})"
+        )
+
+        async def stored(store: RunEventStore, t: str = thread) -> set[str]:
+            out: set[str] = set()
+            for run in ("old", "new"):
+                out |= {str(e["content"]) for e in await store.list_events(t, run, user_id=None)}
+            return out
+
+        assert events_target.run(stored) == acked | {a[3] for a in new}, (
+            f"contract: fencing: exactly the acknowledged appends are stored ({where})"
+        )
