@@ -255,6 +255,30 @@ def test_idle_threads_expire_whole(saver_target: Any) -> None:
     saver_target.run(body)
 
 
+def test_a_touch_restarts_the_idle_ttl(saver_target: Any) -> None:
+    """``atouch_thread`` (a read the app counts as activity) restarts ``idle_ttl`` like a
+    write; an unknown or deleted thread answers False."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        thread = new_thread_id()
+        await saver.aput(config_for(thread), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        policy = RetentionPolicy(idle_ttl=100)
+        clock.advance(90)
+        assert await saver.atouch_thread(thread) is True  # type: ignore[attr-defined]
+        assert await saver.atouch_thread(new_thread_id()) is False  # type: ignore[attr-defined]
+        clock.advance(90)
+        [kept] = await sweep_all(saver, policy, thread_ids=[thread])
+        assert not any(t.expired for t in kept.threads), "contract: atouch_thread restarts idle_ttl"
+        clock.advance(20)
+        [gone] = await sweep_all(saver, policy, thread_ids=[thread])
+        assert [t.expired for t in gone.threads] == [True], "contract: the TTL runs from the touch"
+        assert await saver.atouch_thread(thread) is False  # type: ignore[attr-defined]
+
+    saver_target.run(body)
+
+
 def test_overrides_stored_with_the_thread(saver_target: Any) -> None:
     """Per-thread overrides win over the policy (``None`` lifts a limit), read back with
     the thread, survive a sweep, and bad overrides raise InvalidSaverInputError."""

@@ -134,7 +134,8 @@ class ThreadInfo:
     ``metadata`` and ``status`` are those of the latest checkpoint of the root
     namespace (``latest_checkpoint_id``). ``retention`` holds the thread's retention
     overrides (``None``: the policy's defaults apply). ``touched_at`` is when a write
-    (or, with ``retention.refresh_on_read``, a read) last touched the thread.
+    (or ``atouch_thread``, which an app calls when a read should count) last touched the
+    thread; ``idle_ttl`` counts from it.
     """
 
     thread_id: str

@@ -671,6 +671,20 @@ class MemorySaver(BaseCheckpointSaver[str]):
         """Async `set_thread_retention`."""
         self.set_thread_retention(thread_id, overrides)
 
+    @_locked
+    def touch_thread(self, thread_id: str) -> bool:
+        """Count a read as activity: ``touched_at`` (where ``idle_ttl`` counts from) becomes
+        now; whether the thread exists."""
+        record = self._records.get(checked_text(thread_id, "thread_id"))
+        if record is None or record.deleted_at is not None:
+            return False
+        record.touched_at = max(record.touched_at, clock_micros(self.clock))
+        return True
+
+    async def atouch_thread(self, thread_id: str) -> bool:
+        """Async `touch_thread`."""
+        return self.touch_thread(thread_id)
+
     async def asweep(
         self,
         policy: RetentionPolicy,

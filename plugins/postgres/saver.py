@@ -458,6 +458,19 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         if await self._leases.run(go, operation="set_thread_retention", write=True, idempotent=True) is None:
             raise ThreadDeletedError(thread)
 
+    async def atouch_thread(self, thread_id: str) -> bool:
+        """Count a read as activity: ``touched_at`` (where ``idle_ttl`` counts from) becomes
+        now; whether the thread exists (docs/threads.md)."""
+        thread = checked_text(thread_id, "thread_id")
+        now = clock_micros(self.clock)
+
+        async def go(conn: Any) -> bool:
+            return await conn.fetchval(sql.TOUCH_THREAD_SQL, thread, now) is not None
+
+        return bool(
+            await self._leases.run(go, operation="touch_thread", write=True, idempotent=True)
+        )
+
     async def asweep(
         self,
         policy: RetentionPolicy,

@@ -986,3 +986,8 @@ SAVER_TABLES = (CHECKPOINTS, BLOBS, WRITES, THREADS)
 SAVER_TABLES_SIZE_SQL = "SELECT " + " + ".join(
     f"pg_total_relation_size('{t}'::regclass)" for t in SAVER_TABLES
 )
+#: A read that counts as activity (`PostgresSaver.atouch_thread`): idle_ttl restarts.
+TOUCH_THREAD_SQL = (
+    f"UPDATE {THREADS} SET touched_at = greatest(touched_at, $2)"
+    " WHERE thread_id = $1 AND deleted_at IS NULL RETURNING 1"
+)

@@ -586,3 +586,8 @@ def compact(conn: sqlite3.Connection, full: bool) -> None:
         # a cursor's fetch stops after the first page.
         conn.executescript("PRAGMA incremental_vacuum;")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+
+def touch_thread(conn: sqlite3.Connection, thread_id: str, now: int) -> bool:
+    """Refresh a live thread's ``touched_at``; whether it exists."""
+    return conn.execute(sql.TOUCH_THREAD, (now, thread_id)).rowcount > 0

@@ -429,6 +429,12 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         thread = checked_text(thread_id, "thread_id")
         await self._write(ops.set_retention, thread, text, clock_micros(self.clock))
 
+    async def atouch_thread(self, thread_id: str) -> bool:
+        """Count a read as activity: ``touched_at`` (where ``idle_ttl`` counts from) becomes
+        now; whether the thread exists (docs/threads.md)."""
+        thread = checked_text(thread_id, "thread_id")
+        return bool(await self._write(ops.touch_thread, thread, clock_micros(self.clock)))
+
     async def asweep(
         self,
         policy: RetentionPolicy,

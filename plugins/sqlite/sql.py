@@ -492,3 +492,7 @@ VALUES (:thread_id, :now, :now, :now, :retention)
 ON CONFLICT (thread_id) DO UPDATE SET retention = excluded.retention, swept_at = NULL
 WHERE deleted_at IS NULL
 """
+#: A read that counts as activity (`SqliteSaver.atouch_thread`): idle_ttl restarts.
+TOUCH_THREAD = (
+    f"UPDATE {THREADS} SET touched_at = max(touched_at, ?) WHERE thread_id = ? AND deleted_at IS NULL"
+)
