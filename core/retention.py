@@ -188,8 +188,11 @@ class Sweeper:
         rescan: bool = False,
         thread_ids: Sequence[str] | None = None,
         progress: Callable[[SweepReport], None] | None = None,
+        compact: bool = False,
     ) -> SweepReport:
-        """One pass over the threads in ``batch_size`` batches; ``progress`` is called after each."""
+        """One pass over the threads in ``batch_size`` batches; ``progress`` is called after
+        each. With ``compact``, a pass that removed something ends with the saver's
+        ``acompact`` (sqlite: give the freed pages back; see docs/threads.md)."""
         report = SweepReport(dry_run=dry_run)
         started = time.perf_counter()
         after: str | None = None
@@ -213,8 +216,14 @@ class Sweeper:
             if progress is not None:
                 progress(report)
             if batch.cursor is None:
-                return report
+                break
             after = batch.cursor
+        if compact and not dry_run and report.removed.bytes:
+            compactor = getattr(self.saver, "acompact", None)
+            if callable(compactor):
+                report.reclaimed_bytes = (await compactor()).reclaimed
+                report.seconds = time.perf_counter() - started
+        return report
 
 
 async def sweep(stores: Stores, policy: RetentionPolicy | None = None, **kwargs: Any) -> SweepReport:
@@ -231,11 +240,14 @@ def start_sweeper(
     policy: RetentionPolicy | None = None,
     *,
     interval: float | None = None,
+    compact: bool = False,
     on_report: Callable[[SweepReport], None] | None = None,
 ) -> asyncio.Task[None]:
     """Start a task sweeping ``stores`` every ``interval`` seconds (default: the settings'
     ``retention.interval_seconds``) until cancelled; a failed pass is logged and retried
-    at the next interval. Cancel the task before the stores close."""
+    at the next interval. ``compact``: each pass that removed something compacts (short
+    on a sqlite file in incremental auto-vacuum mode; an older file is rewritten once).
+    Cancel the task before the stores close."""
     sweeper = Sweeper.from_stores(stores)
     section = stores.settings.retention
     chosen = policy if policy is not None else RetentionPolicy.from_settings(stores.settings)
@@ -247,7 +259,10 @@ def start_sweeper(
         while True:
             try:
                 report = await sweeper.sweep(
-                    chosen, batch_size=section.batch_size, claim_seconds=section.claim_seconds
+                    chosen,
+                    batch_size=section.batch_size,
+                    claim_seconds=section.claim_seconds,
+                    compact=compact,
                 )
             except asyncio.CancelledError:
                 raise

@@ -105,7 +105,6 @@ async def _run(
 ) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .checkpoint.forwarding import unwrap_saver
     from .checkpoint.retention import RetentionPolicy
     from .cli import err_console
     from .retention import SweepReport, sweep
@@ -115,7 +114,7 @@ async def _run(
         policy = RetentionPolicy.from_settings(stores.settings)
         if any(v is not None for v in limits):
             policy = RetentionPolicy(*limits)
-        kwargs: dict[str, Any] = {"dry_run": dry_run, "rescan": rescan}
+        kwargs: dict[str, Any] = {"dry_run": dry_run, "rescan": rescan, "compact": compact_after}
         if batch_size is not None:
             kwargs["batch_size"] = batch_size
         with Progress(
@@ -139,9 +138,6 @@ async def _run(
                 )
 
             report = await sweep(stores, policy, progress=on_batch, **kwargs)
-        saver: Any = unwrap_saver(stores.checkpointer)
-        if compact_after and not dry_run and callable(getattr(saver, "acompact", None)):
-            report.reclaimed_bytes = (await saver.acompact()).reclaimed
         return report
 
 

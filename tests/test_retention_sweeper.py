@@ -132,12 +132,15 @@ async def test_the_app_task_sweeps_until_cancelled() -> None:
             if len(reports) == 2:
                 two.set()
 
-        task = start_sweeper(stores, RetentionPolicy(keep_last=2), interval=0.01, on_report=on_report)
+        task = start_sweeper(
+            stores, RetentionPolicy(keep_last=2), interval=0.01, compact=True, on_report=on_report
+        )
         await asyncio.wait_for(two.wait(), 30)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert reports[0].removed.checkpoints == 3 and reports[1].removed.checkpoints == 0
+        assert reports[0].reclaimed_bytes is None, "memory has nothing to compact"
         with pytest.raises(runstore.InvalidSaverInputError):
             start_sweeper(stores, interval=0)
         with pytest.raises(runstore.InvalidSaverInputError, match="does not declare retention"):
@@ -173,6 +176,7 @@ def test_cli_run_and_compact(tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     assert "threads examined" in table.output and "saver checkpoints" in table.output
     assert (tmp_path / "app.db").stat().st_size < size / 2, "the file gave its space back"
+    assert "reclaimed bytes" in table.output
     compact = runner.invoke(cli.main, ["compact", "--checkpointer", url, "--full", "--json"])
     assert compact.exit_code == 0, compact.output
     assert set(json.loads(compact.output)) == {"before", "after", "reclaimed"}
