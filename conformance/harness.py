@@ -51,19 +51,27 @@ class Provisioned:
         self._stack: AsyncExitStack | None = None
 
     def __enter__(self) -> Provisioned:
+        try:
+            return self.enter()
+        except (OSError, ConnectionError) as exc:
+            service_unavailable(f"the server behind {self.named_url}", exc)
+            raise
+
+    def enter(self) -> Provisioned:
+        """Provision, letting every error through (the preflight reports an unreachable server)."""
         manager: AbstractAsyncContextManager[BackendURL] | None = (
             get_plugin_manager().hook.runstore_conformance_provision(url=self.named_url)
         )
         if manager is None:
             return self
-        self._runner = asyncio.Runner()
-        self._stack = AsyncExitStack()
+        runner = asyncio.Runner()
+        stack = AsyncExitStack()
         try:
-            self.url = self._runner.run(self._stack.enter_async_context(manager))
-        except (OSError, ConnectionError) as exc:
-            self._runner.close()
-            self._runner = None
-            service_unavailable(f"the server behind {self.named_url}", exc)
+            self.url = runner.run(stack.enter_async_context(manager))
+        except BaseException:
+            runner.close()
+            raise
+        self._runner, self._stack = runner, stack
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -87,6 +87,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="bound each phase of every suite test (default 300, or `timeout` in "
         "[tool.runstore.conformance]; 0 = none); a test past it fails naming what it waited for",
     )
+    group.addoption(
+        "--runstore-allow-unreachable",
+        action="store_true",
+        default=False,
+        dest="runstore_allow_unreachable",
+        help="skip (instead of failing the run) the tests of a backend whose server cannot be reached",
+    )
 
 
 def project_settings(config: pytest.Config) -> dict[str, Any]:
@@ -169,10 +176,18 @@ def pytest_configure(config: pytest.Config) -> None:
         # Before the reporters (runstore check's, JUnit) read the headline.
         config.pluginmanager.register(HeadlinesPlugin(), "runstore-headlines")
     requested = config.getoption("hypothesis_profile", default=None)
+    if named_backends(config):
+        from .preflight import check_configuration
+
+        check_configuration(config)
     if named_backends(config) or str(requested).startswith("runstore-"):
         from .profiles import register_profiles
 
         register_profiles()
+    if named_backends(config):
+        from .preflight import check_profile
+
+        check_profile(config, requested)
     if named_backends(config) and not requested:
         from hypothesis import settings
 
@@ -224,31 +239,38 @@ def split_kinds(entry: str) -> tuple[frozenset[str] | None, str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    from runstore.capabilities import Kind
-    from runstore.urls import BackendURL
 
-    from .harness import spec_for
 
-    urls = named_backends(metafunc.config)
     for kind_name, fixture in TARGET_FIXTURES.items():
         if fixture not in metafunc.fixturenames:
             continue
-        kind = Kind(kind_name)
-        params: list[Any] = []
-        ids: list[str] = []
-        for entry in urls:
-            only, raw = split_kinds(entry)
-            spec = spec_for(kind, BackendURL.parse(raw))
-            if spec is None or (only is not None and kind_name not in only):
-                continue
-            ident = spec.name if spec.name not in ids else f"{spec.name}-{len(ids)}"
-            params.append(raw)
-            ids.append(ident)
+        named = backend_ids(metafunc.config, kind_name)
+        params: list[Any] = list(named)
+        ids = list(named.values())
         if not params:
             reason = f"no {kind_name} backend named (pass {BACKEND_OPTION} URL)"
             params = [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
             ids = [f"no-{kind_name}-backend"]
         metafunc.parametrize(fixture, params, ids=ids, indirect=True, scope="session")
+
+
+def backend_ids(config: pytest.Config, kind_name: str) -> dict[str, str]:
+    """The named backends of one kind, in order: raw URL -> test id (the backend's name,
+    suffixed when two URLs of the kind share one). Reports label rows with these ids."""
+    from runstore.capabilities import Kind
+    from runstore.urls import BackendURL
+
+    from .harness import spec_for
+
+    out: dict[str, str] = {}
+    for entry in named_backends(config):
+        only, raw = split_kinds(entry)
+        spec = spec_for(Kind(kind_name), BackendURL.parse(raw))
+        if spec is None or (only is not None and kind_name not in only) or raw in out:
+            continue
+        taken = set(out.values())
+        out[raw] = spec.name if spec.name not in taken else f"{spec.name}-{len(out)}"
+    return out
 
 
 class _Provisions:
@@ -263,7 +285,7 @@ class _Provisions:
         from .harness import Provisioned
 
         if raw not in self._items:
-            self._items[raw] = Provisioned(BackendURL.parse(raw)).__enter__()
+            self._items[raw] = Provisioned(BackendURL.parse(raw)).enter()
         return self._items[raw]
 
     def close(self) -> None:
@@ -272,12 +294,25 @@ class _Provisions:
             item.__exit__(None, None, None)
 
 
+def provisions_of(config: pytest.Config) -> _Provisions:
+    """The session's provisioned URLs (the preflight provisions them before any test runs)."""
+    provisions = getattr(config, "_runstore_provisions", None)
+    if provisions is None:
+        provisions = _Provisions()
+        config._runstore_provisions = provisions  # type: ignore[attr-defined]
+    return provisions  # type: ignore[no-any-return]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    provisions = getattr(config, "_runstore_provisions", None)
+    if provisions is not None:
+        provisions.close()
+
+
 @pytest.fixture(scope="session")
-def runstore_provisions() -> Any:
-    """Provisioned (isolated) URLs for this session; dropped at the end."""
-    provisions = _Provisions()
-    yield provisions
-    provisions.close()
+def runstore_provisions(request: pytest.FixtureRequest) -> Any:
+    """Provisioned (isolated) URLs for this session; dropped when pytest exits."""
+    return provisions_of(request.config)
 
 
 def _target(request: pytest.FixtureRequest, kind_name: str, provisions: _Provisions) -> Any:
@@ -371,8 +406,34 @@ def check_requires_markers(items: list[pytest.Item]) -> None:
                         )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    check_requires_markers(items)
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    # Around every other implementation (-k and -m deselect in theirs): before, note
+    # whether suite tests were collected at all; after, check what the selection left
+    # and open each backend it needs once (the preflight).
+    from .preflight import after_selection, note_collected
+
+    note_collected(config, items)
+    result = yield
+    _declared_xfails(config, items)
+    after_selection(config, items)
+    return result
+
+
+def pytest_runtest_call(item: pytest.Item) -> None:
+    from .preflight import note_ran
+
+    note_ran(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from .preflight import check_something_ran
+
+    check_something_ran(session)
+
+
+def _declared_xfails(config: pytest.Config, items: list[pytest.Item]) -> None:
     declared: dict[str, str] = project_settings(config).get("xfail", {})
     if not declared:
         return

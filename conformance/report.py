@@ -12,7 +12,11 @@ from typing import IO, Any
 
 import pytest
 
-from .plugin import TARGET_FIXTURES
+from runstore.capabilities import Kind
+from runstore.urls import BackendURL
+
+from .harness import spec_for
+from .plugin import TARGET_FIXTURES, backend_ids
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,6 +60,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _reporter.emit(type="collected", count=len(session.items))
 
 
+def _label_ids(config: pytest.Config) -> dict[tuple[str, str], str]:
+    ids = getattr(config, "_runstore_label_ids", None)
+    if ids is None:
+        ids = {
+            (kind, raw): ident
+            for kind in TARGET_FIXTURES
+            for raw, ident in backend_ids(config, kind).items()
+        }
+        config._runstore_label_ids = ids  # type: ignore[attr-defined]
+    return ids  # type: ignore[no-any-return]
+
+
 def _describe(item: pytest.Item) -> dict[str, Any]:
     callspec = getattr(item, "callspec", None)
     kind = url = backend = None
@@ -63,13 +79,47 @@ def _describe(item: pytest.Item) -> dict[str, Any]:
         for kind_name, fixture in TARGET_FIXTURES.items():
             if fixture in callspec.params:
                 kind, url = kind_name, callspec.params[fixture]
-                backend = callspec.id.split("-")[0] if callspec.id else None
+                # The id the test was parametrized with, whole: a name may hold '-'.
+                backend = _label_ids(item.config).get((kind_name, url)) if url else None
                 break
     test_module, test_class = getattr(item, "module", None), getattr(item, "cls", None)
     module = test_module.__name__.rsplit(".", 1)[-1] if test_module else ""
     cls = test_class.__name__ if test_class else ""
     suite = module.removeprefix("test_") + (f".{cls.removeprefix('Test')}" if cls else "")
-    return {"nodeid": item.nodeid, "kind": kind, "url": url, "backend": backend, "suite": suite}
+    requires = sorted({c for m in item.iter_markers("requires") for c in m.args})
+    return {
+        "nodeid": item.nodeid, "name": getattr(item, "originalname", item.name), "kind": kind,
+        "url": url, "backend": backend, "suite": suite, "requires": requires,
+    }
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _reporter is None:
+        return
+    config = session.config
+    seed = config.getoption("hypothesis_seed", default=None)
+    profile = derandomized = None
+    try:
+        from hypothesis import settings
+
+        from .profiles import DEFAULT_PROFILE
+
+        profile = config.getoption("hypothesis_profile", default=None) or DEFAULT_PROFILE
+        derandomized = bool(settings.get_profile(profile).derandomize)
+    except Exception:  # Hypothesis missing or the profile unknown: the preflight said so
+        pass
+    backends = {}
+    for kind in TARGET_FIXTURES:
+        for raw, ident in backend_ids(config, kind).items():
+            spec = spec_for(Kind(kind), BackendURL.parse(raw))
+            if spec is not None:
+                backends[f"{kind}:{ident}"] = {
+                    "kind": kind, "name": spec.name, "url": raw,
+                    "capabilities": sorted(spec.capabilities),
+                }
+    _reporter.emit(
+        type="session", profile=profile, seed=seed, derandomized=derandomized, backends=backends
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -101,3 +151,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             **_describe(item),
         )
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Any:
+    # The last line, after every other implementation settled the exit status: without
+    # it the parent knows the run was killed before it finished.
+    result = yield
+    if _reporter is not None:
+        _reporter.emit(type="finished", exitstatus=int(session.exitstatus))
+    return result

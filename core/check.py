@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -54,12 +55,21 @@ class Cell:
     counts: Counter[str] = field(default_factory=Counter)
     skip_reasons: Counter[str] = field(default_factory=Counter)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def ran(self) -> int:
+        """Tests whose body ran (passed, failed, or an expected failure either way)."""
+        return self.counts["passed"] + self.counts["failed"] + self.counts["xfailed"] + self.counts["xpassed"]
 
     @property
     def status(self) -> str:
-        """``failed`` if anything failed, else ``passed``, else ``skipped``."""
+        """``failed`` if anything failed, else ``interrupted`` if the run was cut short,
+        else ``passed``, else ``skipped``."""
         if self.counts["failed"] or self.counts["xpassed"]:
             return "failed"
+        if self.interrupted:
+            return "interrupted"
         if self.counts["passed"] or self.counts["xfailed"]:
             return "passed"
         return "skipped"
@@ -73,18 +83,40 @@ class CheckResult:
     returncode: int
     collected: int
     log: str
+    #: Refusals from the suite's preflight (unreachable server, missing driver, ...).
+    errors: list[str] = field(default_factory=list)
+    #: The ``session`` record: Hypothesis profile and seed, each backend's URL and capabilities.
+    session: dict[str, Any] = field(default_factory=dict)
+    #: Whether the child pytest finished (wrote its last record) on its own.
+    finished: bool = True
+    #: The command line that reruns this check (the URLs, plugins, profile and seed).
+    command: list[str] = field(default_factory=list)
+    #: The backend entries as shown in `command` (passwords masked).
+    urls: list[str] = field(default_factory=list)
+    #: Whether unreachable backends were allowed to skip (then an empty run is no failure).
+    allow_unreachable: bool = False
 
-    def matrix(self) -> dict[str, dict[str, Cell]]:
-        """``{backend label: {suite: Cell}}``, one final outcome per test."""
+    @property
+    def interrupted(self) -> bool:
+        """Cut short: killed, interrupted (Ctrl-C, pytest -x) or ended before its last test."""
+        if self.errors:
+            return False
+        return not self.finished or self.returncode == 2 or self.returncode < 0
+
+    def _final(self) -> list[dict[str, Any]]:
         final: dict[str, dict[str, Any]] = {}
         for record in self.records:
             previous = final.get(record["nodeid"])
             if previous is None or record["outcome"] == "failed":
                 final[record["nodeid"]] = record
+        return list(final.values())
+
+    def matrix(self) -> dict[str, dict[str, Cell]]:
+        """``{backend label: {suite: Cell}}``, one final outcome per test."""
         out: dict[str, dict[str, Cell]] = defaultdict(dict)
-        for record in final.values():
+        for record in self._final():
             label = backend_label(record)
-            cell = out[label].setdefault(record["suite"], Cell())
+            cell = out[label].setdefault(record["suite"], Cell(interrupted=self.interrupted))
             cell.counts[record["outcome"]] += 1
             if record["outcome"] == "skipped" and record.get("reason"):
                 cell.skip_reasons[record["reason"]] += 1
@@ -93,54 +125,219 @@ class CheckResult:
         return dict(out)
 
     def level(self, backend: str) -> str:
-        """Conformance level of one backend: ``full``, ``partial`` (capability skips) or ``failing``."""
+        """Conformance level of one backend: ``full``, ``partial`` (capability skips),
+        ``failing``, ``interrupted`` (the run was cut short) or ``untested``."""
         cells = self.matrix().get(backend, {})
         if any(c.status == "failed" for c in cells.values()):
             return "failing"
+        if self.interrupted:
+            return "interrupted"
+        if not any(c.ran for c in cells.values()):
+            return "untested"
         if any(c.counts["skipped"] for c in cells.values()):
             return "partial"
-        return "full" if cells else "untested"
+        return "full"
+
+    def totals(self, cells: Any = None) -> Counter[str]:
+        """run/passed/failed/skipped over ``cells`` (default: every cell)."""
+        if cells is None:
+            cells = [c for row in self.matrix().values() for c in row.values()]
+        out: Counter[str] = Counter()
+        for cell in cells:
+            out["run"] += cell.ran
+            out["passed"] += cell.counts["passed"] + cell.counts["xfailed"]
+            out["failed"] += cell.counts["failed"] + cell.counts["xpassed"]
+            out["skipped"] += cell.counts["skipped"]
+        return out
+
+    def capabilities(self, backend: str) -> dict[str, list[str]]:
+        """The backend's declared capabilities: ``proven`` (a test requiring it ran and
+        every such test passed), ``failed`` and ``unproven`` (no such test ran)."""
+        declared = self.session.get("backends", {}).get(backend, {}).get("capabilities", [])
+        outcomes: dict[str, set[str]] = defaultdict(set)
+        for record in self._final():
+            if backend_label(record) == backend:
+                for capability in record.get("requires") or ():
+                    outcomes[capability].add(record["outcome"])
+        out: dict[str, list[str]] = {"proven": [], "failed": [], "unproven": []}
+        for capability in declared:
+            seen = outcomes.get(capability, set())
+            if seen & {"failed", "xpassed"}:
+                out["failed"].append(capability)
+            elif seen & {"passed"} and not self.interrupted:
+                out["proven"].append(capability)
+            else:
+                out["unproven"].append(capability)
+        return out
+
+    @property
+    def status(self) -> str:
+        """``error`` (refused before running), ``failed``, ``interrupted``, ``empty``
+        (nothing ran), ``skipped`` (nothing ran, unreachable backends allowed) or ``passed``."""
+        if self.errors:
+            return "error"
+        if any(c.status == "failed" for row in self.matrix().values() for c in row.values()):
+            return "failed"
+        if self.interrupted:
+            return "interrupted"
+        if not self.totals()["run"]:
+            return "skipped" if self.allow_unreachable else "empty"
+        if self.returncode != 0:
+            return "failed"
+        return "passed"
 
     @property
     def ok(self) -> bool:
-        """Whether the run completed without a failure."""
-        return self.returncode in (0, 5) and not any(
-            cell.status == "failed" for row in self.matrix().values() for cell in row.values()
-        )
+        """Whether the run completed, ran at least one test, and nothing failed."""
+        return self.status in ("passed", "skipped")
+
+    @property
+    def profile(self) -> str | None:
+        """The Hypothesis profile the suite ran under."""
+        return self.session.get("profile")
+
+    @property
+    def seed(self) -> str | None:
+        """The Hypothesis seed (``None`` when derandomized: each test seeds itself)."""
+        seed = self.session.get("seed")
+        return None if seed is None else str(seed)
+
+    def replay(self, test: str | None = None, record: dict[str, Any] | None = None) -> str:
+        """One command that reruns this check, or only ``test`` (a test function name) on
+        the backend of ``record`` (a result record)."""
+        cmd = list(self.command)
+        if test is not None:
+            cmd = [*_drop_option(cmd, "-k"), "-k", test]
+        if record is not None and record.get("url") and record.get("kind"):
+            rest = [part for part in cmd[2:] if part not in self.urls]
+            cmd = [*cmd[:2], f"{record['kind']}={redact(record['url'])}", *rest]
+        return " ".join(shlex.quote(part) for part in cmd)
 
     def to_json(self) -> dict[str, Any]:
-        """A machine-readable summary."""
+        """A machine-readable summary (the JUnit report carries the same properties)."""
         matrix = self.matrix()
+        totals = self.totals()
         return {
             "ok": self.ok,
+            "status": self.status,
+            "errors": list(self.errors),
             "collected": self.collected,
+            **{k: totals[k] for k in ("run", "passed", "failed", "skipped")},
             "pytest_exit_code": self.returncode,
+            "profile": self.profile,
+            "seed": self.seed,
+            "derandomized": self.session.get("derandomized"),
+            "replay": self.replay(),
             "backends": {
-                backend: {
-                    "level": self.level(backend),
-                    "suites": {
-                        suite: {
-                            "status": cell.status,
-                            **{k: cell.counts[k] for k in OUTCOMES},
-                            "skip_reasons": dict(cell.skip_reasons),
-                            "failures": [
-                                {"test": f["nodeid"], "message": f.get("message")}
-                                for f in cell.failures
-                            ],
-                        }
-                        for suite, cell in sorted(rows.items())
-                    },
-                }
-                for backend, rows in sorted(matrix.items())
+                backend: self._backend_json(backend, rows) for backend, rows in sorted(matrix.items())
             },
         }
 
+    def _backend_json(self, backend: str, rows: dict[str, Cell]) -> dict[str, Any]:
+        info = self.session.get("backends", {}).get(backend, {})
+        totals = self.totals(rows.values())
+        reasons: Counter[str] = Counter()
+        for cell in rows.values():
+            reasons.update(cell.skip_reasons)
+        return {
+            "kind": info.get("kind"),
+            "name": info.get("name"),
+            "url": info.get("url"),
+            "level": self.level(backend),
+            **{k: totals[k] for k in ("run", "passed", "failed", "skipped")},
+            "skip_reasons": dict(reasons.most_common()),
+            "capabilities": self.capabilities(backend),
+            "suites": {
+                suite: {
+                    "status": cell.status,
+                    "run": cell.ran,
+                    **{k: cell.counts[k] for k in OUTCOMES},
+                    "skip_reasons": dict(cell.skip_reasons),
+                    "failures": [
+                        {
+                            "test": f["nodeid"],
+                            "message": f.get("message"),
+                            "replay": self.replay(
+                                f.get("name") or f["nodeid"].rsplit("::", 1)[-1], f
+                            ),
+                        }
+                        for f in cell.failures
+                    ],
+                }
+                for suite, cell in sorted(rows.items())
+            },
+        }
+
+    def annotate_junit(self, path: Path) -> None:
+        """Add the JSON summary's properties (profile, seed, replay, each backend's level and
+        proven capabilities) to a JUnit report's test suite."""
+        import xml.etree.ElementTree as ET
+
+        tree = ET.parse(path)
+        root = tree.getroot()
+        suite = root.find("testsuite") if root.tag == "testsuites" else root
+        if suite is None:
+            return
+        props = suite.find("properties")
+        if props is None:
+            props = ET.Element("properties")
+            suite.insert(0, props)
+        summary = self.to_json()
+        values: dict[str, Any] = {
+            "runstore.status": summary["status"],
+            "runstore.profile": summary["profile"],
+            "runstore.seed": summary["seed"],
+            "runstore.replay": summary["replay"],
+        }
+        for label, row in summary["backends"].items():
+            values[f"runstore.{label}.level"] = row["level"]
+            values[f"runstore.{label}.counts"] = (
+                f"run={row['run']} passed={row['passed']} failed={row['failed']} skipped={row['skipped']}"
+            )
+            values[f"runstore.{label}.capabilities.proven"] = ",".join(row["capabilities"]["proven"])
+        for name, value in values.items():
+            ET.SubElement(props, "property", name=name, value="" if value is None else str(value))
+        tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _drop_option(cmd: list[str], option: str) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for part in cmd:
+        if skip:
+            skip = False
+            continue
+        if part == option:
+            skip = True
+            continue
+        out.append(part)
+    return out
+
 
 def backend_label(record: dict[str, Any]) -> str:
-    """``kind:name`` for a result record (``-`` when the test had no backend)."""
+    """``kind:name`` for a result record, the name exactly as the test id has it (``-``
+    when the test had no backend)."""
     if record.get("kind") is None:
         return "-"
     return f"{record['kind']}:{record.get('backend') or '?'}"
+
+
+def check_suite_installed() -> None:
+    """Raise `MissingDriverError` naming the ``conformance`` extra if pytest or Hypothesis is missing."""
+    import importlib.util
+
+    from .errors import MissingDriverError
+
+    for module in ("pytest", "hypothesis"):
+        if importlib.util.find_spec(module) is None:
+            raise MissingDriverError("conformance", module, "conformance", needed_by="runstore check")
+
+
+def plugin_argument(spec: str) -> str:
+    """A ``--plugin`` value the child pytest (which runs elsewhere) can load: files made absolute."""
+    if spec.endswith(".py") or os.sep in spec:
+        return str(Path(spec).resolve())
+    return spec
 
 
 def run_suite(
@@ -148,6 +345,8 @@ def run_suite(
     *,
     plugins: Sequence[str] = (),
     profile: str | None = None,
+    seed: int | None = None,
+    allow_unreachable: bool = False,
     junit_xml: str | None = None,
     keyword: str | None = None,
     extra_args: Sequence[str] = (),
@@ -156,12 +355,26 @@ def run_suite(
     """Run the conformance suite against ``urls`` in a child pytest and collect the outcomes.
 
     Everything read back from the child (records, log, the JUnit report) has its
-    passwords masked: the child quotes URLs in messages and tracebacks.
+    passwords masked: the child quotes URLs in messages and tracebacks. A Ctrl-C stops
+    the child and returns what ran, marked interrupted.
     """
+    check_suite_installed()
     for entry in urls:
         # Parsing makes `redact` know each password, whatever the child writes it as.
         with contextlib.suppress(RunstoreError):
             BackendURL.parse(split_backend_entry(entry)[1])
+    plugins = [plugin_argument(p) for p in plugins]
+    command = ["runstore", "check", *(redact(u) for u in urls)]
+    for plugin in plugins:
+        command += ["--plugin", plugin]
+    if profile:
+        command += ["--profile", profile]
+    if seed is not None:
+        command += ["--seed", str(seed)]
+    if keyword:
+        command += ["-k", keyword]
+    if allow_unreachable:
+        command += ["--allow-unreachable"]
     with tempfile.TemporaryDirectory(prefix="runstore-check-") as tmp:
         report = Path(tmp, "report.jsonl")
         report.touch()
@@ -180,37 +393,73 @@ def run_suite(
             cmd += ["--runstore-plugin", normalize_plugin_spec(plugin, Path.cwd())]
         if profile:
             cmd += ["--hypothesis-profile", profile]
+        if seed is not None:
+            cmd += ["--hypothesis-seed", str(seed)]
+        if allow_unreachable:
+            cmd += ["--runstore-allow-unreachable"]
         if junit_xml:
             cmd += ["--junitxml", str(Path(junit_xml).resolve())]
         if keyword:
             cmd += ["-k", keyword]
         cmd += list(extra_args)
-        records: list[dict[str, Any]] = []
-        collected = 0
+        result = CheckResult(
+            records=[], returncode=0, collected=0, log="", finished=False, command=command,
+            urls=[redact(u) for u in urls], allow_unreachable=allow_unreachable,
+        )
         with log_path.open("w") as log, report.open() as feed:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-            while True:
-                finished = proc.poll() is not None
+            try:
+                while True:
+                    finished = proc.poll() is not None
+                    for line in feed.readlines():
+                        _take(result, json.loads(redact(line)), on_progress)
+                    if finished:
+                        break
+                    time.sleep(0.1)
+            except KeyboardInterrupt:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 for line in feed.readlines():
-                    record = json.loads(redact(line))
-                    if record["type"] == "collected":
-                        collected = record["count"]
-                        if on_progress:
-                            on_progress(0, collected, None)
-                    else:
-                        records.append(record)
-                        if on_progress:
-                            done = len({r["nodeid"] for r in records})
-                            on_progress(done, collected, record)
-                if finished:
-                    break
-                time.sleep(0.1)
+                    with contextlib.suppress(ValueError):
+                        _take(result, json.loads(redact(line)), None)
+                result.finished = False
+        result.returncode = proc.returncode
+        result.log = redact(log_path.read_text(errors="replace"))
+        if not result.finished and not result.errors and proc.returncode in (3, 4):
+            # pytest refused before our plugin could say why (an INTERNALERROR, a usage error
+            # of pytest's own): its last lines are the one message there is.
+            tail = [line for line in result.log.strip().splitlines() if line.strip()][-3:]
+            result.errors.append("the conformance run could not start: " + " / ".join(tail))
         if junit_xml and Path(junit_xml).is_file():
             junit = Path(junit_xml)
             junit.write_text(redact(junit.read_text(encoding="utf-8")), encoding="utf-8")
-        return CheckResult(
-            records=records,
-            returncode=proc.returncode,
-            collected=collected,
-            log=redact(log_path.read_text(errors="replace")),
-        )
+            with contextlib.suppress(Exception):
+                result.annotate_junit(junit)
+        return result
+
+
+def _take(
+    result: CheckResult,
+    record: dict[str, Any],
+    on_progress: Callable[[int, int, dict[str, Any] | None], None] | None,
+) -> None:
+    kind = record["type"]
+    if kind == "collected":
+        result.collected = record["count"]
+        if on_progress:
+            on_progress(0, result.collected, None)
+    elif kind == "session":
+        result.session = record
+    elif kind == "error":
+        result.errors.append(record["message"])
+    elif kind == "finished":
+        result.finished = True
+    else:
+        result.records.append(record)
+        if on_progress:
+            done = len({r["nodeid"] for r in result.records})
+            on_progress(done, result.collected, record)

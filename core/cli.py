@@ -150,8 +150,11 @@ def _default_urls() -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False), help="Also write a JUnit XML report.")
 @click.option("--plugin", "plugins", multiple=True, help="Register a runstore plugin module or .py file first.")
-@click.option("--profile", help="Hypothesis profile: runstore-dev, runstore-ci or runstore-nightly.")
+@click.option("--profile", help="Hypothesis profile: runstore-ci (default), runstore-dev or runstore-nightly.")
+@click.option("--seed", type=int, help="Hypothesis seed for a randomized profile (the report shows the one used).")
 @click.option("-k", "keyword", help="Only run suite tests matching this pytest -k expression.")
+@click.option("--allow-unreachable", is_flag=True,
+              help="Skip the tests of a backend whose server cannot be reached instead of failing.")
 @click.option("--show-log", is_flag=True, help="Print pytest's output after the matrix.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
               help="Seconds each suite test may take (default 300; 0 = no bound).")
@@ -161,7 +164,9 @@ def check(
     junit_xml: str | None,
     plugins: tuple[str, ...],
     profile: str | None,
+    seed: int | None,
     keyword: str | None,
+    allow_unreachable: bool,
     show_log: bool,
     timeout: float | None,
 ) -> None:
@@ -169,14 +174,25 @@ def check(
 
     Server backends are checked in a scratch database, schema or key prefix that is
     dropped afterwards; file backends in a temporary directory. Your data is not touched.
+    Exit code: 0 all ran tests passed, 1 a failure (or nothing ran), 2 refused before
+    running (the message says why), 130 interrupted.
     """
-    from .check import SUITE_KINDS, run_suite, split_backend_entry
+    import random
+
+    from .check import (
+        SUITE_KINDS,
+        check_suite_installed,
+        plugin_argument,
+        run_suite,
+        split_backend_entry,
+    )
     from .errors import BackendNotFoundError
     from .loader import get_backends, register_plugin_spec
     from .urls import BackendURL
 
+    check_suite_installed()
     for plugin in plugins:
-        register_plugin_spec(plugin)
+        register_plugin_spec(plugin_argument(plugin))
     targets = list(urls) or _default_urls()
     registry = get_backends()
     for entry in targets:
@@ -184,13 +200,17 @@ def check(
         if not any(registry.of(kind).serves(parsed) for kind in SUITE_KINDS):
             schemes = {s for kind in SUITE_KINDS for spec in registry.of(kind) for s in spec.schemes}
             raise BackendNotFoundError("runstore", parsed.scheme, schemes)
+    if seed is None and profile and profile != "runstore-ci":
+        # A randomized run is replayable only with its seed: pick it here and report it.
+        seed = random.SystemRandom().getrandbits(32)
+    options: dict[str, Any] = {
+        "plugins": plugins, "profile": profile, "seed": seed, "junit_xml": junit_xml,
+        "keyword": keyword, "allow_unreachable": allow_unreachable,
+        "extra_args": ["--runstore-timeout", str(timeout)] if timeout is not None else [],
+    }
     shown = ", ".join(redact(u) for u in targets)
-    extra_args = ["--runstore-timeout", str(timeout)] if timeout is not None else []
     if as_json:
-        result = run_suite(
-            targets, plugins=plugins, profile=profile, junit_xml=junit_xml, keyword=keyword,
-            extra_args=extra_args,
-        )
+        result = run_suite(targets, **options)
     else:
         from rich.progress import (
             BarColumn,
@@ -213,36 +233,46 @@ def check(
             task = progress.add_task("collecting", total=None)
 
             def on_progress(done: int, total: int, record: dict[str, Any] | None) -> None:
+                from .check import backend_label
+
                 label = ""
                 if record is not None:
-                    label = f"{record.get('kind') or ''}:{record.get('backend') or ''} {record['suite']}"
+                    label = f"{backend_label(record)} {record['suite']}"
                     if record["outcome"] == "failed":
-                        progress.console.print(styled(("FAILED", "red"), f" {record['nodeid']}"))
+                        progress.console.print(
+                            styled(("FAILED", "red"), f" {backend_label(record)} {record['nodeid']}")
+                        )
                 progress.update(task, completed=done, total=total or None, description=label)
 
-            result = run_suite(
-                targets, plugins=plugins, profile=profile, junit_xml=junit_xml,
-                keyword=keyword, extra_args=extra_args, on_progress=on_progress,
-            )
+        result = run_suite(targets, **options)
     if as_json:
         _emit_json(result.to_json())
+    elif result.errors:
+        for message in result.errors:
+            err_console.print(styled(("error:", "red"), f" {message}"), soft_wrap=True)
     else:
-        _print_matrix(result)
+        _print_report(result)
         if show_log or (not result.ok and not result.records):
             console.print(result.log)
-    sys.exit(0 if result.ok else 1)
+    status = result.status
+    sys.exit({"passed": 0, "skipped": 0, "error": 2, "interrupted": 130}.get(status, 1))
 
 
-def _print_matrix(result: Any) -> None:
+def _print_report(result: Any) -> None:
+    """The matrix (one row per kind and backend), skip reasons, failures with their replay
+    command, the Hypothesis profile and seed, and the verdict."""
+    summary = result.to_json()
     matrix = result.matrix()
     suites = sorted({suite for row in matrix.values() for suite in row})
-    table = Table(title="conformance matrix (passed/failed/skipped)")
-    table.add_column("backend")
-    table.add_column("level")
+    table = Table(title="conformance matrix (per suite: passed/failed/skipped)")
+    for column in ("backend", "level", "run", "passed", "failed", "skipped"):
+        table.add_column(column, justify="left" if column in ("backend", "level") else "right")
     for suite in suites:
         table.add_column(suite, justify="center")
-    style = {"passed": "green", "failed": "red", "skipped": "yellow"}
+    table.add_column("capabilities proven")
+    style = {"passed": "green", "failed": "red", "skipped": "yellow", "interrupted": "magenta"}
     for backend in sorted(matrix):
+        row = summary["backends"][backend]
         cells: list[str | Text] = []
         for suite in suites:
             cell = matrix[backend].get(suite)
@@ -251,23 +281,40 @@ def _print_matrix(result: Any) -> None:
                 continue
             text = f"{cell.counts['passed'] + cell.counts['xfailed']}/{cell.counts['failed'] + cell.counts['xpassed']}/{cell.counts['skipped']}"
             cells.append(styled((text, style[cell.status])))
-        table.add_row(backend, result.level(backend), *cells)
+        caps = row["capabilities"]
+        proven = ", ".join(caps["proven"]) or "-"
+        if caps["failed"]:
+            proven += f" (failed: {', '.join(caps['failed'])})"
+        table.add_row(
+            backend, row["level"], str(row["run"]), str(row["passed"]), str(row["failed"]),
+            str(row["skipped"]), *cells, proven,
+        )
     console.print(table)
-    reasons: dict[str, int] = {}
-    for row in matrix.values():
-        for cell in row.values():
-            for reason, count in cell.skip_reasons.items():
-                reasons[reason] = reasons.get(reason, 0) + count
-    for reason, count in sorted(reasons.items()):
-        console.print(styled(("skipped", "yellow"), f" x{count}: {reason}"))
-    for row in matrix.values():
-        for cell in row.values():
-            for failure in cell.failures:
-                console.print(
-                    styled(("FAILED", "red"), f" {failure['nodeid']}\n    {failure.get('message') or ''}")
-                )
-    verdict = ("all conformance tests passed", "green") if result.ok else ("conformance failures", "red")
-    console.print(styled(f"{result.collected} tests: ", verdict))
+    for backend, row in sorted(summary["backends"].items()):
+        for reason, count in row["skip_reasons"].items():
+            console.print(styled(("skipped", "yellow"), f" {backend} x{count}: {reason}"))
+    for backend, row in sorted(summary["backends"].items()):
+        for suite in row["suites"].values():
+            for failure in suite["failures"]:
+                console.print(styled(
+                    ("FAILED", "red"),
+                    f" {backend} {failure['test']}\n    {failure.get('message') or ''}\n"
+                    f"    replay: {failure['replay']}",
+                ))
+    if summary["derandomized"]:
+        console.print(f"Hypothesis profile {summary['profile']} (derandomized: each test's examples are fixed)")
+    elif summary["profile"]:
+        console.print(f"Hypothesis profile {summary['profile']}, seed {summary['seed']}")
+    console.print(f"replay: {summary['replay']}")
+    counts = f"{summary['run']} ran: {summary['passed']} passed, {summary['failed']} failed; {summary['skipped']} skipped"
+    verdict = {
+        "passed": ("all conformance tests that ran passed", "green"),
+        "failed": ("conformance failures", "red"),
+        "interrupted": ("interrupted: no verdict", "magenta"),
+        "empty": ("no conformance test ran: no verdict", "red"),
+        "skipped": ("no conformance test ran (unreachable backends skipped, as allowed)", "yellow"),
+    }[summary["status"]]
+    console.print(styled(f"{counts}: ", verdict))
 
 
 @main.command("new-plugin")
@@ -317,7 +364,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except RunstoreError as exc:
-        err_console.print(styled(("error:", "red"), f" {redact(str(exc))}"))
+        err_console.print(styled(("error:", "red"), f" {redact(str(exc))}"), soft_wrap=True)
         sys.exit(2)
 
 

@@ -45,12 +45,13 @@ class BackendNotFoundError(RunstoreError, LookupError):
 class MissingDriverError(RunstoreError, ImportError):
     """A backend's optional driver is not installed; the message names the extra to install."""
 
-    def __init__(self, backend: str, module: str, extra: str) -> None:
+    def __init__(self, backend: str, module: str, extra: str, *, needed_by: str | None = None) -> None:
         self.backend = backend
         self.module = module
         self.extra = extra
         super().__init__(
-            f"the {backend} backend needs the {module!r} driver, which is not installed; "
+            f"{needed_by or f'the {backend} backend'} needs the {module!r} "
+            f"{'module' if needed_by else 'driver'}, which is not installed; "
             f"install it with: pip install 'runstore[{extra}]'"
         )
 

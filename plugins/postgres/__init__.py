@@ -115,6 +115,10 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
     async def scratch() -> AsyncIterator[BackendURL]:
         import asyncpg
 
+        from .engine import URL_OPTIONS
+
+        # Before connecting: a misspelled option would reach asyncpg as a server setting.
+        url.check_options(URL_OPTIONS)
         schema = f"runstore_conf_{uuid.uuid4().hex[:12]}"
         dsn = url.without_query("schema").render(hide_password=False)
         conn = await asyncpg.connect(dsn)
