@@ -300,7 +300,7 @@ def provisions_of(config: pytest.Config) -> _Provisions:
     if provisions is None:
         provisions = _Provisions()
         config._runstore_provisions = provisions  # type: ignore[attr-defined]
-    return provisions  # type: ignore[no-any-return]
+    return provisions
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

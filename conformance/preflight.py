@@ -47,7 +47,7 @@ def _state(config: pytest.Config) -> _State:
     if state is None:
         state = _State()
         config._runstore_preflight = state  # type: ignore[attr-defined]
-    return state  # type: ignore[no-any-return]
+    return state
 
 
 def under_check(config: pytest.Config) -> bool:

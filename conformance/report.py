@@ -69,7 +69,7 @@ def _label_ids(config: pytest.Config) -> dict[tuple[str, str], str]:
             for raw, ident in backend_ids(config, kind).items()
         }
         config._runstore_label_ids = ids  # type: ignore[attr-defined]
-    return ids  # type: ignore[no-any-return]
+    return ids
 
 
 def _describe(item: pytest.Item) -> dict[str, Any]:

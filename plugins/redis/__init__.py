@@ -84,7 +84,7 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
         from .client import URL_OPTIONS, tls_arguments
 
         # Before connecting: a misspelled option would reach redis-py as a keyword argument.
-        url.check_options({"prefix", *TIMEOUT_OPTIONS})
+        url.check_options(URL_OPTIONS)
         prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
         client = aioredis.Redis.from_url(
             url.without_query(*URL_OPTIONS).render(hide_password=False),
