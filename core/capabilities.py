@@ -35,6 +35,13 @@ CAPABILITIES: dict[str, str] = {
     "refused with StaleFenceError, atomically with the write (savers: put/put_writes with "
     "configurable.runstore_fence, delete_thread(fence=), afence_thread; event stores: "
     "put/put_batch/put_if_absent(fence=))",
+    "typed_filters": "saver's list() metadata filter follows runstore's rule (docs/savers.md): "
+    "values compared as JSON types (a bool never matches a number, 1 matches 1.0), None also "
+    "matches an absent key",
+    "global_list_order": "saver's list() without a thread_id spans every thread in one order, "
+    "(checkpoint_id, thread_id, checkpoint_ns) descending, with before and limit on that order",
+    "checked_ids": "saver refuses ids, namespaces, task ids and channels no backend can store "
+    "(a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
     "replay": "stream bridge replays retained events to late subscribers",
 }
 
@@ -52,6 +59,10 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "sync_api": _SAVER,
     "thread_index": _SAVER,
     "retention": _SAVER,
+    "fencing": frozenset({Kind.SAVER, Kind.EVENTS}),
+    "typed_filters": _SAVER,
+    "global_list_order": _SAVER,
+    "checked_ids": _SAVER,
     "replay": frozenset({Kind.STREAMS}),
 }
 

@@ -72,6 +72,9 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "thread_index",
             "retention",
             "fencing",
+            "typed_filters",
+            "global_list_order",
+            "checked_ids",
         ],
         description="in-process checkpoint saver",
     )

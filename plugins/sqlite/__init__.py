@@ -66,6 +66,9 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "thread_index",
             "retention",
             "fencing",
+            "typed_filters",
+            "global_list_order",
+            "checked_ids",
         ],
         description="aiosqlite checkpoint saver: sqlite:///path/app.db",
     )

@@ -29,7 +29,10 @@ from runstore.plugins.memory.saver import MemorySaver, _Namespace
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
-CAPABILITIES = ["copy_thread", "prune", "delete_for_runs", "delta_history", "sync_api"]
+CAPABILITIES = [
+    "copy_thread", "prune", "delete_for_runs", "delta_history", "sync_api",
+    "typed_filters", "global_list_order", "checked_ids",
+]
 MUTANTS: dict[str, type[MemorySaver]] = {}
 
 
@@ -248,12 +251,14 @@ class SerdeBoundAtOpen(MemorySaver):
 
 @mutant("next-version-not-increasing")
 class NextVersionNotIncreasing(MemorySaver):
-    """get_next_version returns a fresh random version, not one greater than the
-    current (LangGraph compares versions to decide what a node has seen)."""
+    """get_next_version returns a scrambled version, not one greater than the current
+    (LangGraph compares versions to decide what a node has seen). The scramble is a
+    fixed permutation, so the bug shows on the same call every run (a random one was
+    caught only when two draws came out of order)."""
 
     def get_next_version(self, current: Any, channel: None) -> str:
-        version = super().get_next_version(None, channel)
-        return f"{int(version.split('.')[1]) % 1000:032d}.{version.split('.')[1]}"
+        previous = 0 if current is None else int(str(current).split(".")[0]) % 1000
+        return f"{((previous + 1) * 389) % 1000:032d}.{previous}"
 
 
 # --------------------------------------------------------------------------- writes
