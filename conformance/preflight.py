@@ -22,13 +22,14 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .plugin import TARGET_FIXTURES, named_backends, provisions_of, split_kinds
+from .plugin import TARGET_FIXTURES, named_backends, provisions_of, split_kinds, test_timeout
 
 #: How each hint is spelled: (under ``runstore check``, under plain pytest).
 _FLAGS = {
     "allow_unreachable": ("--allow-unreachable", "--runstore-allow-unreachable"),
     "profile": ("--profile", "--hypothesis-profile"),
     "keyword": ("-k", "-k"),
+    "timeout": ("--timeout", "--runstore-timeout"),
 }
 #: Default ports, to name ``host:port`` in "cannot reach" when the URL has none.
 _DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379}
@@ -235,6 +236,7 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems: list[str] = []
     unreachable: dict[str, str] = {}
     allow = bool(config.getoption("runstore_allow_unreachable", default=False))
+    bound = test_timeout(config)
     for raw, kinds in needed.items():
         named = BackendURL.parse(raw)
         specs = {kind: spec_for(Kind(kind), named) for kind in kinds}
@@ -253,7 +255,12 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
                 target: BackendTarget[Any] = BackendTarget(
                     kind=Kind(kind), spec=spec, url=provisioned.url, named_url=named
                 )
-                target.run(_noop)
+                _probe(target, bound)
+        except _OpenTimeout as exc:
+            problems.append(
+                f"opening {exc.kind} backend {named} did not return within {bound:g}s "
+                f"(the per-test bound; {flag(config, 'timeout')} raises it)"
+            )
         except Exception as exc:
             cause = _unreachable(exc)
             if cause is not None:
@@ -277,8 +284,26 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.skip(reason=unreachable[raw]))
 
 
-async def _noop(backend: object) -> None:
-    return None
+class _OpenTimeout(Exception):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+def _probe(target: Any, bound: float) -> None:
+    """Open and close one instance, within ``bound`` seconds (0: unbounded)."""
+    import asyncio
+
+    async def main() -> None:
+        async with asyncio.timeout(bound or None):
+            async with target.opener():
+                pass
+
+    try:
+        asyncio.run(main())
+    except TimeoutError as exc:
+        if not isinstance(exc.__cause__, asyncio.CancelledError):
+            raise  # the backend's own timeout (a connect timeout): reported as unreachable
+        raise _OpenTimeout(str(target.kind)) from None
 
 
 def note_ran(item: pytest.Item) -> None:
