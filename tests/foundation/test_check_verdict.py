@@ -3,6 +3,7 @@ one clear message, through ``runstore check`` and through ``pytest --runstore-ba
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -253,6 +254,10 @@ def test_an_interrupted_run_is_never_passed(tmp_path: Path) -> None:
          "--json", "-k", "roundtrip"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, "HANG_MARKER": str(marker)},
+        # Python turns SIGINT into KeyboardInterrupt only if it was not ignored at start
+        # (a background job ignores it): what a user's Ctrl-C reaches.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,  # so a failure below can end the child pytest too
     )
     deadline = time.monotonic() + 300
     while not marker.exists():  # memory's test passed, hanging's now waits forever
@@ -260,7 +265,11 @@ def test_an_interrupted_run_is_never_passed(tmp_path: Path) -> None:
         time.sleep(0.2)
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, stdout + stderr
     result = json.loads(stdout)
     assert result["ok"] is False and result["status"] == "interrupted"

@@ -84,7 +84,7 @@ def test_plugin_import_is_cheap() -> None:
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
-        ('"cross_proces"', "*requires('cross_proces') names no capability; known: copy_thread, cross_process*"),
+        ('"cross_proces"', "*requires('cross_proces') names no capability; known: *copy_thread, cross_process*"),
         ('"replay"', "*requires('replay') on a test of events backends; 'replay' is a capability of streams backends only*"),
     ],
 )
