@@ -317,6 +317,52 @@ def _print_report(result: Any) -> None:
     console.print(styled(f"{counts}: ", verdict))
 
 
+@main.command("schema-sql")
+@click.argument("url")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["checkpointer", "events", "runs"]),
+              help="Only these kinds (default: every kind whose backend serves URL).")
+def schema_sql(url: str, kinds: tuple[str, ...]) -> None:
+    """Print the SQL that would bring URL's runstore tables up to date, applying nothing.
+
+    For a DBA: run it with a role that may create tables (the migrations are rehearsed
+    in a transaction that is rolled back), review the script, apply it; the application
+    then needs no DDL privileges. Prints nothing when the schema is current.
+    """
+    import asyncio
+
+    from .loader import get_backends
+    from .options import BackendOptions
+    from .settings import Settings
+    from .urls import BackendURL
+
+    parsed = BackendURL.parse(url)
+    registry = get_backends()
+    wanted = kinds or ("checkpointer", "events", "runs")
+    specs = [(kind, registry.of(_SUITE_KIND[kind]).for_url(parsed)) for kind in wanted
+             if kinds or registry.of(_SUITE_KIND[kind]).serves(parsed)]
+
+    async def scripts() -> list[str]:
+        out: list[str] = []
+        async with BackendOptions.scope(Settings.load()) as options:
+            options.migrate = False
+            for kind, spec in specs:
+                store = await spec.open(parsed, options)
+                closer = getattr(store, "close", None)
+                if closer is not None and not hasattr(store, "aclose"):
+                    options.on_close(closer)
+                script = await store.schema_sql() if hasattr(store, "schema_sql") else ""
+                if script:
+                    out.append(f"-- runstore {kind} ({spec.name})\n{script}")
+        return out
+
+    for script in asyncio.run(scripts()):
+        click.echo(script)
+
+
+#: `runstore schema-sql --kind` names -> registry kinds.
+_SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs"}
+
+
 @main.command("new-plugin")
 @click.argument("name")
 @click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs"]), default="events",

@@ -23,6 +23,9 @@ class BackendOptions:
     """
 
     settings: Settings = field(default_factory=Settings)
+    #: Whether factories bring their schema up to date at open (`runstore.open` does;
+    #: stock-style ``from_conn_string`` leaves it to an explicit ``setup()``).
+    migrate: bool = True
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
     _shared: dict[Hashable, Any] = field(default_factory=dict, repr=False)
 
@@ -65,6 +68,11 @@ class BackendOptions:
         if callable(close):
             self.on_close(close)
         return opened
+
+    def provide(self, key: Hashable, resource: Any) -> None:
+        """Make `shared` return ``resource`` for ``key`` without opening or ever closing it
+        (a pool, engine or client the caller owns)."""
+        self._shared[key] = resource
 
     async def aclose(self) -> None:
         """Run every registered cleanup."""

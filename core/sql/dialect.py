@@ -37,6 +37,10 @@ class SqlDialect(ABC):
         """Rewrite ``sql`` written with ``?`` placeholders into the driver's style."""
         return sql
 
+    async def script_preamble(self, conn: AsyncConnection) -> list[str]:
+        """Statements a standalone schema script starts with (e.g. choosing the schema)."""
+        return []
+
     @abstractmethod
     def schema_transaction(self, conn: AsyncConnection) -> AbstractAsyncContextManager[None]:
         """A transaction on ``conn`` serialized with every other schema change of the database.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -39,6 +39,7 @@ from ..records import (
     normalize_identities,
     normalize_run_ids,
 )
+from ..standalone import Standalone
 from .migrations import Migration, ensure_schema
 from .schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
 
@@ -196,7 +197,7 @@ class SqlEventDriver(ABC):
 # -- the store --------------------------------------------------------------------------
 
 
-class SqlEventStore(RunEventStore):
+class SqlEventStore(RunEventStore, Standalone):
     """`RunEventStore` on a SQLAlchemy engine whose dialect's `SqlEventDriver` runs the SQL.
 
     Every method filters by owner (``user_id``); writes serialize per thread as the
@@ -204,6 +205,8 @@ class SqlEventStore(RunEventStore):
     advisory lock on the thread). Plugins subclass it with an ``open(url, options)``
     that opens their engine and calls `start`.
     """
+
+    schema_component: ClassVar[str | None] = COMPONENT
 
     def __init__(
         self, engine: AsyncEngine, driver: SqlEventDriver, *, max_trace_content: int = 10240
@@ -222,7 +225,8 @@ class SqlEventStore(RunEventStore):
         migrations: Sequence[Migration],
     ) -> S:
         """Bring the schema up to ``migrations``, start ``driver`` and close the store with ``options``."""
-        await ensure_schema(engine, COMPONENT, migrations)
+        if options.migrate:
+            await ensure_schema(engine, COMPONENT, migrations)
         store = cls(engine, driver, max_trace_content=options.settings.run_events.max_trace_content)
         await driver.start()
         options.on_close(store.close)

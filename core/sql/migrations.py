@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -120,3 +121,67 @@ async def _migrate(conn: AsyncConnection, component: str, migrations: Sequence[M
                 (component, len(migrations)),
             )
     return len(migrations)
+
+
+class _Rehearsal(Exception):
+    """Raised inside a rehearsed migration so its transaction rolls back."""
+
+
+async def pending_sql(
+    engine: AsyncEngine, component: str, migrations: Sequence[Migration]
+) -> list[str]:
+    """The statements `ensure_schema` would run on ``engine`` now, without applying any.
+
+    The pending migrations run in a transaction that is rolled back, and every statement
+    that changes something is recorded (reads such as the version check and a migration's
+    own probes are left out), ending with the version update. Nothing pending: ``[]``.
+    Needs the privileges the migrations need (run it as the DBA, or on an empty copy).
+    """
+    from sqlalchemy import event
+
+    latest = len(migrations)
+    dialect = dialect_of(engine)
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        first = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
+        if first not in ("SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"):
+            statements.append(statement.strip())
+
+    async with engine.connect() as conn:
+        current = await _read_version(conn, component) or 0
+        if current >= latest:
+            return []
+        statements.extend(await dialect.script_preamble(conn))
+        event.listen(conn.sync_connection, "before_cursor_execute", record)
+        try:
+            async with dialect.schema_transaction(conn):
+                await conn.exec_driver_sql(
+                    f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} "
+                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                )
+                for migration in migrations[current:]:
+                    for step in migration.steps:
+                        if isinstance(step, str):
+                            await conn.exec_driver_sql(step)
+                        else:
+                            await step(conn)
+                raise _Rehearsal
+        except _Rehearsal:
+            pass
+        finally:
+            event.remove(conn.sync_connection, "before_cursor_execute", record)
+    quoted = component.replace("'", "''")
+    statements.append(
+        f"INSERT INTO {VERSION_TABLE} (component, version) VALUES ('{quoted}', {latest}) "
+        "ON CONFLICT (component) DO UPDATE SET version = excluded.version"
+    )
+    return statements
+
+
+def sql_script(statements: Sequence[str]) -> str:
+    """``statements`` as one SQL script a DBA can apply (one transaction; ``""`` when empty)."""
+    if not statements:
+        return ""
+    body = "".join(f"{statement};\n" for statement in statements)
+    return f"BEGIN;\n{body}COMMIT;\n"

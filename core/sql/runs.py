@@ -33,7 +33,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..records import dumps, loads
 from ..runs import (
@@ -70,7 +70,11 @@ from ..runs import (
     seconds_to_micros,
     to_micros,
 )
+from ..standalone import Standalone
 from .migrations import Migration
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 T = TypeVar("T")
 
@@ -541,8 +545,11 @@ class RunDriver(ABC):
         """Run a read-only ``script()``."""
 
 
-class SqlRunStore(RunStore):
+class SqlRunStore(RunStore, Standalone):
     """`RunStore` over a `RunDriver`; validation and time are handled here, once."""
+
+    #: The engine of a file or server database (for `setup` and `schema_sql`).
+    engine: AsyncEngine | None = None
 
     def __init__(self, driver: RunDriver) -> None:
         self._driver = driver

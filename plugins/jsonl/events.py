@@ -61,6 +61,7 @@ from runstore.records import (
     select_run_events,
     validate_id,
 )
+from runstore.standalone import Standalone
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -128,7 +129,7 @@ def _parse(data: bytes) -> tuple[list[EventRecord], int]:
     return records, top
 
 
-class JsonlEventStore(RunEventStore):
+class JsonlEventStore(RunEventStore, Standalone):
     """One JSON-lines file per run under a root directory (durable, single process)."""
 
     def __init__(self, root: Path, *, max_trace_content: int = 10240) -> None:

@@ -26,6 +26,7 @@ from runstore.records import (
     normalize_run_ids,
     select_run_events,
 )
+from runstore.standalone import Standalone
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -99,7 +100,7 @@ class _Thread:
         return len(removed)
 
 
-class MemoryEventStore(RunEventStore):
+class MemoryEventStore(RunEventStore, Standalone):
     """In-process event store: per-thread indexes make a message page O(log n + page)
     and a run's events O(run). Nothing survives the process; ``user_id`` is resolved
     (so a missing owner context still fails) and otherwise ignored."""

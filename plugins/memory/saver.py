@@ -79,10 +79,11 @@ from runstore.checkpoint.threads import (
 )
 from runstore.errors import StaleFenceError, ThreadDeletedError
 from runstore.runs import Clock, system_clock
+from runstore.standalone import Standalone
+from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
-    from runstore.urls import BackendURL
 
 Typed = tuple[str, bytes]
 #: (task_id, channel, serialized value, task_path)
@@ -247,7 +248,7 @@ def _copy_skeleton(skeleton: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class MemorySaver(BaseCheckpointSaver[str]):
+class MemorySaver(BaseCheckpointSaver[str], Standalone):
     """In-process LangGraph checkpoint saver with copy, prune, delete-for-runs and a native
     delta-history walk. Sync twins are safe on any thread (nothing here blocks)."""
 

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from runstore.standalone import Standalone
 from runstore.streams import (
     END,
     Notifier,
@@ -80,7 +81,7 @@ class _Cursor:
         self.requested = requested
 
 
-class MemoryStreamBridge(StreamBridge):
+class MemoryStreamBridge(StreamBridge, Standalone):
     """`StreamBridge` inside one process: replay, gaps, heartbeats and END as in the contract."""
 
     supports_cross_process = False

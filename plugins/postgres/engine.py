@@ -19,11 +19,12 @@ when an engine is opened.
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL
@@ -36,11 +37,22 @@ from runstore.errors import (
     MissingDriverError,
 )
 from runstore.options import BackendOptions
-from runstore.sql.dialect import SqlDialect, bind_dialect, numbered_placeholders
+from runstore.settings import Settings
+from runstore.sql.dialect import (
+    SqlDialect,
+    UnboundEngineError,
+    bind_dialect,
+    dialect_of,
+    numbered_placeholders,
+)
+from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 
 from .connect_options import CONNECT_OPTIONS, PostgresConnectOptions
 from .settings import TIMEOUT_OPTIONS, PostgresSettings, PostgresTimeouts
+
+if TYPE_CHECKING:
+    from typing import Self
 
 SCHEMES = frozenset({"postgresql", "postgres"})
 
@@ -65,6 +77,14 @@ class PostgresDialect(SqlDialect):
     def placeholders(self, sql: str) -> str:
         """asyncpg's ``$1, $2, ...`` for our ``?``."""
         return numbered_placeholders(sql)
+
+    async def script_preamble(self, conn: AsyncConnection) -> list[str]:
+        """Create and select the schema the connection works in (its ``search_path``)."""
+        schema = (await conn.exec_driver_sql("SELECT current_schema()")).scalar()
+        await conn.rollback()
+        if not schema or schema == "public":
+            return []
+        return [f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}", f"SET search_path TO {quote_ident(schema)}"]
 
     @asynccontextmanager
     async def schema_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
@@ -253,3 +273,56 @@ async def _create_schema(conn: AsyncConnection, schema: str) -> None:
         await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
         await conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
     await conn.commit()
+
+
+def adopt_engine(engine: AsyncEngine, options: BackendOptions) -> BackendURL:
+    """Let the postgres backends opened on ``options`` run on the caller's ``engine``.
+
+    The engine must use asyncpg (``postgresql+asyncpg://``); runstore binds its dialect
+    to it, never disposes it, and installs none of its own hooks (the engine's pool
+    settings, ``search_path`` and pre-ping are the caller's). Returns the URL to open
+    the backends with.
+    """
+    if engine.dialect.name != "postgresql" or engine.dialect.driver != "asyncpg":
+        raise InvalidURLError(
+            f"runstore's postgres backends run on asyncpg; the engine "
+            f"{engine.url.render_as_string(hide_password=True)} uses "
+            f"{engine.dialect.name}+{engine.dialect.driver} (create it with "
+            "create_async_engine('postgresql+asyncpg://...'))"
+        )
+    sa_url = engine.url
+    url = BackendURL(
+        scheme="postgresql",
+        username=sa_url.username,
+        password=sa_url.password if isinstance(sa_url.password, str) else None,
+        host=sa_url.host,
+        port=sa_url.port,
+        path="/" + (sa_url.database or ""),
+    )
+    try:
+        dialect_of(engine)
+    except UnboundEngineError:
+        bind_dialect(engine, POSTGRES)
+    options.provide(engine_key(url), engine)
+    return url
+
+
+class FromEngine(Standalone):
+    """`Standalone` plus ``from_engine``: a postgres backend on the caller's SQLAlchemy engine."""
+
+    @classmethod
+    @asynccontextmanager
+    async def from_engine(
+        cls,
+        engine: AsyncEngine,
+        config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+    ) -> AsyncIterator[Self]:
+        """Open the store on ``engine`` (``postgresql+asyncpg``), which it never closes.
+
+        Connections go back to the engine's pool when the block exits; disposing the
+        engine stays the caller's job. No migrations run: call ``setup()``. ``config`` as
+        in ``from_conn_string`` (the ``postgres`` section's time bounds apply to calls).
+        """
+        async with BackendOptions.scope(Settings.load(config)) as options:
+            options.migrate = False
+            yield await cls._open_standalone(adopt_engine(engine, options), options)

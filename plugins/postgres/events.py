@@ -23,11 +23,12 @@ from runstore.sql.events import (
     SqlEventDriver,
     SqlEventStore,
 )
+from runstore.sql.migrations import Migration
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
 from .connections import Leases
-from .engine import POSTGRES, SCHEMES, URL_OPTIONS, shared_engine
+from .engine import POSTGRES, SCHEMES, URL_OPTIONS, FromEngine, shared_engine
 from .settings import PostgresSettings, PostgresTimeouts
 
 #: First key of the two-int advisory lock on a thread (the second is hashtext(thread_id)),
@@ -185,7 +186,7 @@ class PostgresEventDriver(SqlEventDriver):
         return await self._leases.run(work, operation="delete", write=True, begin="BEGIN")
 
 
-class PostgresEventStore(SqlEventStore):
+class PostgresEventStore(SqlEventStore, FromEngine):
     """Event store in PostgreSQL; ``?schema=NAME`` keeps its table in that schema.
 
     Writers of a thread serialize on a transaction advisory lock of the thread, so
@@ -194,6 +195,7 @@ class PostgresEventStore(SqlEventStore):
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS
+    schema_migrations: ClassVar[Sequence[Migration]] = POSTGRES_MIGRATIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresEventStore:

@@ -31,7 +31,7 @@ from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
-from runstore.sql.migrations import ensure_schema
+from runstore.sql.migrations import Migration, ensure_schema
 from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
@@ -153,6 +153,8 @@ class PostgresRunStore(SqlRunStore):
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS
+    schema_component: ClassVar[str | None] = COMPONENT
+    schema_migrations: ClassVar[Sequence[Migration]] = MIGRATIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresRunStore:
@@ -162,8 +164,10 @@ class PostgresRunStore(SqlRunStore):
             raise InvalidURLError(f"{url} is not a postgresql:// URL")
         url.check_options(cls.url_options)
         engine = await shared_engine(url, options)
-        await ensure_schema(engine, COMPONENT, MIGRATIONS)
+        if options.migrate:
+            await ensure_schema(engine, COMPONENT, MIGRATIONS)
         timeouts = PostgresTimeouts.resolve(url, options.settings.section(PostgresSettings))
         store = cls(PostgresRunDriver(engine, timeouts))
+        store.engine = engine
         options.on_close(store.close)
         return store

@@ -79,10 +79,12 @@ from runstore.checkpoint.threads import (
 )
 from runstore.errors import StaleFenceError, ThreadDeletedError
 from runstore.runs import Clock, system_clock
+from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from . import sql
 from .connections import Leases, Statement, import_asyncpg, run_statement_batch
+from .engine import FromEngine
 from .history import walk_range
 from .settings import PostgresTimeouts
 from .sql import COMPONENT, SCHEMA_MIGRATIONS
@@ -97,7 +99,7 @@ R = TypeVar("R")
 __all__ = ["COMPONENT", "SCHEMA_MIGRATIONS", "PostgresSaver"]
 
 
-class PostgresSaver(BaseCheckpointSaver[str]):
+class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
     """LangGraph checkpoint saver on PostgreSQL (asyncpg), delta-safe, with sync twins.
 
     Open it with `PostgresSaver.open` (or ``runstore.open``); sync methods must be
@@ -110,6 +112,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
     #: default: it reads a thread's history in one trip, and measured no faster with the
     #: cache (docs/checkpoint-modes.md, "When runstore.open wraps").
     history_cache_helps: ClassVar[bool] = False
+    schema_component: ClassVar[str | None] = COMPONENT
+    schema_migrations: ClassVar[Sequence[Migration]] = SCHEMA_MIGRATIONS
     #: Leased connections kept between calls (each counts against the shared pool).
     MAX_IDLE_CONNECTIONS = 3
     #: Blob keys (thread, ns, channel, version) known to be stored, for carried values.
@@ -162,7 +166,8 @@ class PostgresSaver(BaseCheckpointSaver[str]):
         cfg = options.settings.section(PostgresSettings)
         timeouts = PostgresTimeouts.resolve(url, cfg)
         engine = await shared_engine(url, options)
-        await ensure_schema(engine, COMPONENT, SCHEMA_MIGRATIONS)
+        if options.migrate:
+            await ensure_schema(engine, COMPONENT, SCHEMA_MIGRATIONS)
         saver = cls(
             engine,
             url=url,

@@ -215,8 +215,11 @@ class RedisCalls:
         *,
         backend: str,
         retry_backoff: Sequence[float] = RETRY_BACKOFF,
+        owns_pool: bool = True,
     ) -> None:
         self.pool = pool
+        #: False for a caller's pool (`RedisStreamBridge.from_client`): `close` leaves it open.
+        self.owns_pool = owns_pool
         self.timeouts = timeouts
         self.backend = backend
         self.retry_backoff = tuple(retry_backoff)
@@ -411,4 +414,5 @@ class RedisCalls:
         """Close every connection of the pool."""
         if self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
-        await self.pool.disconnect()
+        if self.owns_pool:
+            await self.pool.disconnect()

@@ -27,15 +27,19 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from runstore.errors import BackendUnavailableError, ConfigError
+from runstore.settings import Settings
+from runstore.standalone import Standalone
 from runstore.streams import (
     END,
     InvalidStreamInputError,
@@ -52,6 +56,7 @@ from runstore.streams import (
     parse_event_id,
     resolve_heartbeat,
 )
+from runstore.urls import BackendURL
 
 from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisCalls, RedisTimeouts, open_pool
 from .settings import RedisSettings
@@ -195,7 +200,7 @@ class _Cursor:
 _Pending = tuple[bytes, str, bytes, "asyncio.Future[str]", str]
 
 
-class RedisStreamBridge(StreamBridge):
+class RedisStreamBridge(StreamBridge, Standalone):
     """`StreamBridge` on Redis Streams; several processes share runs through one Redis."""
 
     supports_cross_process = True
@@ -256,14 +261,52 @@ class RedisStreamBridge(StreamBridge):
         except BaseException:
             await calls.close()
             raise
+        return cls._with_settings(calls, url.option("prefix", DEFAULT_PREFIX) or "", settings)
+
+    @classmethod
+    def _with_settings(cls, calls: RedisCalls, prefix: str, settings: Settings) -> RedisStreamBridge:
+        bridge = settings.stream_bridge
         return cls(
             calls,
-            prefix=url.option("prefix", DEFAULT_PREFIX) or "",
-            queue_maxsize=settings.stream_bridge.queue_maxsize,
-            heartbeat_interval=settings.stream_bridge.heartbeat_interval_seconds,
-            stream_ttl_seconds=settings.stream_bridge.stream_ttl_seconds,
-            late_subscriber_window=settings.stream_bridge.late_subscriber_window_seconds,
+            prefix=prefix,
+            queue_maxsize=bridge.queue_maxsize,
+            heartbeat_interval=bridge.heartbeat_interval_seconds,
+            stream_ttl_seconds=bridge.stream_ttl_seconds,
+            late_subscriber_window=bridge.late_subscriber_window_seconds,
         )
+
+    @classmethod
+    @asynccontextmanager
+    async def from_client(
+        cls,
+        client: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+    ) -> AsyncIterator[RedisStreamBridge]:
+        """The bridge on the caller's ``redis.asyncio.Redis`` client, which it never closes.
+
+        The client must return bytes (no ``decode_responses``) and speak RESP2 (the
+        default ``protocol``), and its pool must allow two connections (one is the
+        bridge's blocking reader). ``config`` as in ``from_conn_string``: the ``redis``
+        section bounds each call, ``stream_bridge`` sets retention and cadence.
+        """
+        pool = client.connection_pool
+        kwargs = getattr(pool, "connection_kwargs", {})
+        if kwargs.get("decode_responses") or str(kwargs.get("protocol") or 2) != "2":
+            raise ConfigError(
+                "the redis stream bridge needs a client that returns bytes over RESP2: create it "
+                "without decode_responses and with the default protocol (2)"
+            )
+        settings = Settings.load(config)
+        timeouts = RedisTimeouts.resolve(BackendURL(scheme="redis"), settings.section(RedisSettings))
+        calls = RedisCalls(pool, timeouts, backend=BACKEND, owns_pool=False)
+        await calls.run("open", [("PING",)])
+        bridge = cls._with_settings(calls, prefix, settings)
+        try:
+            yield bridge
+        finally:
+            await bridge.close()
 
     def key(self, run_id: str) -> bytes:
         """The Redis key of a run's stream (a run id that is not a non-empty string is refused)."""

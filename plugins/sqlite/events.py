@@ -8,6 +8,7 @@ call on the connection's worker thread against the stdlib ``sqlite3`` connection
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +25,7 @@ from runstore.sql.events import (
     SqlEventDriver,
     SqlEventStore,
 )
+from runstore.sql.migrations import Migration
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
@@ -134,6 +136,7 @@ class SqliteEventStore(SqlEventStore):
 
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
+    schema_migrations: ClassVar[Sequence[Migration]] = SQLITE_MIGRATIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteEventStore:

@@ -13,7 +13,7 @@ caller returns (still holding the write lock) once it has (`runstore.cancellatio
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,7 +22,7 @@ from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, InvalidURLError
 from runstore.options import BackendOptions
 from runstore.runs import RunError
-from runstore.sql.migrations import ensure_schema
+from runstore.sql.migrations import Migration, ensure_schema
 from runstore.sql.runs import (
     COMPONENT,
     MIGRATIONS,
@@ -84,6 +84,8 @@ class SqliteRunStore(SqlRunStore):
 
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
+    schema_component: ClassVar[str | None] = COMPONENT
+    schema_migrations: ClassVar[Sequence[Migration]] = MIGRATIONS
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteRunStore:
@@ -93,9 +95,11 @@ class SqliteRunStore(SqlRunStore):
             raise InvalidURLError(f"{url} is not a sqlite:// URL")
         url.check_options(cls.url_options)
         engine = await shared_engine(url, options)
-        await ensure_schema(engine, COMPONENT, MIGRATIONS)
+        if options.migrate:
+            await ensure_schema(engine, COMPONENT, MIGRATIONS)
         driver = SqliteRunDriver(engine)
         await driver.start()
         store = cls(driver)
+        store.engine = engine
         options.on_close(store.close)
         return store

@@ -62,7 +62,8 @@ from runstore.checkpoint.threads import (
     thread_query,
 )
 from runstore.runs import Clock, system_clock
-from runstore.sql.migrations import ensure_schema
+from runstore.sql.migrations import Migration, ensure_schema
+from runstore.standalone import Standalone
 
 from . import ops, sql
 from .adapter import WorkerConnection
@@ -139,7 +140,7 @@ class _State:
             return await self.hop(ops.write_batch, batch)
 
 
-class SqliteSaver(BaseCheckpointSaver[str]):
+class SqliteSaver(BaseCheckpointSaver[str], Standalone):
     """LangGraph checkpoint saver on a sqlite file: ``sqlite:///path/app.db``.
 
     Open it with `SqliteSaver.open` (or through `runstore.open`); it shares its
@@ -154,6 +155,8 @@ class SqliteSaver(BaseCheckpointSaver[str]):
     #: default: it reads a thread's history in one trip, and measured no faster with the
     #: cache (docs/checkpoint-modes.md, "When runstore.open wraps").
     history_cache_helps: ClassVar[bool] = False
+    schema_component: ClassVar[str | None] = SCHEMA_COMPONENT
+    schema_migrations: ClassVar[Sequence[Migration]] = SCHEMA_MIGRATIONS
 
     def __init__(
         self,
@@ -184,7 +187,8 @@ class SqliteSaver(BaseCheckpointSaver[str]):
         url.check_options(frozenset())
         path = database_path(url)
         engine = await shared_engine(url, options)
-        await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
+        if options.migrate:
+            await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
         cfg = options.settings.section(SqliteSettings)
         saver = cls(
             path=path,
