@@ -109,8 +109,8 @@ def timeout_message(seconds: float, what: str, frame: FrameType | None, *, grace
     """The failure of a test that ran past its bound: the contract it was waiting for."""
     call, at = describe_stuck(frame)
     hint = (
-        "raise the bound with --runstore-timeout SECONDS or `timeout = SECONDS` in "
-        "[tool.runstore.conformance]"
+        "raise the bound with `runstore check --timeout SECONDS` (under pytest: "
+        "--runstore-timeout SECONDS or `timeout = SECONDS` in [tool.runstore.conformance])"
     )
     if grace:
         return (
@@ -130,7 +130,7 @@ def timeout_message(seconds: float, what: str, frame: FrameType | None, *, grace
 def bounded(seconds: float | None, what: str) -> Iterator[None]:
     """Raise `ContractTimeout` in the main thread if the block runs past ``seconds``.
 
-    ``what`` names the backend for the message (``streams backend 'acme'``). Another
+    ``what`` names the kind of backend for the message (``streams backend``). Another
     SIGALRM timer (pytest-timeout's) is suspended meanwhile and restored after.
     """
     if (
