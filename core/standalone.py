@@ -45,6 +45,9 @@ class Standalone:
     schema_component: ClassVar[str | None] = None
     #: Its migrations, numbered 1, 2, ...
     schema_migrations: ClassVar[Sequence[Migration]] = ()
+    #: The scheme of a file-backed store: ``from_conn_string`` then also takes a plain path,
+    #: as LangGraph's ``AsyncSqliteSaver.from_conn_string("checkpoints.sqlite")`` does.
+    file_scheme: ClassVar[str | None] = None
 
     @classmethod
     @asynccontextmanager
@@ -55,10 +58,14 @@ class Standalone:
     ) -> AsyncIterator[Self]:
         """Open the store on ``url`` with its own connections; close everything on exit.
 
+        A file-backed store (sqlite, JSON lines) also takes a plain path for ``url``.
+
         ``config`` is what `runstore.open` takes (a mapping shaped like ``runstore.yaml``,
         a YAML path or `Settings`) for the plugin sections, e.g. ``{"postgres":
         {"pool_max_size": 5}}``. No migrations run: call `setup` (or apply `schema_sql`).
         """
+        if isinstance(url, str) and "://" not in url and cls.file_scheme is not None:
+            url = BackendURL.for_file(cls.file_scheme, url)
         settings = Settings.load(config)
         async with BackendOptions.scope(settings) as options:
             options.migrate = False

@@ -27,7 +27,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 try:  # POSIX; elsewhere crash recovery of batches is skipped
     import fcntl
@@ -131,6 +131,8 @@ def _parse(data: bytes) -> tuple[list[EventRecord], int]:
 
 class JsonlEventStore(RunEventStore, Standalone):
     """One JSON-lines file per run under a root directory (durable, single process)."""
+
+    file_scheme: ClassVar[str | None] = "jsonl"
 
     def __init__(self, root: Path, *, max_trace_content: int = 10240) -> None:
         self.root = root

@@ -137,6 +137,7 @@ class SqliteEventStore(SqlEventStore):
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
     schema_migrations: ClassVar[Sequence[Migration]] = SQLITE_MIGRATIONS
+    file_scheme: ClassVar[str | None] = "sqlite"
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteEventStore:

@@ -85,6 +85,7 @@ class SqliteRunStore(SqlRunStore):
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
     schema_component: ClassVar[str | None] = COMPONENT
+    file_scheme: ClassVar[str | None] = "sqlite"
     schema_migrations: ClassVar[Sequence[Migration]] = MIGRATIONS
 
     @classmethod

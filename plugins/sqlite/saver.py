@@ -156,6 +156,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
     #: cache (docs/checkpoint-modes.md, "When runstore.open wraps").
     history_cache_helps: ClassVar[bool] = False
     schema_component: ClassVar[str | None] = SCHEMA_COMPONENT
+    file_scheme: ClassVar[str | None] = "sqlite"
     schema_migrations: ClassVar[Sequence[Migration]] = SCHEMA_MIGRATIONS
 
     def __init__(

@@ -216,3 +216,21 @@ def test_schema_sql_command_prints_every_kind_then_nothing(postgres_url: str) ->
     asyncio.run(apply())
     again = CliRunner().invoke(main, ["schema-sql", postgres_url])
     assert again.exit_code == 0 and again.output == "", "a current schema needs nothing"
+
+
+async def test_file_stores_take_a_plain_path_like_the_stock_sqlite_saver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with SqliteSaver.from_conn_string("checkpoints.sqlite") as saver:
+        await saver.setup()
+        assert await _chat(saver, "t", "hi") == ["hi", "you said: hi"]
+    assert (tmp_path / "checkpoints.sqlite").is_file()
+    absolute = tmp_path / "sub" / "events.db"
+    async with SqliteEventStore.from_conn_string(str(absolute)) as store:
+        await store.setup()
+        assert await _event(store) == 1
+    assert absolute.is_file()
+    async with JsonlEventStore.from_conn_string("runs") as store:
+        assert await _event(store) == 1
+    assert (tmp_path / "runs").is_dir()
