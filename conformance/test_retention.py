@@ -302,6 +302,14 @@ def test_overrides_stored_with_the_thread(saver_target: Any) -> None:
         for bad in ({"keep_last": 0}, {"keep": 1}, {"max_age": -1}, {"idle_ttl": "1d"}, [1]):
             with pytest.raises(InvalidSaverInputError):
                 await saver.aset_thread_retention(threads[0], bad)  # type: ignore[attr-defined]
+        early = new_thread_id()
+        await saver.aset_thread_retention(early, {"max_age": 60})  # type: ignore[attr-defined]
+        await saver.aput(config_for(early), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        got = await saver.aget_thread(early)  # type: ignore[attr-defined]
+        assert got is not None and got.retention == {"max_age": 60.0} and got.checkpoints == 1, (
+            "contract: overrides set before a thread's first checkpoint stay with it"
+        )
+        await saver.adelete_thread(early)
         await saver.aset_thread_retention(threads[2], None)  # type: ignore[attr-defined]
         assert (await saver.aget_thread(threads[2])).retention is None  # type: ignore[attr-defined]
         await saver.adelete_thread(threads[0])
