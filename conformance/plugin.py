@@ -3,7 +3,8 @@
 ``--runstore-backend URL`` (repeatable) names backends; each suite test that takes
 ``saver_target``, ``events_target``, ``streams_target`` or ``runs_target`` runs once per named backend
 of that kind. ``--runstore-plugin MODULE_OR_FILE`` loads a runstore plugin that is
-not installed (handy while writing one).
+not installed (handy while writing one); ``--runstore-timeout SECONDS`` bounds each
+phase of every suite test (`runstore.conformance.bounds`).
 """
 
 from __future__ import annotations
