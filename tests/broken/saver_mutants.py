@@ -289,7 +289,7 @@ class WritesLastWins(MemorySaver):
 class DeleteThreadLeavesWrites(MemorySaver):
     """delete_thread deletes checkpoints and blobs but leaves pending writes behind."""
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         with self._lock:
             for ns in self._threads.get(thread_id, {}).values():
                 writes = dict(ns.writes)
@@ -301,7 +301,7 @@ class DeleteThreadLeavesWrites(MemorySaver):
 class DeleteThreadLeavesBlobs(MemorySaver):
     """delete_thread deletes checkpoints and writes but leaves channel blobs behind."""
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         with self._lock:
             for ns in self._threads.get(thread_id, {}).values():
                 ns.entries.clear()
@@ -313,7 +313,7 @@ class DeleteThreadLeavesBlobs(MemorySaver):
 class DeleteThreadRootNamespaceOnly(MemorySaver):
     """delete_thread deletes the root namespace only; subgraph checkpoints remain."""
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         with self._lock:
             self._threads.get(thread_id, {}).pop("", None)
 
@@ -473,8 +473,8 @@ class _AsyncFromCorrectSync(MemorySaver):
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         MemorySaver.put_writes(self, config, writes, task_id, task_path)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        MemorySaver.delete_thread(self, thread_id)
+    async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
+        MemorySaver.delete_thread(self, thread_id, fence=fence)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         MemorySaver.copy_thread(self, source_thread_id, target_thread_id)
