@@ -2,7 +2,9 @@
 
 ``redis://host:6379/0?prefix=app:`` (``rediss://`` for TLS); the optional ``prefix``
 namespaces every key, and the timeout options (``socket_timeout``, ...; see
-`runstore.plugins.redis.client`) override the ``redis`` settings. Needs ``runstore[redis]``.
+`runstore.plugins.redis.client`) override the ``redis`` settings. A Redis Cluster is
+``redis+cluster://host:port?nodes=host:port,host:port`` (``rediss+cluster://`` for TLS;
+the host and ``nodes`` are seed nodes). Needs ``runstore[redis]``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ if TYPE_CHECKING:
     from runstore.registry import HistoryCacheRegistry, SettingsRegistry, StreamBridgeRegistry
 
     from .cache import RedisHistoryCache
+    from .cluster_streams import RedisClusterStreamBridge
     from .streams import RedisStreamBridge
 
 SCHEMES = ["redis", "rediss"]
+CLUSTER_SCHEMES = ["redis+cluster", "rediss+cluster"]
 DRIVERS = ["redis"]
 
 
@@ -32,6 +36,12 @@ async def _open_streams(url: BackendURL, options: BackendOptions) -> RedisStream
     from .streams import RedisStreamBridge
 
     return await RedisStreamBridge.open(url, options)
+
+
+async def _open_cluster_streams(url: BackendURL, options: BackendOptions) -> RedisClusterStreamBridge:
+    from .cluster_streams import RedisClusterStreamBridge
+
+    return await RedisClusterStreamBridge.open(url, options)
 
 
 async def _open_history_cache(url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
@@ -51,6 +61,15 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         extra="redis",
         description="Redis Streams bridge: redis://host:6379/0",
     )
+    registry.add(
+        "redis-cluster",
+        schemes=CLUSTER_SCHEMES,
+        factory=_open_cluster_streams,
+        capabilities=["cross_process", "replay"],
+        drivers=DRIVERS,
+        extra="redis",
+        description="Redis Streams bridge on a Redis Cluster: redis+cluster://host:port?nodes=host:port,...",
+    )
 
 
 @hookimpl
@@ -64,6 +83,15 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
         extra="redis",
         description="delta-history cache in Redis",
     )
+    registry.add(
+        "redis-cluster",
+        schemes=CLUSTER_SCHEMES,
+        factory=_open_history_cache,
+        capabilities=["cross_process"],
+        drivers=DRIVERS,
+        extra="redis",
+        description="delta-history cache in a Redis Cluster",
+    )
 
 
 @hookimpl
@@ -73,6 +101,8 @@ def runstore_register_settings(registry: SettingsRegistry) -> None:
 
 @hookimpl
 def runstore_conformance_provision(url: BackendURL) -> Any:
+    if url.scheme in CLUSTER_SCHEMES:
+        return _cluster_scratch(url)
     if url.scheme not in SCHEMES:
         return None
 
@@ -106,3 +136,29 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
             await client.aclose()
 
     return scratch()
+
+
+@contextlib.asynccontextmanager
+async def _cluster_scratch(url: BackendURL) -> AsyncIterator[BackendURL]:
+    """A fresh ``prefix`` on a cluster; its keys are deleted from every master afterwards."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisClusterException
+
+    from .cluster import open_cluster_client
+
+    prefix = f"{url.option('prefix', '')}runstore-conf-{uuid.uuid4().hex[:12]}:"
+    try:
+        client = open_cluster_client(url, RedisSettings())
+        await client.initialize()
+    except (RedisConnectionError, RedisClusterException) as exc:
+        # The harness turns a builtin ConnectionError into "service unreachable".
+        raise ConnectionError(str(exc)) from exc
+    try:
+        yield url.with_query(prefix=prefix)
+    finally:
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()

@@ -8,6 +8,11 @@ exception and never a wrong answer. Calls are bounded by the ``redis`` timeouts 
 the URL options of the same names); after a connection failure the cache answers
 misses without touching Redis for `RETRY_AFTER` seconds, so an unresponsive server
 costs one bounded wait, not one per checkpoint read.
+
+On a Redis Cluster (``redis+cluster://``) the client is redis-py's ``RedisCluster``:
+every command touches one thread's hash, so it routes each to the slot's master and
+follows redirects and failovers itself (its own few retries; all of the cache's
+writes are idempotent). ``clear`` scans every master.
 """
 
 from __future__ import annotations
@@ -62,11 +67,19 @@ class RedisHistoryCache:
         from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, open_pool
         from .settings import RedisSettings
 
-        url.check_options(URL_OPTIONS)
         settings = options.settings
-        timeouts = RedisTimeouts.resolve(url, settings.section(RedisSettings))
-        pool = open_pool(url, settings.section(RedisSettings), timeouts, runstore_options=("prefix", *TIMEOUT_OPTIONS))
-        client = aioredis.Redis(connection_pool=pool)
+        if url.scheme.endswith("+cluster"):
+            from .cluster import CLUSTER_OPTIONS, open_cluster_client
+
+            # Every command touches one thread's hash, so redis-py's cluster client routes it.
+            url.check_options(URL_OPTIONS | CLUSTER_OPTIONS)
+            client = open_cluster_client(url, settings.section(RedisSettings))
+        else:
+            url.check_options(URL_OPTIONS)
+            timeouts = RedisTimeouts.resolve(url, settings.section(RedisSettings))
+            pool = open_pool(url, settings.section(RedisSettings), timeouts,
+                             runstore_options=("prefix", *TIMEOUT_OPTIONS))
+            client = aioredis.Redis(connection_pool=pool)
         cache = cls(
             client,
             prefix=url.option("prefix", "") or "",
@@ -163,7 +176,12 @@ class RedisHistoryCache:
             self._failed("clear", exc)
 
     async def close(self) -> None:
+        from redis.asyncio.cluster import RedisCluster
+
         try:
-            await self.client.aclose(close_connection_pool=True)
+            if isinstance(self.client, RedisCluster):
+                await self.client.aclose()  # closes every node's connections
+            else:
+                await self.client.aclose(close_connection_pool=True)
         except Exception as exc:
             self._failed("close", exc)

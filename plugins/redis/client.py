@@ -21,6 +21,7 @@ history cache share:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import ssl
@@ -292,16 +293,22 @@ class RedisCalls:
     async def _attempt(
         self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
     ) -> list[Any]:
+        """One try of a call; a subclass picks the pool here (a cluster routes by key)."""
+        return await self._attempt_on(self.pool, commands, read_timeout, progress)
+
+    async def _attempt_on(
+        self, pool: Any, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
+    ) -> list[Any]:
         from redis.exceptions import ResponseError
 
         errors = connection_errors()
         try:
-            conn = await self._checkout()
+            conn = await self._checkout(pool)
         except errors as exc:
             raise _Failed(exc, sent=False, replies=[]) from exc
         except ResponseError as exc:
             # The server refused the connection's setup; retrying cannot change its answer.
-            raise self._refused_setup(exc) from exc
+            raise self._refused_setup(pool, exc) from exc
         replies: list[Any] = []
         # An error reply to our own PING means the connection is out of step: not sent either.
         before_sending: tuple[type[BaseException], ...] = (*errors, ResponseError)
@@ -335,13 +342,13 @@ class RedisCalls:
                 # Failed or cancelled mid-exchange: a reply may still be on its way, and
                 # the next user would read it as its own. Never reuse such a connection.
                 await conn.disconnect(nowait=True)
-            await self.pool.release(conn)
+            await pool.release(conn)
 
-    def _refused_setup(self, exc: BaseException) -> Exception:
+    def _refused_setup(self, pool: Any, exc: BaseException) -> Exception:
         """The error for a server that answered a new connection's setup with an error reply:
         the only one it can refuse is ``SELECT`` of the URL's database (AUTH failures are
         connection errors)."""
-        database = self.pool.connection_kwargs.get("db") or 0
+        database = pool.connection_kwargs.get("db") or 0
         if database:
             return InvalidURLError(
                 f"{self.backend}: the server has no database {database}, which the URL path names "
@@ -363,7 +370,7 @@ class RedisCalls:
         if await conn.read_response() not in (b"PONG", "PONG"):
             raise RedisConnectionError("the health check got no PONG")
 
-    async def _checkout(self) -> Any:
+    async def _checkout(self, pool: Any) -> Any:
         """A pooled connection, connected; a cancelled caller never leaves one half set up.
 
         redis-py returns a connection to the pool as it stands when its handshake is
@@ -371,17 +378,18 @@ class RedisCalls:
         shielded (bounded by the socket timeouts), and if its caller is gone the
         connection goes back closed.
         """
-        checkout = asyncio.ensure_future(self.pool.get_connection())
+        checkout = asyncio.ensure_future(pool.get_connection())
         try:
             return await asyncio.shield(checkout)
         except BaseException:
+            release = functools.partial(self._release_closed, pool)
             if not checkout.done():
-                checkout.add_done_callback(self._release_closed)
+                checkout.add_done_callback(release)
             elif not checkout.cancelled() and checkout.exception() is None:
-                self._release_closed(checkout)
+                release(checkout)
             raise
 
-    def _release_closed(self, checkout: asyncio.Future[Any]) -> None:
+    def _release_closed(self, pool: Any, checkout: asyncio.Future[Any]) -> None:
         if checkout.cancelled() or checkout.exception() is not None:
             return
         conn = checkout.result()
@@ -390,7 +398,7 @@ class RedisCalls:
             try:
                 await conn.disconnect(nowait=True)
             finally:
-                await self.pool.release(conn)
+                await pool.release(conn)
 
         task = asyncio.ensure_future(release())
         self._cleanups.add(task)

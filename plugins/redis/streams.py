@@ -145,10 +145,11 @@ def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 class _Watch:
     """What this process knows of one followed stream, shared by its local subscribers."""
 
-    __slots__ = ("cache", "error", "key", "latest", "news", "recheck", "refs")
+    __slots__ = ("cache", "error", "group", "key", "latest", "news", "recheck", "refs")
 
-    def __init__(self, key: bytes, maxsize: int) -> None:
+    def __init__(self, key: bytes, maxsize: int, group: Any = None) -> None:
         self.key = key
+        self.group = group  # which waker reads this stream (see RedisStreamBridge._group)
         self.latest = 0  # highest sequence seen in the stream so far
         self.cache: deque[tuple[int, StreamItem]] = deque(maxlen=maxsize + 1)
         self.refs = 0
@@ -226,8 +227,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
         self.waker_block_ms = max(1, min(WAKER_BLOCK_MS, int(timeouts.socket_timeout * 500)))
         self._watches: dict[bytes, _Watch] = {}
         self._control = f"{prefix}ctl:{uuid.uuid4().hex}".encode()
-        self._waker: asyncio.Task[None] | None = None
-        self._waker_idle = asyncio.Event()
+        # One waker per group of streams one XREAD may cover (one group here; a cluster has more).
+        self._wakers: dict[Any, asyncio.Task[None]] = {}
+        self._waker_idle: dict[Any, asyncio.Event] = {}
         self._pending: list[_Pending] = []
         self._inflight = False
         self._closed = False
@@ -255,13 +257,17 @@ class RedisStreamBridge(StreamBridge, Standalone):
             from runstore.errors import MissingDriverError
 
             raise MissingDriverError("redis", "redis", "redis") from None
-        calls = RedisCalls(pool, timeouts, backend=BACKEND)
+        return await cls._opened(RedisCalls(pool, timeouts, backend=BACKEND), url, options)
+
+    @classmethod
+    async def _opened(cls, calls: RedisCalls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
+        """The bridge on ``calls`` once the server answers a PING (``calls`` closed if not)."""
         try:
             await calls.run("open", [("PING",)])
         except BaseException:
             await calls.close()
             raise
-        return cls._with_settings(calls, url.option("prefix", DEFAULT_PREFIX) or "", settings)
+        return cls._with_settings(calls, url.option("prefix", DEFAULT_PREFIX) or "", options.settings)
 
     @classmethod
     def _with_settings(cls, calls: RedisCalls, prefix: str, settings: Settings) -> RedisStreamBridge:
@@ -438,25 +444,27 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if self._closed:
             return
         self._closed = True
-        if self._waker is not None:
-            # Wake the blocked XREAD instead of only cancelling it: it would otherwise hold
-            # its connection until the block ends.
-            self._waker_idle.set()
-            with contextlib.suppress(Exception):
-                await self._poke()
+        wakers = list(self._wakers.values())
+        if wakers:
+            # Wake the blocked XREADs instead of only cancelling them: they would otherwise
+            # hold their connections until the block ends.
+            for idle in self._waker_idle.values():
+                idle.set()
+            await asyncio.gather(*(self._poke(group) for group in self._wakers), return_exceptions=True)
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(self._waker), 2)
-            self._waker.cancel()
-            with contextlib.suppress(BaseException):
-                await self._waker
+                await asyncio.wait(wakers, timeout=2)
+            for waker in wakers:
+                waker.cancel()
+            await asyncio.gather(*wakers, return_exceptions=True)
         if self._tasks:
             # Let queued publishes finish (their callers are waiting) and pokes settle.
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for watch in self._watches.values():
             watch.error = RuntimeError("stream bridge closed")
             watch.notify()
-        with contextlib.suppress(Exception):
-            await self._quick("close", [("DEL", self._control)])
+        for group in self._wakers or [None]:
+            with contextlib.suppress(Exception):
+                await self._quick("close", [("DEL", self._control_key(group))])
         await self.calls.close()
 
     async def _quick(self, operation: str, commands: Sequence[Sequence[Any]]) -> None:
@@ -636,15 +644,24 @@ class RedisStreamBridge(StreamBridge, Standalone):
 
     # -- the waker: one blocking XREAD for every followed stream ---------------------
 
+    def _group(self, key: bytes) -> Any:
+        """Which waker reads ``key``: here one for every stream (a cluster bridge has one per
+        slot group, since one XREAD may only cover keys of one hash slot)."""
+        return None
+
+    def _control_key(self, group: Any) -> bytes:
+        """The control stream a new subscription of ``group`` pokes to wake its waker."""
+        return self._control
+
     def _watch(self, key: bytes) -> _Watch:
         if self._closed:
             raise RuntimeError("stream bridge is closed")
         watch = self._watches.get(key)
         if watch is None:
-            watch = self._watches[key] = _Watch(key, self.queue_maxsize)
-            self._ensure_waker()
+            watch = self._watches[key] = _Watch(key, self.queue_maxsize, self._group(key))
+            self._ensure_waker(watch.group)
             # Wake the blocked XREAD so it includes the new stream.
-            self._spawn(self._poke())
+            self._spawn(self._poke(watch.group))
         watch.refs += 1
         return watch
 
@@ -658,28 +675,39 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if watch.refs <= 0 and self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
 
-    async def _poke(self) -> None:
-        self._waker_idle.set()
+    async def _poke(self, group: Any) -> None:
+        idle = self._waker_idle.get(group)
+        if idle is not None:
+            idle.set()
+        control = self._control_key(group)
         with contextlib.suppress(Exception):
             await self._quick("poke", [
-                ("XADD", self._control, "MAXLEN", "1", "*", "w", "1"),
-                ("PEXPIRE", self._control, 3_600_000),
+                ("XADD", control, "MAXLEN", "1", "*", "w", "1"),
+                ("PEXPIRE", control, 3_600_000),
             ])
 
-    def _ensure_waker(self) -> None:
-        if self._waker is None or self._waker.done():
-            self._waker = asyncio.get_running_loop().create_task(self._wake_loop())
+    def _ensure_waker(self, group: Any) -> None:
+        waker = self._wakers.get(group)
+        if waker is None or waker.done():
+            self._waker_idle.setdefault(group, asyncio.Event())
+            self._wakers[group] = asyncio.get_running_loop().create_task(self._wake_loop(group))
 
-    async def _wake_loop(self) -> None:
+    def _group_watches(self, group: Any) -> dict[bytes, _Watch]:
+        return {key: watch for key, watch in self._watches.items() if watch.group == group}
+
+    async def _wake_loop(self, group: Any) -> None:
+        control = self._control_key(group)
+        idle = self._waker_idle[group]
         control_last: bytes = b"0-0"
         block_ms = self.waker_block_ms
         while not self._closed:
-            if not self._watches:
-                self._waker_idle.clear()
-                await self._waker_idle.wait()
+            watches = self._group_watches(group)
+            if not watches:
+                idle.clear()
+                await idle.wait()
                 continue
-            streams: dict[bytes, Any] = {self._control: control_last}
-            for key, watch in self._watches.items():
+            streams: dict[bytes, Any] = {control: control_last}
+            for key, watch in watches.items():
                 streams[key] = f"0-{watch.latest}"
             command = ("XREAD", "COUNT", self.queue_maxsize + 1, "BLOCK", block_ms, "STREAMS",
                        *streams, *streams.values())
@@ -703,19 +731,19 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 error = exc if isinstance(exc, BackendUnavailableError) else BackendUnavailableError(
                     BACKEND, "subscribe (reader)", write_may_have_happened=False, cause=exc
                 )
-                for watch in list(self._watches.values()):
+                for key, watch in self._group_watches(group).items():
                     watch.error = error
                     watch.notify()
-                self._watches.clear()
+                    del self._watches[key]
                 continue
             if self.calls.outages != outages:
                 # Reconnected after a failure: the server may have restarted and lost
                 # streams, so every follower takes a fresh snapshot.
-                for watch in self._watches.values():
+                for watch in self._group_watches(group).values():
                     watch.recheck += 1
                     watch.notify()
             for key, entries in news:
-                if key == self._control:
+                if key == control:
                     if entries:
                         control_last = entries[-1][0]
                     continue

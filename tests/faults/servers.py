@@ -35,6 +35,11 @@ temporary directory, and removes it afterwards.
     certificate signed by its CA is required); a binary built without TLS raises
     `ServerUnavailable`.
 
+`RedisClusterServers`
+    A throwaway Redis Cluster (3 masters with a replica each by default) of
+    `RedisServer` nodes, formed with ``redis-cli --cluster create``; fault: SIGKILL a
+    master and wait for its replica to take over.
+
 `Certificates`
     A throwaway certificate authority and certificates signed by it (``openssl``):
     a server certificate for ``127.0.0.1`` (and ``localhost`` unless told otherwise)
@@ -571,6 +576,159 @@ class RedisServer:
     def log(self) -> str:
         """The server log so far."""
         return self._log_from(0)
+
+
+class RedisClusterServers:
+    """A throwaway Redis Cluster: ``masters`` masters with ``replicas`` replicas each, every
+    node a `RedisServer` (cluster mode, no persistence) on its own free port.
+
+    ``redis-cli --cluster create`` spreads the slots in equal ranges over the masters;
+    `RedisClusterServers.start` returns once every node reports ``cluster_state:ok`` and
+    every replica's link to its master is up. ``node_timeout_ms`` is the cluster's
+    failure-detection time, short so a failover takes seconds. Fault: SIGKILL one
+    master (`RedisClusterServers.kill`), then `RedisClusterServers.wait_for_failover`
+    until its replica owns its slots.
+    """
+
+    cli = os.environ.get("RUNSTORE_REDIS_CLI", "redis-cli")
+
+    def __init__(self, *, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+        if shutil.which(self.cli) is None:
+            raise ServerUnavailable(f"no {self.cli} on PATH (set RUNSTORE_REDIS_CLI)")
+        self.masters = masters
+        self.replicas = replicas
+        # Validity factor 0: a replica always stands for election, however long ago it
+        # last heard from its master (a quiet test cluster would otherwise refuse).
+        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(node_timeout_ms), "--cluster-replica-validity-factor", "0",
+                "--repl-ping-replica-period", "1"]
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(masters * (1 + replicas)):
+                # The bus port gets its own free port (the default, port + 10000, may be taken).
+                self.nodes.append(RedisServer(args=[*args, "--cluster-port", str(free_port())]))
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self) -> None:
+        """Start every node, form the cluster and wait until it serves every slot."""
+        for node in self.nodes:
+            node.start()
+        create = subprocess.run(
+            [self.cli, "--cluster", "create", *(f"{n.host}:{n.port}" for n in self.nodes),
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            capture_output=True, text=True, timeout=START_TIMEOUT,
+        )
+        if create.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {create.stdout[-2000:]}{create.stderr[-2000:]}")
+        self.wait_until_ok()
+
+    def _info(self, node: RedisServer, section: str) -> dict[str, Any]:
+        """``CLUSTER INFO`` / ``INFO replication`` as a dict (redis-py parses INFO itself)."""
+        raw = node.command(*section.split())
+        if isinstance(raw, dict):
+            return raw
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+    def wait_until_ok(self) -> None:
+        """Wait until every live node says ``cluster_state:ok`` and knows every node, and
+        every live replica's replication link is up."""
+        def ok() -> bool:
+            try:
+                live = self.live()
+                for node in live:
+                    info = self._info(node, "CLUSTER INFO")
+                    if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != len(self.nodes):
+                        return False
+                    replication = self._info(node, "INFO replication")
+                    if replication.get("role") == "slave" and replication.get("master_link_status") != "up":
+                        return False
+                return True
+            except Exception:
+                return False
+
+        _wait_for(ok, "the redis cluster to be ok")
+
+    def live(self) -> list[RedisServer]:
+        """The nodes whose process runs."""
+        return [node for node in self.nodes if node.running]
+
+    def master_ports(self) -> set[int]:
+        """The ports of the nodes that own slots, as a live node sees it now."""
+        reply = self.live()[0].command("CLUSTER", "SLOTS")
+        return {int(entry[2][1]) for entry in reply}
+
+    def owner(self, key: str | bytes) -> RedisServer:
+        """The node that owns ``key``'s hash slot now."""
+        slot = int(self.live()[0].command("CLUSTER", "KEYSLOT", key))
+        for start, end, master, *_ in self.live()[0].command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return next(node for node in self.nodes if node.port == int(master[1]))
+        raise LookupError(f"no node owns slot {slot}")
+
+    def wait_replicated(self) -> None:
+        """Wait until every live master's replicas have acknowledged all its writes."""
+        def caught_up() -> bool:
+            for node in self.live():
+                info = self._info(node, "INFO replication")
+                if info.get("role") != "master":
+                    continue
+                links = [v for k, v in info.items() if k.startswith("slave") and k[5:].isdigit()]
+                if any(int(link["offset"]) != int(info["master_repl_offset"]) for link in links):
+                    return False
+            return True
+
+        _wait_for(caught_up, "the replicas to catch up")
+
+    def kill(self, node: RedisServer) -> None:
+        """SIGKILL one node (its replica takes over after the node timeout)."""
+        node.sigkill()
+
+    def wait_for_failover(self, dead: RedisServer) -> None:
+        """Wait until the live nodes serve every slot again without ``dead``."""
+        def moved() -> bool:
+            try:
+                return dead.port not in self.master_ports()
+            except Exception:
+                return False
+
+        _wait_for(moved, f"a replica to take over from port {dead.port}")
+        self.wait_until_ok_without(dead)
+
+    def wait_until_ok_without(self, dead: RedisServer) -> None:
+        """Wait until every live node says ``cluster_state:ok`` (the dead one still counts as known)."""
+        def ok() -> bool:
+            try:
+                return all(self._info(n, "CLUSTER INFO").get("cluster_state") == "ok" for n in self.live())
+            except Exception:
+                return False
+
+        _wait_for(ok, "the redis cluster to be ok after a failover")
+
+    def close(self) -> None:
+        """Kill every node and remove its directory."""
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> RedisClusterServers:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def url(self, *, scheme: str = "redis+cluster", **query: str) -> str:
+        """A ``redis+cluster://`` URL: the first node, the others as ``nodes`` seeds."""
+        first, *rest = self.nodes
+        nodes = ",".join(f"{n.host}:{n.port}" for n in rest)
+        return BackendURL(scheme=scheme, host=first.host, port=first.port,
+                          query={"nodes": nodes, **query}).render(hide_password=False)
 
 
 # -- TCP proxy ----------------------------------------------------------------------------
