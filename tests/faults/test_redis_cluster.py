@@ -155,3 +155,12 @@ async def test_the_history_cache_works_on_a_cluster_and_rides_out_a_failover(
         assert all([await cache.get(t, "k") is None for t in threads])
     finally:
         await cache.close()
+
+
+async def test_a_single_server_behind_a_cluster_url_is_refused_by_name(redis_server: Any) -> None:
+    from runstore.errors import InvalidURLError
+
+    url = f"redis+cluster://{redis_server.host}:{redis_server.port}"
+    with pytest.raises(InvalidURLError, match="not a cluster node.*use redis://"):
+        async with runstore.open(CONFIG, streams=url):
+            pass
