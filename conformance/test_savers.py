@@ -673,6 +673,15 @@ def test_copy_thread_copies_whole_chain(saver_target: Any) -> None:
                 assert len(await _collect(saver, config_for(target))) == len(tree.nodes), (
                     "contract: copy_thread copies the whole parent chain"
                 )
+                # The copy shares nothing with its source: a write on the copy (a task the
+                # source never ran) never shows up on the source.
+                for i in range(len(tree.nodes)):
+                    await saver.aput_writes(tree.config(i, target), [("copy_only", i)], "copy-only-task")
+                for i in range(len(tree.nodes)):
+                    await _check_node(saver, tree, i, writes_contract=(
+                        "copy_thread shares nothing with the source: a write on the copy never shows "
+                        "up on the source"
+                    ))
 
             session.run(body())
 
