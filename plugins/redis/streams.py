@@ -462,7 +462,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         for watch in self._watches.values():
             watch.error = RuntimeError("stream bridge closed")
             watch.notify()
-        for group in self._wakers or [None]:
+        for group in self._wakers:  # a control stream exists only where a waker ran
             with contextlib.suppress(Exception):
                 await self._quick("close", [("DEL", self._control_key(group))])
         await self.calls.close()

@@ -76,7 +76,7 @@ async def _until(predicate: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def test_subscribers_ride_out_a_master_failover(redis_cluster: RedisClusterServers) -> None:
+async def test_subscribers_ride_out_a_master_failover(redis_cluster: RedisClusterServers, fault_report: Any) -> None:
     async with runstore.open(CONFIG, streams=redis_cluster.url(prefix="failover:")) as stores:
         bridge = stores.streams
         runs = [f"run-{n}" for n in range(24)]  # spread over the slot groups, so over every master
@@ -113,6 +113,8 @@ async def test_subscribers_ride_out_a_master_failover(redis_cluster: RedisCluste
             resumed += items[-1] is END and len(ids) == 6
         # Nothing was lost (the replicas had every write), so every subscriber resumed.
         assert resumed == len(runs), f"{len(runs) - resumed} of {len(runs)} got a gap; {len(on_victim)} on the victim"
+        fault_report.add("redis cluster: a master SIGKILLed while subscribers wait", trials=1,
+                         acknowledged=6 * len(runs), lost=0, duplicated=0, runs_on_the_killed_master=len(on_victim))
         for run_id in runs:
             await bridge.cleanup(run_id)
 
@@ -164,3 +166,31 @@ async def test_a_single_server_behind_a_cluster_url_is_refused_by_name(redis_ser
     with pytest.raises(InvalidURLError, match="not a cluster node.*use redis://"):
         async with runstore.open(CONFIG, streams=url):
             pass
+
+
+async def test_without_a_fresh_slot_map_the_failover_is_not_survived(
+    redis_cluster: RedisClusterServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failover test's teeth: a router that keeps its first slot map fails it."""
+    from runstore.errors import BackendUnavailableError
+    from runstore.plugins.redis.cluster import ClusterCalls
+
+    first_map: dict[int, Any] = {}
+    refresh = ClusterCalls._refresh
+
+    async def stale_refresh(self: ClusterCalls) -> None:
+        if id(self) not in first_map:
+            await refresh(self)
+            first_map[id(self)] = self._owners
+        self._owners = first_map[id(self)]
+
+    monkeypatch.setattr(ClusterCalls, "_refresh", stale_refresh)
+    async with runstore.open(CONFIG, streams=redis_cluster.url(prefix="stale:", operation_timeout="3")) as stores:
+        bridge = stores.streams
+        await bridge.publish("run-0", "values", {"n": 0})
+        victim = redis_cluster.owner(bridge.key("run-0"))
+        redis_cluster.kill(victim)
+        redis_cluster.wait_for_failover(victim)
+        with pytest.raises(BackendUnavailableError) as caught:
+            await bridge.publish("run-0", "values", {"n": 1})
+        assert caught.value.write_may_have_happened is False
