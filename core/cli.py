@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from . import __version__
+from .console import console, emit_json, err_console, styled
 from .errors import RunstoreError
 from .redaction import redact
-
-# Tables stay readable when piped: rich would otherwise wrap them to 80 columns. Markup
-# and emoji codes are off: every string is printed as it is (an install hint such as
-# 'runstore[postgres]', a test id such as test_x[memory], a path with :memory:);
-# styled parts are `Text` objects built with `styled`.
-console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
-err_console = Console(stderr=True, markup=False, emoji=False)
-
-
-def styled(*parts: str | tuple[str, str]) -> Text:
-    """Literal text with styled pieces: ``styled(("FAILED", "red"), " ", nodeid)``."""
-    return Text.assemble(*parts)
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,7 +52,7 @@ def backends(as_json: bool) -> None:
         )
     sections = [_section_row(section) for section in registered.settings]
     if as_json:
-        _emit_json({"backends": rows, "settings": sections})
+        emit_json({"backends": rows, "settings": sections})
         return
     table = Table(title="runstore backends", show_lines=False)
     for column in ("kind", "name", "schemes", "capabilities", "plugin"):
@@ -246,7 +229,7 @@ def check(
 
         result = run_suite(targets, **options)
     if as_json:
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
     elif result.errors:
         for message in result.errors:
             err_console.print(styled(("error:", "red"), f" {message}"), soft_wrap=True)

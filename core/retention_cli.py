@@ -70,7 +70,7 @@ def run_cmd(
     claims batches with SKIP LOCKED).
     """
     # Imported here: `python -m runstore.cli` loads this module while cli runs as __main__.
-    from .cli import _emit_json, console
+    from .console import console, emit_json
     report = asyncio.run(
         _run(
             _open_kwargs(config, checkpointer, events, streams, runs),
@@ -83,7 +83,7 @@ def run_cmd(
         )
     )
     if as_json:
-        _emit_json(report.as_dict())
+        emit_json(report.as_dict())
         return
     table = Table(title="runstore retention" + (" (dry run: nothing changed)" if dry_run else ""))
     table.add_column("what")
@@ -106,7 +106,7 @@ async def _run(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from .checkpoint.retention import RetentionPolicy
-    from .cli import err_console
+    from .console import err_console
     from .retention import SweepReport, sweep
     from .stores import open as open_stores
 
@@ -148,10 +148,10 @@ async def _run(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_json: bool) -> None:
     """Give the space deleted checkpoints held back to the file system (docs/threads.md)."""
-    from .cli import _emit_json, console
+    from .console import console, emit_json
     result = asyncio.run(_compact(_open_kwargs(config, checkpointer, None, None, None), full))
     if as_json:
-        _emit_json(result.as_dict())
+        emit_json(result.as_dict())
         return
     table = Table(title="runstore compact")
     table.add_column("bytes before", justify="right")
@@ -163,7 +163,7 @@ def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_jso
 
 async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
     from .checkpoint.forwarding import unwrap_saver
-    from .cli import err_console
+    from .console import err_console
     from .errors import ConfigError
     from .stores import open as open_stores
 
