@@ -80,9 +80,13 @@ async def test_subscribers_ride_out_a_master_failover(redis_cluster: RedisCluste
     async with runstore.open(CONFIG, streams=redis_cluster.url(prefix="failover:")) as stores:
         bridge = stores.streams
         runs = [f"run-{n}" for n in range(24)]  # spread over the slot groups, so over every master
-        for run_id in runs:
-            for n in range(3):
-                await bridge.publish(run_id, "values", {"n": n})
+
+        async def first_three(run_id: str) -> list[str]:
+            return [await bridge.publish(run_id, "values", {"n": n}) for n in range(3)]
+
+        # Concurrent producers: their publishes are pipelined per slot group.
+        ids = await asyncio.gather(*(first_three(run_id) for run_id in runs))
+        assert ids == [["0-1", "0-2", "0-3"]] * len(runs)
         redis_cluster.wait_replicated()  # what the replica has is what survives the kill
         received: dict[str, list[StreamItem]] = {run_id: [] for run_id in runs}
         followers = [asyncio.create_task(_follow(bridge, r, received[r])) for r in runs]
