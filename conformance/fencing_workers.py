@@ -146,10 +146,15 @@ def fresh_writer(
     return with_saver(url, plugins, body)
 
 
-async def _event_contents(store: Any, thread_id: str) -> list[str]:
+async def event_contents(store: Any, thread_id: str) -> list[str]:
+    """Every stored event's content on the race's two runs, read page by page (an
+    unloaded machine appends more than one page before the newer token arrives)."""
     out: list[str] = []
     for run in ("old", "new"):
-        out += [str(e["content"]) for e in await store.list_events(thread_id, run, user_id=None)]
+        after: int | None = None
+        while page := await store.list_events(thread_id, run, after_seq=after, user_id=None):
+            out += [str(e["content"]) for e in page]
+            after = page[-1]["seq"]
     return out
 
 
@@ -202,7 +207,7 @@ def fresh_appender(
                    "category": "trace", "content": f"new-{k}"} for k in range(3)]  # fmt: skip
         await store.put_batch(events, user_id=None, fence=2)
         fenced.set()
-        seen = await _event_contents(store, thread_id)
+        seen = await event_contents(store, thread_id)
         return [(0, True, "ok", f"new-{k}") for k in range(3)], seen
 
     return with_backend("events", url, plugins, body)

@@ -19,7 +19,7 @@ from runstore.errors import StaleFenceError
 from runstore.events import RunEventStore
 from runstore.records import InvalidEventError
 
-from .fencing_workers import fresh_appender, stale_appender
+from .fencing_workers import event_contents, fresh_appender, stale_appender
 from .plugin import development_plugins
 
 pytestmark = pytest.mark.requires("fencing")
@@ -187,10 +187,7 @@ def test_fence_race_across_processes(events_target: Any, request: pytest.Fixture
         )
 
         async def stored(store: RunEventStore, t: str = thread) -> set[str]:
-            out: set[str] = set()
-            for run in ("old", "new"):
-                out |= {str(e["content"]) for e in await store.list_events(t, run, user_id=None)}
-            return out
+            return set(await event_contents(store, t))
 
         assert events_target.run(stored) == acked | {a[3] for a in new}, (
             f"contract: fencing: exactly the acknowledged appends are stored ({where})"
