@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -26,7 +28,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from runstore.errors import RunstoreError
-from runstore.sql.dialect import driver_connection
+from runstore.sql.dialect import dialect_of, driver_connection
 
 #: The aiosqlite releases whose private surface this module is written against
 #: (keep in step with the pin in pyproject.toml).
@@ -89,6 +91,23 @@ def check_surface(aconn: Any) -> sqlite3.Connection:
             "(pip install 'aiosqlite" + SUPPORTED_AIOSQLITE + "')"
         )
     return raw
+
+
+def worker_thread(dbapi_connection: Any) -> threading.Thread | None:
+    """The thread of the aiosqlite connection behind SQLAlchemy's ``dbapi_connection``.
+
+    ``None`` when the private attributes are not there: joining it is a courtesy at
+    close, so an aiosqlite without them still works.
+    """
+    thread = getattr(getattr(dbapi_connection, "_connection", None), "_thread", None)
+    return thread if isinstance(thread, threading.Thread) else None
+
+
+def join_worker_threads(threads: list[threading.Thread], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds in all for closed connections' threads to end."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _nothing() -> None:
@@ -182,10 +201,8 @@ class WriterAndReader:
     """
 
     def __init__(self, engine: AsyncEngine, closed_message: str) -> None:
-        from .engine import sqlite_write_lock
-
         self._engine = engine
-        self._lock = sqlite_write_lock(engine)
+        self._lock = dialect_of(engine).write_lock
         self._closed_message = closed_message
         self._writer: WorkerConnection | None = None
         self._reader: WorkerConnection | None = None

@@ -16,6 +16,7 @@ statement is its own snapshot.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,10 +32,14 @@ from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of
 from runstore.urls import BackendURL
 
+from .adapter import join_worker_threads, worker_thread
 from .settings import SqliteSettings
 
 #: Execution option asking a connection to start its transaction with BEGIN IMMEDIATE.
 WRITE_OPTION = "runstore_write"
+
+#: How long closing an engine waits for its connections' threads to end.
+CLOSE_JOIN_SECONDS = 5.0
 
 
 class SqliteDialect(SqlDialect):
@@ -49,6 +54,8 @@ class SqliteDialect(SqlDialect):
 
     def __init__(self) -> None:
         self.write_lock = asyncio.Lock()
+        # Each pooled connection's aiosqlite thread, joined when the engine closes.
+        self.worker_threads: list[threading.Thread] = []
 
     @asynccontextmanager
     async def schema_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
@@ -100,6 +107,11 @@ async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine
 
     async def closer(engine: AsyncEngine) -> None:
         await engine.dispose()
+        # aiosqlite's close stops a connection's thread without waiting for it to end;
+        # joining here makes closing the stores mean no runstore thread is left running.
+        dialect = dialect_of(engine)
+        if isinstance(dialect, SqliteDialect):
+            await asyncio.to_thread(join_worker_threads, dialect.worker_threads, CLOSE_JOIN_SECONDS)
 
     return await options.shared(key, opener, closer)
 
@@ -121,9 +133,14 @@ async def _open(path: Path, options: BackendOptions) -> AsyncEngine:
         connect_args={"timeout": max(cfg.busy_timeout_ms, 0) / 1000.0},
     )
     busy_timeout_ms = int(cfg.busy_timeout_ms)
+    dialect = SqliteDialect()
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        thread = worker_thread(dbapi_connection)
+        if thread is not None:
+            dialect.worker_threads[:] = [t for t in dialect.worker_threads if t.is_alive()]
+            dialect.worker_threads.append(thread)
         # Autocommit at the driver level: we issue BEGIN ourselves so a writer can ask
         # for BEGIN IMMEDIATE (a deferred BEGIN that later upgrades to a write lock
         # fails with SQLITE_BUSY instead of waiting on busy_timeout).
@@ -143,7 +160,7 @@ async def _open(path: Path, options: BackendOptions) -> AsyncEngine:
         # Readers issue no BEGIN: single statements are consistent on their own and
         # skipping it saves a hop to the aiosqlite thread.
 
-    bind_dialect(engine, SqliteDialect())
+    bind_dialect(engine, dialect)
     return engine
 
 

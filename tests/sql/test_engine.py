@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -38,6 +39,22 @@ async def test_sqlite_engine_is_shared_and_raw_connections_are_configured(tmp_pa
         assert (tmp_path / "sub" / "a.db").exists()
     # Disposed on close: the pool holds no connection any more.
     assert engine.pool.checkedin() == 0
+
+
+async def test_closing_a_sqlite_engine_ends_its_connection_threads(tmp_path) -> None:
+    # aiosqlite's close only asks a connection's thread to stop; closing the options
+    # must mean it has ended (a sync script checks that no thread outlives the stores).
+    before = set(threading.enumerate())
+    url = BackendURL.for_file("sqlite", tmp_path / "t.db")
+    async with BackendOptions.scope(Settings()) as options:
+        engine = await shared_engine(url, options)
+        async with engine.connect() as a, engine.connect() as b:
+            for conn in (a, b):
+                await (await conn.get_raw_connection()).driver_connection.execute("SELECT 1")
+        # The event loop's executor threads (asyncio_N) are not the engine's.
+        opened = {t for t in set(threading.enumerate()) - before if not t.name.startswith("asyncio_")}
+        assert len(opened) >= 2, "each pooled connection runs on its own thread"
+    assert not [t for t in opened if t.is_alive()], "threads still running after close"
 
 
 def test_engine_key_ignores_spelling_of_one_file(tmp_path, monkeypatch) -> None:
