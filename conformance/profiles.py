@@ -35,6 +35,9 @@ def register_profiles() -> None:
         "runstore-dev",
         max_examples=30,
         stateful_step_count=30,
+        # Said outright: under CI Hypothesis's own default derandomizes, and a profile
+        # registered without this would inherit that and stop exploring.
+        derandomize=False,
         **_COMMON,  # type: ignore[arg-type]
     )
     settings.register_profile(
@@ -49,5 +52,6 @@ def register_profiles() -> None:
         "runstore-nightly",
         max_examples=500,
         stateful_step_count=100,
+        derandomize=False,
         **_COMMON,  # type: ignore[arg-type]
     )

@@ -297,6 +297,14 @@ class CheckResult:
             values[f"runstore.{label}.capabilities.proven"] = ",".join(row["capabilities"]["proven"])
         for name, value in values.items():
             ET.SubElement(props, "property", name=name, value="" if value is None else str(value))
+        if self.errors:
+            # A refused run (unreachable server, bad URL, missing extra) ran no test; CI
+            # systems that read only JUnit still show why, as one errored test case.
+            case = ET.SubElement(suite, "testcase", classname="runstore.check", name="preflight", time="0")
+            error = ET.SubElement(case, "error", message=self.errors[0])
+            error.text = "\n".join(self.errors)
+            for attr in ("tests", "errors"):
+                suite.set(attr, str(int(suite.get(attr, "0") or 0) + 1))
         tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
