@@ -22,9 +22,11 @@ from .runner import (
     default_redis_url,
     display_backend,
     run_checkpoint_plan,
+    run_measurement_cases,
 )
 from .summarize import (
     CHECKPOINT_COLUMNS,
+    LOAD_COLUMNS,
     MEASUREMENT_COLUMNS,
     Summary,
     plot,
@@ -49,6 +51,10 @@ def _strs(_ctx: click.Context, _param: click.Parameter, value: Sequence[str]) ->
     for item in value:
         out.extend(v for v in item.split(",") if v)
     return out
+
+
+def _strs_option(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
+    return [v for v in value.replace(" ", "").split(",") if v]
 
 
 def _settings(_ctx: click.Context, _param: click.Parameter, value: Sequence[str]) -> dict[str, Any]:
@@ -154,6 +160,7 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     for title, entries, columns in (
         ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
         ("events / streams / runs", summary.measurements, MEASUREMENT_COLUMNS),
+        ("load", summary.load, LOAD_COLUMNS),
     ):
         if not entries:
             continue
@@ -191,7 +198,7 @@ def bench_group() -> None:
     """Benchmark checkpoint savers, event stores, stream bridges and run stores (JSONL + summaries)."""
 
 
-def _common_run_options(fn: Any) -> Any:
+def _common_run_options(fn: Any, *, repetitions: int = 3) -> Any:
     """Add the options every bench command shares; the case-running ones reach ``fn``
     as one ``run_options: RunOptions``."""
 
@@ -223,7 +230,7 @@ def _common_run_options(fn: Any) -> Any:
                 default=None,
                 help="JSONL file to append rows to (default bench-results/<bench>-<time>.jsonl).",
             ),
-            click.option("--repetitions", type=int, default=3, show_default=True),
+            click.option("--repetitions", type=int, default=repetitions, show_default=True),
             click.option(
                 "--timeout-seconds",
                 type=float,
@@ -412,8 +419,6 @@ def events_cmd(
     quiet: bool,
 ) -> None:
     """put_batch and message pages on each event store, next to raw driver inserts/selects."""
-    from .events import run_events
-
     # Random cursors land between two pages in and the thread's end.
     if too_small := [size for size in thread_sizes if size < 2 * page_size]:
         raise click.BadParameter(
@@ -421,7 +426,8 @@ def events_cmd(
             param_hint="--thread-sizes",
         )
     backends = backends or ["memory://", "jsonl://", "sqlite://"]
-    outcome = run_events(
+    outcome = run_measurement_cases(
+        "events",
         backends,
         output=output or _default_output("events"),
         options=run_options,
@@ -470,10 +476,9 @@ def streams_cmd(
     quiet: bool,
 ) -> None:
     """Publish->receive latency and sustained throughput, next to raw redis-py XADD/XREAD."""
-    from .streams import run_streams
-
     backends = backends or ["memory://", default_redis_url()]
-    outcome = run_streams(
+    outcome = run_measurement_cases(
+        "streams",
         backends,
         output=output or _default_output("streams"),
         options=run_options,
@@ -512,9 +517,8 @@ def runs_cmd(
     quiet: bool,
 ) -> None:
     """Run store rates: create+start+finalize per second and renew_lease per second."""
-    from .runs import run_runs
-
-    outcome = run_runs(
+    outcome = run_measurement_cases(
+        "runs",
         backends or ["sqlite://", default_postgres_url()],
         output=output or _default_output("runs"),
         options=run_options,
@@ -557,9 +561,8 @@ def threads_cmd(
 ) -> None:
     """Retention (size before/after keep_last + compaction, sweep threads/s) and list_threads
     page time on a small and a large thread index."""
-    from .threads import run_threads
-
-    outcome = run_threads(
+    outcome = run_measurement_cases(
+        "threads",
         backends or ["sqlite://", default_postgres_url()],
         output=output or _default_output("threads"),
         options=run_options,
@@ -578,6 +581,95 @@ def threads_cmd(
     _finish(outcome, as_json=as_json)
 
 
+@bench_group.command("load")
+@click.option(
+    "--stacks",
+    multiple=True,
+    callback=_strs,
+    help="Stacks: embedded (sqlite + memory bridge), pg+redis, stock (AsyncPostgresSaver + raw "
+    "psycopg/redis-py), stock-sqlite (AsyncSqliteSaver + raw sqlite + asyncio queues). "
+    "Default: all four.",
+)
+@click.option("--modes", callback=_strs_option, default="full,delta", show_default=True)
+@click.option(
+    "--concurrency",
+    callback=_ints,
+    default="1,8,32,128",
+    show_default=True,
+    help="Concurrent threads per cell.",
+)
+@click.option(
+    "--processes",
+    callback=_ints,
+    default="1",
+    show_default=True,
+    help="Worker processes per cell, e.g. 1,2,4 (threads split round-robin).",
+)
+@click.option("--turns", type=int, default=5, show_default=True, help="Turns per thread.")
+@click.option(
+    "--pool-size",
+    type=int,
+    default=None,
+    help="PostgreSQL pool size per process, runstore's and the stock psycopg pool's "
+    "(default: runstore's postgres.pool_max_size).",
+)
+@click.option("--postgres-url", default=None, help="Server for pg+redis and stock.")
+@click.option("--redis-url", default=None, help="Server for pg+redis and stock.")
+@functools.partial(_common_run_options, repetitions=1)
+def load_cmd(
+    stacks: list[str],
+    modes: list[str],
+    concurrency: list[int],
+    processes: list[int],
+    turns: int,
+    pool_size: int | None,
+    postgres_url: str | None,
+    redis_url: str | None,
+    output: Path | None,
+    repetitions: int,
+    run_options: RunOptions,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Many threads at once on whole stacks (saver + journal + live stream), next to the stock
+    stacks: turns/s, latency percentiles, delivery, errors, pool waits, RSS, digests."""
+    from .load import DEFAULT_STACKS, plan_load, run_load
+
+    if pool_size is None:
+        from ..settings import Settings
+
+        # runstore's pool size (its default, or --set postgres.pool_max_size=N).
+        pool_size = int(
+            Settings.load(run_options.settings or None).section_values("postgres")["pool_max_size"]
+        )
+    stacks = stacks or list(DEFAULT_STACKS)
+    try:
+        cases = plan_load(
+            stacks=stacks, modes=modes, concurrency=concurrency, processes=processes,
+            turns=turns, pool_size=pool_size, repetitions=repetitions,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    outcome = run_load(
+        cases,
+        output=output or _default_output("load"),
+        options=dataclasses.replace(
+            run_options,
+            postgres_url=postgres_url or default_postgres_url(),
+            redis_url=redis_url or default_redis_url(),
+        ),
+        argv=_redacted_argv(),
+        params={
+            "stacks": stacks, "modes": modes, "concurrency": concurrency,
+            "processes": processes, "turns": turns, "pool_size": pool_size,
+            "repetitions": repetitions, "timeout_seconds": run_options.timeout_seconds,
+            "settings": run_options.settings,
+        },
+        reporter=RichReporter(quiet=quiet or as_json),
+    )  # fmt: skip
+    _finish(outcome, as_json=as_json)
+
+
 @bench_group.command("summarize")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -588,7 +680,8 @@ def threads_cmd(
     "plot_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Draw storage and write time against turns (PNG, needs matplotlib).",
+    help="Draw storage and write time against turns, and load turns/s and p99 against "
+    "concurrency (PNG, needs matplotlib).",
 )
 def summarize_cmd(
     files: tuple[str, ...], as_json: bool, as_csv: bool, as_markdown: bool, plot_path: str | None
@@ -605,12 +698,15 @@ def summarize_cmd(
         print_summary(summary, as_json=as_json, as_csv=as_csv)
     if plot_path:
         try:
-            plot(summary, plot_path)
+            written = plot(summary, plot_path)
         except ImportError:
             raise click.ClickException(
                 "--plot needs matplotlib: pip install 'runstore[bench]'"
             ) from None
-        click.echo(f"plot written to {plot_path}", err=True)
+        for path in written:
+            click.echo(f"plot written to {path}", err=True)
+        if not written:
+            click.echo("nothing to plot (no checkpoint or load rows)", err=True)
 
 
 def _redacted_argv() -> list[str]:

@@ -28,7 +28,6 @@ from typing import Any
 import orjson
 
 from .common import latency_summary
-from .runner import CaseRunner, Outcome, Reporter, RunOptions, display_backend, run_child
 from .targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
@@ -469,80 +468,3 @@ async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
             if small and large:
                 large["size_ratio"] = large["p50_ms"] / small["p50_ms"] if small["p50_ms"] else None
     return {"status": "ok", "measurements": measurements}
-
-
-def run_measurement_cases(
-    bench: str,
-    backends: Sequence[str],
-    *,
-    output: Path,
-    options: RunOptions,
-    repetitions: int,
-    params: Mapping[str, Any],
-    argv: Sequence[str],
-    reporter: Reporter | None,
-    child: Callable[[Mapping[str, Any], float | None], dict[str, Any]] = run_child,
-) -> Outcome:
-    """Run one child per (repetition, backend); each measurement becomes one row."""
-    runner = CaseRunner(
-        bench,
-        output,
-        options,
-        argv=argv,
-        params={
-            **params,
-            "backends": [display_backend(b) for b in backends],
-            "repetitions": repetitions,
-        },
-        reporter=reporter,
-        child=child,
-    )
-    runner.reporter.start(repetitions * len(backends))
-    try:
-        for rep in range(repetitions):
-            for raw in backends:
-                label = display_backend(raw)
-                case_params = {
-                    "case_id": f"{label}|r{rep}",
-                    "case_backend": label,
-                    "repetition": rep,
-                    "seed": rep + 1,
-                    **params,
-                }
-                row = runner.execute(case_params, {"backend": label, "backend_url": raw})
-                measurements = row.pop("measurements", None) or []
-                if row.get("status") != "ok" or not measurements:
-                    runner.reporter.warn(f"{label}: {row.get('status')}: {row.get('error')}")
-                    row.setdefault("backend", label)
-                    runner.emit([row])
-                    continue
-                rows = []
-                for m in measurements:
-                    rows.append({**row, **m})
-                runner.emit(rows)
-    finally:
-        outcome = runner.close()
-    return outcome
-
-
-def run_events(
-    backends: Sequence[str],
-    *,
-    output: Path,
-    options: RunOptions,
-    repetitions: int,
-    params: Mapping[str, Any],
-    argv: Sequence[str],
-    reporter: Reporter | None = None,
-) -> Outcome:
-    """`runstore bench events`."""
-    return run_measurement_cases(
-        "events",
-        backends,
-        output=output,
-        options=options,
-        repetitions=repetitions,
-        params=params,
-        argv=argv,
-        reporter=reporter,
-    )

@@ -325,3 +325,57 @@ def run_checkpoint_plan(
     finally:
         outcome = runner.close()
     return outcome
+
+
+def run_measurement_cases(
+    bench: str,
+    backends: Sequence[str],
+    *,
+    output: Path,
+    options: RunOptions,
+    repetitions: int,
+    params: Mapping[str, Any],
+    argv: Sequence[str],
+    reporter: Reporter | None,
+    child: Callable[[Mapping[str, Any], float | None], dict[str, Any]] = run_child,
+) -> Outcome:
+    """Run one child per (repetition, backend); each measurement becomes one row."""
+    runner = CaseRunner(
+        bench,
+        output,
+        options,
+        argv=argv,
+        params={
+            **params,
+            "backends": [display_backend(b) for b in backends],
+            "repetitions": repetitions,
+        },
+        reporter=reporter,
+        child=child,
+    )
+    runner.reporter.start(repetitions * len(backends))
+    try:
+        for rep in range(repetitions):
+            for raw in backends:
+                label = display_backend(raw)
+                case_params = {
+                    "case_id": f"{label}|r{rep}",
+                    "case_backend": label,
+                    "repetition": rep,
+                    "seed": rep + 1,
+                    **params,
+                }
+                row = runner.execute(case_params, {"backend": label, "backend_url": raw})
+                measurements = row.pop("measurements", None) or []
+                if row.get("status") != "ok" or not measurements:
+                    runner.reporter.warn(f"{label}: {row.get('status')}: {row.get('error')}")
+                    row.setdefault("backend", label)
+                    runner.emit([row])
+                    continue
+                rows = []
+                for m in measurements:
+                    rows.append({**row, **m})
+                runner.emit(rows)
+    finally:
+        outcome = runner.close()
+    return outcome

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from .events import _measurement, _time_calls, run_measurement_cases
-from .runner import Outcome, Reporter, RunOptions
+from .events import _measurement, _time_calls
 from .targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
@@ -92,26 +90,3 @@ async def run_runs_case(case: dict[str, Any]) -> dict[str, Any]:
         if pg_dsn is not None and pg_schema is not None:
             await postgres_drop_schema(pg_dsn, pg_schema)
     return {"status": "ok", "measurements": measurements}
-
-
-def run_runs(
-    backends: Sequence[str],
-    *,
-    output: Path,
-    options: RunOptions,
-    repetitions: int,
-    params: Mapping[str, Any],
-    argv: Sequence[str],
-    reporter: Reporter | None = None,
-) -> Outcome:
-    """`runstore bench runs`."""
-    return run_measurement_cases(
-        "runs",
-        backends,
-        output=output,
-        options=options,
-        repetitions=repetitions,
-        params=params,
-        argv=argv,
-        reporter=reporter,
-    )

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from .common import latency_summary
-from .events import run_measurement_cases
-from .runner import Outcome, Reporter, RunOptions
 
 PAD = "x" * 100
 PIPELINE = 100
@@ -400,26 +398,3 @@ async def _delete_prefix(redis_url: str, prefix: str) -> None:
             await client.delete(*batch)
     finally:
         await client.aclose()
-
-
-def run_streams(
-    backends: Sequence[str],
-    *,
-    output: Path,
-    options: RunOptions,
-    repetitions: int,
-    params: Mapping[str, Any],
-    argv: Sequence[str],
-    reporter: Reporter | None = None,
-) -> Outcome:
-    """`runstore bench streams`."""
-    return run_measurement_cases(
-        "streams",
-        backends,
-        output=output,
-        options=options,
-        repetitions=repetitions,
-        params=params,
-        argv=argv,
-        reporter=reporter,
-    )

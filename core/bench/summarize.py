@@ -81,6 +81,7 @@ class Summary:
 
     checkpoint: list[dict[str, Any]] = field(default_factory=list)
     measurements: list[dict[str, Any]] = field(default_factory=list)
+    load: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -88,6 +89,7 @@ class Summary:
         return {
             "checkpoint": self.checkpoint,
             "measurements": self.measurements,
+            "load": self.load,
             "warnings": self.warnings,
         }
 
@@ -292,11 +294,95 @@ def summarize_measurements(files: Sequence[BenchFile], summary: Summary) -> None
         summary.measurements.extend(entries.values())
 
 
+#: Load metrics reported as medians over repetitions.
+LOAD_METRICS = (
+    "turns_per_s",
+    "turn_p50_ms",
+    "turn_p95_ms",
+    "turn_p99_ms",
+    "events_per_s",
+    "stream_events_per_s",
+    "delivery_p50_ms",
+    "delivery_p99_ms",
+    "errors_total",
+    "errors_locked",
+    "errors_pool",
+    "errors_timeout",
+    "errors_lost",
+    "errors_other",
+    "pool_wait_ms",
+    "pool_wait_max_ms",
+    "peak_rss_bytes",
+    "peak_rss_total_bytes",
+)
+
+
+def summarize_load(files: Sequence[BenchFile], summary: Summary) -> None:
+    """Fill ``summary.load``: medians per (stack, mode, concurrency, processes, turns), the
+    ratios against the stock peer at the same point (``peer_turns_per_s``: > 1 is faster,
+    ``peer_p99``: < 1 is faster), and turns/s against the same stack on one process."""
+    from .load_stacks import LOAD_PEERS
+
+    for file_index, bench_file in enumerate(files):
+        rows = [r for r in bench_file.rows if r.get("bench") == "load"]
+        rows = _usable(rows, summary, bench_file.path)
+        bad = [r for r in rows if r.get("status") != "ok"]
+        if bad:
+            summary.warnings.append(
+                f"{bench_file.path}: {len(bad)} load row(s) not ok ("
+                + ", ".join(sorted({str(r.get("status")) for r in bad}))
+                + ") left out"
+            )
+        errored = [r for r in rows if r.get("status") == "ok" and r.get("errors_total")]
+        for r in errored:
+            summary.warnings.append(f"{bench_file.path}: {r.get('case_id')}: {r.get('error')}")
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for row in rows:
+            if row.get("status") == "ok":
+                key = (row["stack"], row["mode"], row["concurrency"], row["processes"], row["turns"])
+                groups.setdefault(key, []).append(row)
+        entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for key, group in groups.items():
+            entry: dict[str, Any] = {
+                "file": bench_file.path,
+                "file_index": file_index,
+                "stack": key[0],
+                "mode": key[1],
+                "concurrency": key[2],
+                "processes": key[3],
+                "turns": key[4],
+                "peer": bool(group[0].get("peer")),
+                "repetitions": len(group),
+                "digest_ok": all(r.get("digest_ok") for r in group),
+            }
+            entry.update(_medians(group, LOAD_METRICS))
+            entries[key] = entry
+        for key, entry in entries.items():
+            peer = entries.get((LOAD_PEERS.get(key[0]), *key[1:]))
+            if peer is not None:
+                entry["peer_stack"] = peer["stack"]
+                entry["peer_turns_per_s"] = _ratio(entry.get("turns_per_s"), peer.get("turns_per_s"))
+                entry["peer_p99"] = _ratio(entry.get("turn_p99_ms"), peer.get("turn_p99_ms"))
+            single = entries.get((*key[:3], 1, key[4]))
+            if single is not None and key[3] != 1:
+                entry["process_speedup"] = _ratio(entry.get("turns_per_s"), single.get("turns_per_s"))
+        summary.load.extend(
+            sorted(
+                entries.values(),
+                key=lambda e: (
+                    e["file_index"], e["mode"], e["processes"], e["concurrency"],
+                    e["peer"], e["stack"],
+                ),
+            )
+        )  # fmt: skip
+
+
 def summarize(files: Sequence[BenchFile]) -> Summary:
     """Summarize every benchmark in ``files``."""
     summary = Summary()
     summarize_checkpoint(files, summary)
     summarize_measurements(files, summary)
+    summarize_load(files, summary)
     return summary
 
 
@@ -357,6 +443,28 @@ MEASUREMENT_COLUMNS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+LOAD_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("stack", "stack", str),
+    ("mode", "mode", str),
+    ("threads", "concurrency", _fmt),
+    ("procs", "processes", _fmt),
+    ("n", "repetitions", _fmt),
+    ("turns/s", "turns_per_s", lambda v: _fmt(v, 1)),
+    ("p50 ms", "turn_p50_ms", lambda v: _fmt(v, 1)),
+    ("p95 ms", "turn_p95_ms", lambda v: _fmt(v, 1)),
+    ("p99 ms", "turn_p99_ms", lambda v: _fmt(v, 1)),
+    ("events/s", "events_per_s", lambda v: _fmt(v, 0)),
+    ("stream p99 ms", "delivery_p99_ms", lambda v: _fmt(v, 1)),
+    ("errors", "errors_total", lambda v: _fmt(v, 0)),
+    ("pool wait ms", "pool_wait_ms", lambda v: _fmt(v, 0)),
+    ("RSS MiB", "peak_rss_bytes", lambda v: "-" if v is None else f"{v / 2**20:.0f}"),
+    ("digest", "digest_ok", lambda v: "ok" if v else "INCOMPLETE"),
+    ("turns/s vs stock", "peer_turns_per_s", _fmt),
+    ("p99 vs stock", "peer_p99", _fmt),
+    ("vs 1 proc", "process_speedup", _fmt),
+)
+
+
 def table_rows(
     entries: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Any]]
 ) -> tuple[list[str], list[list[str]]]:
@@ -372,6 +480,7 @@ def to_markdown(summary: Summary) -> str:
     for entries, columns in (
         (summary.checkpoint, CHECKPOINT_COLUMNS),
         (summary.measurements, MEASUREMENT_COLUMNS),
+        (summary.load, LOAD_COLUMNS),
     ):
         if not entries:
             continue
@@ -387,7 +496,7 @@ def to_markdown(summary: Summary) -> str:
 def to_csv(summary: Summary) -> str:
     """Both summaries as CSV (every key, one section per benchmark family)."""
     out = io.StringIO()
-    for entries in (summary.checkpoint, summary.measurements):
+    for entries in (summary.checkpoint, summary.measurements, summary.load):
         if not entries:
             continue
         keys: list[str] = []
@@ -403,7 +512,72 @@ def to_csv(summary: Summary) -> str:
     return out.getvalue()
 
 
-def plot(summary: Summary, path: str) -> None:
+def plot(summary: Summary, path: str) -> list[str]:
+    """Draw the summary's figures and return the files written.
+
+    Checkpoint entries: storage and write time against turns (at ``path``). Load
+    entries: turns/s and p99 against concurrency (at ``path``, or beside it as
+    ``<name>-load.png`` when there is a checkpoint figure too).
+    """
+    written: list[str] = []
+    if summary.checkpoint:
+        _plot_checkpoint(summary, path)
+        written.append(path)
+    if summary.load:
+        load_path = path
+        if written:
+            stem, dot, ext = path.rpartition(".")
+            load_path = f"{stem}-load.{ext}" if dot else f"{path}-load"
+        _plot_load(summary, load_path)
+        written.append(load_path)
+    return written
+
+
+def _plot_load(summary: Summary, path: str) -> None:
+    """turns/s and p99 turn latency against concurrency: colour per stack, style per mode
+    and process count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    several_files = len({e["file"] for e in summary.load}) > 1
+    stacks = sorted({e["stack"] for e in summary.load})
+    variants = sorted({(e["mode"], e["processes"]) for e in summary.load})
+    colours = plt.get_cmap("tab10")
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))]
+    markers = ["o", "s", "^", "v", "D", "x"]
+    fig, (ax_rate, ax_p99) = plt.subplots(1, 2, figsize=(14, 6))
+    series: dict[tuple[Any, ...], list[tuple[int, float | None, float | None]]] = {}
+    for e in summary.load:
+        key = (e["file_index"], e["stack"], e["mode"], e["processes"])
+        series.setdefault(key, []).append((e["concurrency"], e.get("turns_per_s"), e.get("turn_p99_ms")))
+    for (file_index, stack, mode, procs), points in sorted(series.items(), key=lambda kv: str(kv[0])):
+        variant = variants.index((mode, procs))
+        label = f"{stack} {mode} x{procs}" + (f" [file {file_index}]" if several_files else "")
+        style = {
+            "color": colours(stacks.index(stack) % 10),
+            "linestyle": styles[variant % len(styles)],
+            "marker": markers[variant % len(markers)],
+            "label": label,
+        }
+        points.sort()
+        xs = [p[0] for p in points]
+        ax_rate.plot(xs, [p[1] or 0 for p in points], **style)
+        ax_p99.plot(xs, [p[2] or 0 for p in points], **style)
+    for ax, ylabel in ((ax_rate, "turns/s (all threads)"), (ax_p99, "p99 turn latency ms")):
+        ax.set_xlabel("concurrent threads")
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel(ylabel)
+        ax.set_yscale("log")
+    handles, labels = ax_rate.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _plot_checkpoint(summary: Summary, path: str) -> None:
     """Draw storage and write time against turns: colour per backend, line style per mode."""
     import matplotlib
 

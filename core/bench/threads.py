@@ -21,13 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from .events import _measurement, _time_calls, run_measurement_cases
-from .runner import Outcome, Reporter, RunOptions
+from .events import _measurement, _time_calls
 from .targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
@@ -219,26 +218,3 @@ async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
         if pg is not None:
             await postgres_drop_schema(*pg)
     return {"status": "ok", "measurements": measurements}
-
-
-def run_threads(
-    backends: Sequence[str],
-    *,
-    output: Path,
-    options: RunOptions,
-    repetitions: int,
-    params: Mapping[str, Any],
-    argv: Sequence[str],
-    reporter: Reporter | None = None,
-) -> Outcome:
-    """`runstore bench threads`."""
-    return run_measurement_cases(
-        "threads",
-        backends,
-        output=output,
-        options=options,
-        repetitions=repetitions,
-        params=params,
-        argv=argv,
-        reporter=reporter,
-    )

@@ -42,6 +42,10 @@ def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[s
         from .threads import run_threads_case
 
         return run_threads_case
+    if bench == "load":
+        from .load import run_load_case
+
+        return run_load_case
     if bench == "selftest":
         return _selftest_case
     raise ValueError(f"unknown benchmark {bench!r}")
@@ -69,6 +73,7 @@ _WARM_IMPORTS = {
     "streams": ("runstore.loader", "runstore.streams"),
     "runs": ("runstore.loader", "runstore.sql.runs"),
     "threads": ("runstore.loader", "runstore.retention"),
+    "load": ("langchain_core.messages", "langgraph.graph", "runstore.loader"),
 }
 
 

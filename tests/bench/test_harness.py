@@ -464,7 +464,7 @@ def test_raw_rows_follow_the_store_table_and_decode_back() -> None:
 
 
 def test_measurement_cases_expand_into_rows(tmp_path: Path) -> None:
-    from runstore.bench.events import run_measurement_cases
+    from runstore.bench.runner import run_measurement_cases
 
     def child(case: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
         ref = {"backend": "raw:x", "op": "put_batch", "variant": "20"}

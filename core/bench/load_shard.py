@@ -1,0 +1,333 @@
+"""One worker process of a `runstore bench load` cell: its share of the threads.
+
+Every thread runs its turns one after another; the threads of a worker run
+concurrently on its event loop. A turn is what a runtime does for one run:
+
+1. a live subscriber attaches to the run's stream;
+2. the message graph runs with the saver; its node publishes ``STREAM_EVENTS``
+   stream events (as a model streams tokens), then answers with one AI message;
+3. the stream is ended, the turn's ``JOURNAL_EVENTS`` journal events are appended
+   with one ``put_batch``, and the thread's state is read once (``aget_state``), as a
+   UI does;
+4. the turn ends when the subscriber has received every event in order; the run's
+   stream is dropped.
+
+Run as ``python -m runstore.bench.load_shard`` by a cell with several processes:
+the shard reads its spec as one JSON line, opens its stack, prints ``READY``, waits
+for ``GO`` on stdin (so every worker starts together), runs and prints its result
+line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .common import RESULT_PREFIX, canonical_digest, peak_rss_bytes
+
+STREAM_EVENTS = 20
+JOURNAL_EVENTS = 5
+CONTENT_BYTES = 128
+#: A turn's subscriber must be done this long after the turn's work (else: lost events).
+DRAIN_SECONDS = 60.0
+#: Error messages kept per class (the counts are complete).
+ERROR_SAMPLES = 3
+
+#: The classes of `classify`, as counted in rows (``errors_<class>``).
+ERROR_CLASSES = ("locked", "pool", "timeout", "lost", "other")
+
+READY = "READY"
+GO = "GO"
+
+#: (thread index, turn, run id) of the turn the graph node is running.
+_TURN: contextvars.ContextVar[tuple[int, int, str]] = contextvars.ContextVar("runstore_bench_turn")
+
+
+def thread_id(prefix: str, index: int) -> str:
+    """The id of thread ``index`` of a case."""
+    return f"{prefix}-t{index:04d}"
+
+
+def run_id(prefix: str, index: int, turn: int) -> str:
+    """The id of the run of ``turn`` on thread ``index``."""
+    return f"{prefix}-t{index:04d}-r{turn:04d}"
+
+
+def content(kind: str, index: int, turn: int, k: int = 0) -> str:
+    """Deterministic text of one message or event (the same for every stack)."""
+    head = f"{kind} t{index} r{turn} k{k} "
+    return (head * (CONTENT_BYTES // len(head) + 1))[:CONTENT_BYTES]
+
+
+def journal_events(thread: str, run: str, index: int, turn: int) -> list[dict[str, Any]]:
+    """The turn's journal flush: the human and AI messages and three trace steps."""
+    kinds = [("human", "message")] + [("trace_step", "trace")] * 3 + [("ai_message", "message")]
+    return [
+        {
+            "thread_id": thread,
+            "run_id": run,
+            "event_type": event_type,
+            "category": category,
+            "content": content(event_type, index, turn, k),
+            "metadata": {"k": k, "turn": turn},
+        }
+        for k, (event_type, category) in enumerate(kinds[:JOURNAL_EVENTS])
+    ]
+
+
+def classify(exc: BaseException) -> str:
+    """The error class counted in a row: ``locked``, ``pool`` (no pooled connection in
+    time), ``lost`` (a stream event missing, duplicated or out of order), ``timeout``
+    (a call timed out, waiting for a pool or for the server: the message says) or
+    ``other``."""
+    from .load_stacks import StreamBroken
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current).lower()
+        kind = type(current).__name__
+        if "database is locked" in text or "database table is locked" in text:
+            return "locked"
+        if isinstance(current, StreamBroken):
+            return "lost"
+        if kind in ("PoolTimeout", "TooManyConnectionsError", "TooManyConnections") or (
+            "queuepool limit" in text or "too many clients" in text or "couldn't get a connection" in text
+        ):
+            return "pool"
+        current = current.__cause__ or current.__context__
+    timed_out = any(isinstance(e, TimeoutError) or "timed out" in str(e).lower() for e in _chain(exc))
+    return "timeout" if timed_out else "other"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+class Metrics:
+    """What a worker measured: latencies, counts and errors by class."""
+
+    def __init__(self) -> None:
+        self.turn_seconds: list[float] = []
+        self.delivery_seconds: list[float] = []
+        self.journal_events = 0
+        self.stream_events = 0
+        self.errors: dict[str, int] = dict.fromkeys(ERROR_CLASSES, 0)
+        self.samples: dict[str, list[str]] = {}
+
+    def error(self, kind: str, message: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        kept = self.samples.setdefault(kind, [])
+        if len(kept) < ERROR_SAMPLES:
+            kept.append(message[:300])
+
+
+def build_load_graph(mode: str, stack: Any, metrics: Metrics) -> Any:
+    """The message graph of ``mode`` over ``stack.saver``; its node streams, then answers."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, StateGraph
+
+    from .checkpoint import thread_state_schema
+
+    async def agent(state: Any) -> dict[str, Any]:
+        index, turn, run = _TURN.get()
+        for i in range(STREAM_EVENTS):
+            await stack.publish(run, {"i": i, "t": time.perf_counter(), "tok": content("tok", index, turn, i)[:16]})
+        return {"messages": [AIMessage(content=content("ai", index, turn), id=f"ai-{turn:04d}")]}
+
+    builder: Any = StateGraph(thread_state_schema(mode, None))
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=stack.saver)
+
+
+async def _subscriber(stack: Any, run: str, metrics: Metrics) -> None:
+    from .load_stacks import StreamBroken
+
+    expected = 0
+    async for data in stack.subscribe(run):
+        now = time.perf_counter()
+        i = int(data["i"])
+        if i != expected:
+            raise StreamBroken(f"{run}: got event {i}, expected {expected} (lost or out of order)")
+        expected += 1
+        metrics.delivery_seconds.append(now - float(data["t"]))
+    if expected != STREAM_EVENTS:
+        raise StreamBroken(f"{run}: stream ended after {expected} of {STREAM_EVENTS} events")
+    metrics.stream_events += expected
+
+
+async def run_thread(
+    graph: Any, stack: Any, spec: Mapping[str, Any], index: int, metrics: Metrics
+) -> None:
+    """Every turn of thread ``index``; a failed turn is counted and the next one runs."""
+    from langchain_core.messages import HumanMessage
+
+    from .checkpoint import delta_config
+
+    prefix = spec["prefix"]
+    thread = thread_id(prefix, index)
+    config: Any = delta_config({"configurable": {"thread_id": thread}}, spec["mode"])
+    for turn in range(int(spec["turns"])):
+        run = run_id(prefix, index, turn)
+        started = time.perf_counter()
+        token = _TURN.set((index, turn, run))
+        listener = asyncio.create_task(_subscriber(stack, run, metrics))
+        try:
+            await graph.ainvoke(
+                {"messages": [HumanMessage(content=content("human", index, turn), id=f"human-{turn:04d}")]},
+                config,
+            )
+            await stack.publish_end(run)
+            await stack.put_events(journal_events(thread, run, index, turn))
+            metrics.journal_events += JOURNAL_EVENTS
+            state = await graph.aget_state(config)
+            got = len(state.values.get("messages", []))
+            if got != 2 * (turn + 1):
+                raise AssertionError(f"{thread}: state holds {got} messages after turn {turn}")
+            await asyncio.wait_for(asyncio.shield(listener), DRAIN_SECONDS)
+            await stack.finish_run(run)
+            metrics.turn_seconds.append(time.perf_counter() - started)
+        except BaseException as exc:
+            if not listener.done():
+                listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            # The subscriber not done DRAIN_SECONDS after the turn: its events are lost.
+            kind = "lost" if isinstance(exc, TimeoutError) else classify(exc)
+            metrics.error(kind, f"{thread} turn {turn}: {type(exc).__name__}: {exc}")
+        finally:
+            _TURN.reset(token)
+
+
+async def open_shard(spec: Mapping[str, Any]) -> tuple[Any, Any, Metrics]:
+    """Open the stack and build the graph (not timed)."""
+    from .checkpoint import freeze_mode
+    from .load_stacks import make_stack
+
+    freeze_mode(spec["mode"], None)
+    stack = make_stack(spec)
+    try:
+        await stack.open()
+    except BaseException:
+        await stack.close()
+        raise
+    metrics = Metrics()
+    return stack, build_load_graph(spec["mode"], stack, metrics), metrics
+
+
+async def run_shard(stack: Any, graph: Any, metrics: Metrics, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Run this worker's threads concurrently and return what it measured."""
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(run_thread(graph, stack, spec, index, metrics) for index in spec["threads"])
+    )
+    elapsed = time.perf_counter() - started
+    return {
+        "elapsed_s": elapsed,
+        "turn_seconds": metrics.turn_seconds,
+        "delivery_seconds": metrics.delivery_seconds,
+        "journal_events": metrics.journal_events,
+        "stream_events": metrics.stream_events,
+        "errors": metrics.errors,
+        "error_samples": metrics.samples,
+        "pool": stack.pool_stats(),
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+
+
+async def check_threads(
+    stack: Any, graph: Any, spec: Mapping[str, Any], indexes: Sequence[int]
+) -> dict[str, Any]:
+    """After the run: every thread's final state and journal complete and in order.
+
+    Returns ``digest_ok``, up to 5 ``digest_failures`` and ``digest``: a hash over each
+    thread's messages and journal (ids and storage-assigned seqs left out), the same
+    for every stack and mode of one workload.
+    """
+    from .checkpoint import delta_config
+
+    prefix, turns = spec["prefix"], int(spec["turns"])
+    failures: list[str] = []
+    items: list[Any] = []
+    for index in indexes:
+        thread = thread_id(prefix, index)
+        config: Any = delta_config({"configurable": {"thread_id": thread}}, spec["mode"])
+        state = await graph.aget_state(config)
+        messages = [(m.type, m.content) for m in state.values.get("messages", [])]
+        expected_messages = []
+        for turn in range(turns):
+            expected_messages += [("human", content("human", index, turn)), ("ai", content("ai", index, turn))]
+        if messages != expected_messages:
+            failures.append(f"{thread}: {len(messages)} messages, expected {2 * turns} (or content differs)")
+        runs = [run_id(prefix, index, turn) for turn in range(turns)]
+        feed = await stack.read_feed(thread, runs)
+        keys = [row[0] for row in feed]
+        journal = [(row[1], row[2], row[3]) for row in feed]
+        expected_journal = [
+            (e["run_id"], e["event_type"], e["content"])
+            for turn in range(turns)
+            for e in journal_events(thread, run_id(prefix, index, turn), index, turn)
+        ]
+        if journal != expected_journal or keys != sorted(set(keys)):
+            failures.append(
+                f"{thread}: journal holds {len(journal)} events, expected {len(expected_journal)} "
+                "(or out of order)"
+            )
+        items.append([index, messages, [(t, c) for _r, t, c in journal]])
+    return {
+        "digest_ok": not failures,
+        "digest_failures": failures[:5],
+        "digest_failed_threads": len(failures),
+        "digest": canonical_digest(items),
+    }
+
+
+async def _serve() -> None:
+    """The ``READY`` / ``GO`` protocol of a worker process (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    spec = orjson.loads(await loop.run_in_executor(None, sys.stdin.buffer.readline))
+    stack = None
+    try:
+        stack, graph, metrics = await open_shard(spec)
+        print(READY, flush=True)
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if line.strip() != GO:
+            raise RuntimeError(f"expected {GO!r} on stdin, got {line!r}")
+        result = await run_shard(stack, graph, metrics, spec)
+        result["status"] = "ok"
+    except Exception as exc:
+        result = {
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=12),
+        }
+    finally:
+        if stack is not None:
+            await stack.close()
+    sys.stdout.write(RESULT_PREFIX + orjson.dumps(result).decode() + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    """Entry point of ``python -m runstore.bench.load_shard``."""
+    asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()
