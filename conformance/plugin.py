@@ -12,7 +12,6 @@ from __future__ import annotations
 import fnmatch
 import pkgutil
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,25 @@ import pytest
 
 from .bounds import BoundsPlugin
 from .headlines import HeadlinesPlugin
+from .session import (
+    BACKEND_OPTION,
+    TARGET_FIXTURES,
+    Provisions,
+    backend_ids,
+    close_provisions,
+    development_plugins,
+    named_backends,
+    project_settings,
+    provisions_of,
+    resolve_backends,
+    suite_timeout,
+)
 
 
 def _rewrite_suite_helpers() -> None:
     # The suite's helper modules (models, strategies, state machines) assert too; have
     # pytest rewrite them so failures show the values. Only modules not imported yet
-    # can be rewritten (the package itself and this plugin already are).
+    # can be rewritten (the package itself, this plugin and what it imports already are).
     package = sys.modules[__package__ or "runstore.conformance"]
     names = [
         f"{package.__name__}.{info.name}"
@@ -36,14 +48,6 @@ def _rewrite_suite_helpers() -> None:
 
 
 _rewrite_suite_helpers()
-
-BACKEND_OPTION = "--runstore-backend"
-TARGET_FIXTURES = {
-    "saver": "saver_target",
-    "events": "events_target",
-    "streams": "streams_target",
-    "runs": "runs_target",
-}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,70 +101,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def project_settings(config: pytest.Config) -> dict[str, Any]:
-    """``[tool.runstore.conformance]`` of the plugin project under test (empty if none).
-
-    Keys: ``backends`` (URLs used when none are named), ``presets`` (name -> URLs, for
-    ``--runstore-preset``), ``plugins`` (modules for ``--runstore-plugin``), ``xfail``
-    (test pattern -> reason; each match becomes a strict xfail) and ``timeout`` (the
-    per-test bound in seconds, as ``--runstore-timeout``).
-    """
-    cached = getattr(config, "_runstore_project", None)
-    if cached is not None:
-        return cached
-    path_option = config.getoption("runstore_config")
-    path = Path(path_option) if path_option else Path.cwd() / "pyproject.toml"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        with path.open("rb") as fh:
-            data = tomllib.load(fh).get("tool", {}).get("runstore", {}).get("conformance", {})
-    elif path_option:
-        raise pytest.UsageError(f"--runstore-config: {path} does not exist")
-    unknown = set(data) - {"backends", "presets", "plugins", "xfail", "timeout"}
-    if unknown:
-        raise pytest.UsageError(
-            f"[tool.runstore.conformance] in {path}: unknown keys {sorted(unknown)}; "
-            "accepted: backends, presets, plugins, xfail, timeout"
-        )
-    config._runstore_project = data  # type: ignore[attr-defined]
-    config._runstore_project_dir = path.parent  # type: ignore[attr-defined]
-    return data
-
-
-def development_plugins(config: pytest.Config) -> list[str]:
-    """The plugin modules to load here and in every process the suite starts.
-
-    ``[tool.runstore.conformance].plugins`` (files relative to that pyproject) then
-    ``--runstore-plugin`` (files relative to the working directory), each once: naming a
-    plugin in both places loads it once. Files are given as absolute paths.
-    """
-    from runstore.loader import normalize_plugin_spec
-
-    project = project_settings(config)
-    base: Path = getattr(config, "_runstore_project_dir", Path.cwd())
-    named = [
-        *(normalize_plugin_spec(s, base) for s in project.get("plugins", [])),
-        *(normalize_plugin_spec(s, Path.cwd()) for s in config.getoption("runstore_plugin") or []),
-    ]
-    return list(dict.fromkeys(named))
-
-
-def _resolve_backends(config: pytest.Config) -> None:
-    project = project_settings(config)
-    urls = list(config.getoption("runstore_backend") or [])
-    presets = project.get("presets", {})
-    for name in config.getoption("runstore_preset") or []:
-        if name not in presets:
-            raise pytest.UsageError(
-                f"--runstore-preset {name!r}: not in [tool.runstore.conformance.presets]; "
-                f"known: {', '.join(sorted(presets)) or 'none'}"
-            )
-        urls += list(presets[name])
-    if not urls:
-        urls = list(project.get("backends", []))
-    config.option.runstore_backend = urls
-
-
 # First, so our Hypothesis profiles exist before Hypothesis's own plugin loads the one
 # named by --hypothesis-profile.
 @pytest.hookimpl(tryfirst=True)
@@ -171,9 +111,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "runstore_contract(name): the contract a test checks")
     for spec in development_plugins(config):
         _register_plugin(spec)
-    _resolve_backends(config)
+    resolve_backends(config)
     if named_backends(config):
-        config.pluginmanager.register(BoundsPlugin(test_timeout(config), TARGET_FIXTURES), "runstore-bounds")
+        config.pluginmanager.register(BoundsPlugin(suite_timeout(config), TARGET_FIXTURES), "runstore-bounds")
         # Before the reporters (runstore check's, JUnit) read the headline.
         config.pluginmanager.register(HeadlinesPlugin(), "runstore-headlines")
     requested = config.getoption("hypothesis_profile", default=None)
@@ -197,22 +137,6 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(DEFAULT_PROFILE)
 
 
-def test_timeout(config: pytest.Config) -> float:
-    """The per-phase bound of a suite test: ``--runstore-timeout``, else pyproject, else the default."""
-    from .bounds import DEFAULT_TIMEOUT, parse_timeout
-
-    option = config.getoption("runstore_timeout")
-    try:
-        if option is not None:
-            return parse_timeout(option, "--runstore-timeout")
-        return parse_timeout(
-            project_settings(config).get("timeout", DEFAULT_TIMEOUT),
-            "[tool.runstore.conformance] timeout",
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def _register_plugin(spec: str) -> None:
     from runstore.errors import PluginError
     from runstore.loader import register_plugin_spec
@@ -223,25 +147,7 @@ def _register_plugin(spec: str) -> None:
         raise pytest.UsageError(f"--runstore-plugin: {exc}") from None
 
 
-def named_backends(config: pytest.Config) -> list[str]:
-    """The backend entries named with ``--runstore-backend`` (``URL`` or ``KINDS=URL``)."""
-    return list(config.getoption("runstore_backend") or [])
-
-
-def split_kinds(entry: str) -> tuple[frozenset[str] | None, str]:
-    """`runstore.check.split_backend_entry`, reporting a bad entry as a usage error."""
-    from runstore.check import split_backend_entry
-    from runstore.errors import ConfigError
-
-    try:
-        return split_backend_entry(entry)
-    except ConfigError as exc:
-        raise pytest.UsageError(f"{BACKEND_OPTION}: {exc}") from None
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-
-
     for kind_name, fixture in TARGET_FIXTURES.items():
         if fixture not in metafunc.fixturenames:
             continue
@@ -255,59 +161,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(fixture, params, ids=ids, indirect=True, scope="session")
 
 
-def backend_ids(config: pytest.Config, kind_name: str) -> dict[str, str]:
-    """The named backends of one kind, in order: raw URL -> test id (the backend's name,
-    suffixed when two URLs of the kind share one). Reports label rows with these ids."""
-    from runstore.capabilities import Kind
-    from runstore.urls import BackendURL
-
-    from .harness import spec_for
-
-    out: dict[str, str] = {}
-    for entry in named_backends(config):
-        only, raw = split_kinds(entry)
-        spec = spec_for(Kind(kind_name), BackendURL.parse(raw))
-        if spec is None or (only is not None and kind_name not in only) or raw in out:
-            continue
-        taken = set(out.values())
-        out[raw] = spec.name if spec.name not in taken else f"{spec.name}-{len(out)}"
-    return out
-
-
-class _Provisions:
-    """Session cache of provisioned URLs, one per named URL, shared by every kind."""
-
-    def __init__(self) -> None:
-        self._items: dict[str, Any] = {}
-
-    def get(self, raw: str) -> Any:
-        from runstore.urls import BackendURL
-
-        from .harness import Provisioned
-
-        if raw not in self._items:
-            self._items[raw] = Provisioned(BackendURL.parse(raw)).enter()
-        return self._items[raw]
-
-    def close(self) -> None:
-        while self._items:
-            _, item = self._items.popitem()
-            item.__exit__(None, None, None)
-
-
-def provisions_of(config: pytest.Config) -> _Provisions:
-    """The session's provisioned URLs (the preflight provisions them before any test runs)."""
-    provisions = getattr(config, "_runstore_provisions", None)
-    if provisions is None:
-        provisions = _Provisions()
-        config._runstore_provisions = provisions  # type: ignore[attr-defined]
-    return provisions
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
-    provisions = getattr(config, "_runstore_provisions", None)
-    if provisions is not None:
-        provisions.close()
+    close_provisions(config)
 
 
 @pytest.fixture(scope="session")
@@ -316,7 +171,7 @@ def runstore_provisions(request: pytest.FixtureRequest) -> Any:
     return provisions_of(request.config)
 
 
-def _target(request: pytest.FixtureRequest, kind_name: str, provisions: _Provisions) -> Any:
+def _target(request: pytest.FixtureRequest, kind_name: str, provisions: Provisions) -> Any:
     from runstore.capabilities import Kind
 
     from .harness import BackendTarget, spec_for
@@ -330,25 +185,25 @@ def _target(request: pytest.FixtureRequest, kind_name: str, provisions: _Provisi
 
 
 @pytest.fixture(scope="session")
-def saver_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
+def saver_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The checkpoint saver under test (a `BackendTarget`)."""
     return _target(request, "saver", runstore_provisions)
 
 
 @pytest.fixture(scope="session")
-def events_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
+def events_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The run event store under test (a `BackendTarget`)."""
     return _target(request, "events", runstore_provisions)
 
 
 @pytest.fixture(scope="session")
-def streams_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
+def streams_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The stream bridge under test (a `BackendTarget`)."""
     return _target(request, "streams", runstore_provisions)
 
 
 @pytest.fixture(scope="session")
-def runs_target(request: pytest.FixtureRequest, runstore_provisions: _Provisions) -> Any:
+def runs_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The run store under test (a `BackendTarget`)."""
     return _target(request, "runs", runstore_provisions)
 
@@ -379,32 +234,6 @@ def _short_id(item: pytest.Item) -> str:
     """``test_events.py::TestPaging::test_walk[memory]`` whatever the rootdir or install path."""
     module = Path(str(getattr(item, "path", item.nodeid.split("::")[0]))).name
     return "::".join([module, *item.nodeid.split("::")[1:]])
-
-
-def check_requires_markers(items: list[pytest.Item]) -> None:
-    """Refuse a ``requires`` marker naming an unknown capability, or one its kind cannot have.
-
-    Without this a typo would skip its test on every backend, silently and forever.
-    """
-    from runstore.capabilities import CAPABILITIES, CAPABILITY_KINDS, Kind
-
-    for item in items:
-        for marker in item.iter_markers("requires"):
-            kinds = [Kind(k) for k, fixture in TARGET_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
-            for capability in marker.args:
-                if capability not in CAPABILITIES:
-                    raise pytest.UsageError(
-                        f"{item.nodeid}: @pytest.mark.requires({capability!r}) names no capability; "
-                        f"known: {', '.join(sorted(CAPABILITIES))}"
-                    )
-                allowed = CAPABILITY_KINDS.get(capability, frozenset(Kind))
-                for kind in kinds:
-                    if kind not in allowed:
-                        raise pytest.UsageError(
-                            f"{item.nodeid}: @pytest.mark.requires({capability!r}) on a test of {kind} backends; "
-                            f"{capability!r} is a capability of "
-                            f"{', '.join(sorted(allowed))} backends only"
-                        )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .plugin import TARGET_FIXTURES, named_backends, provisions_of, split_kinds, test_timeout
+from .session import TARGET_FIXTURES, named_backends, provisions_of, split_kinds, suite_timeout
 
 #: How each hint is spelled: (under ``runstore check``, under plain pytest).
 _FLAGS = {
@@ -184,13 +184,31 @@ def _kinds_of(entry: str) -> list[str]:
 
 
 def _check_markers(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every ``@requires`` capability is in the vocabulary and applies to the test's kind."""
-    from .plugin import check_requires_markers
+    """Refuse a ``requires`` marker naming an unknown capability, or one its test's kind cannot have.
 
-    try:
-        check_requires_markers(items)
-    except pytest.UsageError as exc:
-        refuse(config, str(exc))
+    Without this a typo would skip its test on every backend, silently and forever.
+    """
+    from runstore.capabilities import CAPABILITIES, CAPABILITY_KINDS, Kind
+
+    for item in items:
+        kinds = [Kind(k) for k, fixture in TARGET_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
+        for marker in item.iter_markers("requires"):
+            for capability in marker.args:
+                if capability not in CAPABILITIES:
+                    refuse(
+                        config,
+                        f"{item.nodeid}: @pytest.mark.requires({capability!r}) names no capability; "
+                        f"known: {', '.join(sorted(CAPABILITIES))}",
+                    )
+                allowed = CAPABILITY_KINDS.get(capability, frozenset(Kind))
+                for kind in kinds:
+                    if kind not in allowed:
+                        refuse(
+                            config,
+                            f"{item.nodeid}: @pytest.mark.requires({capability!r}) on a test of {kind} backends; "
+                            f"{capability!r} is a capability of "
+                            f"{', '.join(sorted(allowed))} backends only",
+                        )
 
 
 def _host_port(url: Any) -> str:
@@ -236,7 +254,7 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems: list[str] = []
     unreachable: dict[str, str] = {}
     allow = bool(config.getoption("runstore_allow_unreachable", default=False))
-    bound = test_timeout(config)
+    bound = suite_timeout(config)
     for raw, kinds in needed.items():
         named = BackendURL.parse(raw)
         specs = {kind: spec_for(Kind(kind), named) for kind in kinds}

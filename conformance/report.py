@@ -16,7 +16,7 @@ from runstore.capabilities import Kind
 from runstore.urls import BackendURL
 
 from .harness import spec_for
-from .plugin import TARGET_FIXTURES, backend_ids
+from .session import TARGET_FIXTURES, backend_ids
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -20,7 +20,7 @@ from runstore.events import RunEventStore
 from runstore.records import InvalidEventError
 
 from .fencing_workers import event_contents, fresh_appender, stale_appender
-from .plugin import development_plugins
+from .session import development_plugins
 
 pytestmark = pytest.mark.requires("fencing")
 

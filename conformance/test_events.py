@@ -46,7 +46,7 @@ from .events_model import (
     utc_iso,
 )
 from .events_workers import race_worker
-from .plugin import development_plugins
+from .session import development_plugins
 
 pytestmark = pytest.mark.runstore_contract("run event store")
 

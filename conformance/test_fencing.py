@@ -27,8 +27,8 @@ from .fencing_workers import (
     stale_writer,
     write_once,
 )
-from .plugin import development_plugins
 from .savers_model import config_for, make_checkpoint, new_checkpoint_id, new_thread_id
+from .session import development_plugins
 
 Saver = BaseCheckpointSaver[Any]
 

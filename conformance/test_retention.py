@@ -457,8 +457,8 @@ def test_sweepers_in_processes_split_the_work_exactly(
 
     from runstore.retention import Sweeper
 
-    from .plugin import development_plugins
     from .retention_workers import sweeper_worker
+    from .session import development_plugins
 
     url = saver_target.url.render(hide_password=False)
     plugins = development_plugins(request.config)

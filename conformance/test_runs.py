@@ -41,9 +41,9 @@ from runstore.runs import (
 )
 
 from .events_model import fresh_id
-from .plugin import development_plugins
 from .runs_model import Err, RunsModel
 from .runs_workers import claim_worker, create_race_worker
+from .session import development_plugins
 
 pytestmark = pytest.mark.runstore_contract("run store")
 

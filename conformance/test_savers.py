@@ -38,7 +38,6 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from runstore.errors import SyncCallOnEventLoopError
 
-from .plugin import development_plugins
 from .processes import plugins_env
 from .savers_graph import (
     FREQUENCIES,
@@ -78,6 +77,7 @@ from .savers_model import (
     write_tree,
     write_tree_sync,
 )
+from .session import development_plugins
 
 Saver = BaseCheckpointSaver[Any]
 

@@ -36,8 +36,8 @@ from runstore.streams import (
     parse_event_id,
 )
 
-from .plugin import development_plugins
 from .processes import plugins_env
+from .session import development_plugins
 
 #: Upper bound for anything that should arrive; only a broken bridge waits this long.
 WAIT = float(os.environ.get("RUNSTORE_CONFORMANCE_WAIT", "10"))

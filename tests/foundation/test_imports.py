@@ -61,29 +61,12 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-#: Cycles known and still to break, each with why it is tolerated for now. Remove an
-#: entry when its cycle is gone; never add one for new code.
-KNOWN_CYCLES = {
-    # The preflight reads the session's options through the plugin's accessors, and the
-    # plugin's hooks call the preflight: the accessors belong in a module of their own.
-    ("runstore.conformance.plugin", "runstore.conformance.preflight"),
-}
-
-
 def test_no_import_cycles() -> None:
     graph = import_graph()
-    for importer, imported in KNOWN_CYCLES:
-        graph[imported].discard(importer)
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
         raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from None
-
-
-def test_known_cycles_are_still_there() -> None:
-    graph = import_graph()
-    gone = [pair for pair in KNOWN_CYCLES if pair[0] not in graph[pair[1]] or pair[1] not in graph[pair[0]]]
-    assert not gone, f"no longer a cycle, remove from KNOWN_CYCLES: {gone}"
 
 
 def test_the_check_sees_a_cycle() -> None:

@@ -1,0 +1,180 @@
+"""What a suite session was asked to run, read once from the options and the project.
+
+The named backends and the test id of each, the project's ``[tool.runstore.conformance]``
+section, the plugins to load, the per-test bound and the session's provisioned URLs.
+The pytest plugin's hooks, the preflight and the report all read them from here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BACKEND_OPTION = "--runstore-backend"
+#: Suite kind -> the fixture a test of that kind takes.
+TARGET_FIXTURES = {
+    "saver": "saver_target",
+    "events": "events_target",
+    "streams": "streams_target",
+    "runs": "runs_target",
+}
+#: The keys ``[tool.runstore.conformance]`` accepts.
+PROJECT_KEYS = ("backends", "presets", "plugins", "xfail", "timeout")
+
+
+def project_settings(config: pytest.Config) -> dict[str, Any]:
+    """``[tool.runstore.conformance]`` of the plugin project under test (empty if none).
+
+    Keys: ``backends`` (URLs used when none are named), ``presets`` (name -> URLs, for
+    ``--runstore-preset``), ``plugins`` (modules for ``--runstore-plugin``), ``xfail``
+    (test pattern -> reason; each match becomes a strict xfail) and ``timeout`` (the
+    per-test bound in seconds, as ``--runstore-timeout``).
+    """
+    cached = getattr(config, "_runstore_project", None)
+    if cached is not None:
+        return cached
+    path_option = config.getoption("runstore_config")
+    path = Path(path_option) if path_option else Path.cwd() / "pyproject.toml"
+    data: dict[str, Any] = {}
+    if path.is_file():
+        with path.open("rb") as fh:
+            data = tomllib.load(fh).get("tool", {}).get("runstore", {}).get("conformance", {})
+    elif path_option:
+        raise pytest.UsageError(f"--runstore-config: {path} does not exist")
+    unknown = set(data) - set(PROJECT_KEYS)
+    if unknown:
+        raise pytest.UsageError(
+            f"[tool.runstore.conformance] in {path}: unknown keys {sorted(unknown)}; "
+            f"accepted: {', '.join(PROJECT_KEYS)}"
+        )
+    config._runstore_project = data  # type: ignore[attr-defined]
+    config._runstore_project_dir = path.parent  # type: ignore[attr-defined]
+    return data
+
+
+def development_plugins(config: pytest.Config) -> list[str]:
+    """The plugin modules to load here and in every process the suite starts.
+
+    ``[tool.runstore.conformance].plugins`` (files relative to that pyproject) then
+    ``--runstore-plugin`` (files relative to the working directory), each once: naming a
+    plugin in both places loads it once. Files are given as absolute paths.
+    """
+    from runstore.loader import normalize_plugin_spec
+
+    project = project_settings(config)
+    base: Path = getattr(config, "_runstore_project_dir", Path.cwd())
+    named = [
+        *(normalize_plugin_spec(s, base) for s in project.get("plugins", [])),
+        *(normalize_plugin_spec(s, Path.cwd()) for s in config.getoption("runstore_plugin") or []),
+    ]
+    return list(dict.fromkeys(named))
+
+
+def resolve_backends(config: pytest.Config) -> None:
+    """Settle the named backends: ``--runstore-backend`` and presets, else the project's ``backends``."""
+    project = project_settings(config)
+    urls = list(config.getoption("runstore_backend") or [])
+    presets = project.get("presets", {})
+    for name in config.getoption("runstore_preset") or []:
+        if name not in presets:
+            raise pytest.UsageError(
+                f"--runstore-preset {name!r}: not in [tool.runstore.conformance.presets]; "
+                f"known: {', '.join(sorted(presets)) or 'none'}"
+            )
+        urls += list(presets[name])
+    if not urls:
+        urls = list(project.get("backends", []))
+    config.option.runstore_backend = urls
+
+
+def named_backends(config: pytest.Config) -> list[str]:
+    """The backend entries named with ``--runstore-backend`` (``URL`` or ``KINDS=URL``)."""
+    return list(config.getoption("runstore_backend") or [])
+
+
+def split_kinds(entry: str) -> tuple[frozenset[str] | None, str]:
+    """`runstore.check.split_backend_entry`, reporting a bad entry as a usage error."""
+    from runstore.check import split_backend_entry
+    from runstore.errors import ConfigError
+
+    try:
+        return split_backend_entry(entry)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"{BACKEND_OPTION}: {exc}") from None
+
+
+def backend_ids(config: pytest.Config, kind_name: str) -> dict[str, str]:
+    """The named backends of one kind, in order: raw URL -> test id (the backend's name,
+    suffixed when two URLs of the kind share one). Reports label rows with these ids."""
+    from runstore.capabilities import Kind
+    from runstore.urls import BackendURL
+
+    from .harness import spec_for
+
+    out: dict[str, str] = {}
+    for entry in named_backends(config):
+        only, raw = split_kinds(entry)
+        spec = spec_for(Kind(kind_name), BackendURL.parse(raw))
+        if spec is None or (only is not None and kind_name not in only) or raw in out:
+            continue
+        taken = set(out.values())
+        out[raw] = spec.name if spec.name not in taken else f"{spec.name}-{len(out)}"
+    return out
+
+
+def suite_timeout(config: pytest.Config) -> float:
+    """The per-phase bound of a suite test: ``--runstore-timeout``, else pyproject, else the default."""
+    from .bounds import DEFAULT_TIMEOUT, parse_timeout
+
+    option = config.getoption("runstore_timeout")
+    try:
+        if option is not None:
+            return parse_timeout(option, "--runstore-timeout")
+        return parse_timeout(
+            project_settings(config).get("timeout", DEFAULT_TIMEOUT),
+            "[tool.runstore.conformance] timeout",
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+class Provisions:
+    """Session cache of provisioned URLs, one per named URL, shared by every kind."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+
+    def get(self, raw: str) -> Any:
+        """The provisioned (isolated) URL for the named URL ``raw``, provisioned on first use."""
+        from runstore.urls import BackendURL
+
+        from .harness import Provisioned
+
+        if raw not in self._items:
+            self._items[raw] = Provisioned(BackendURL.parse(raw)).enter()
+        return self._items[raw]
+
+    def close(self) -> None:
+        """Drop every provisioned URL (schemas, key prefixes, files)."""
+        while self._items:
+            _, item = self._items.popitem()
+            item.__exit__(None, None, None)
+
+
+def provisions_of(config: pytest.Config) -> Provisions:
+    """The session's provisioned URLs (the preflight provisions them before any test runs)."""
+    provisions = getattr(config, "_runstore_provisions", None)
+    if provisions is None:
+        provisions = Provisions()
+        config._runstore_provisions = provisions  # type: ignore[attr-defined]
+    return provisions
+
+
+def close_provisions(config: pytest.Config) -> None:
+    """Drop the session's provisioned URLs, if any were made."""
+    provisions = getattr(config, "_runstore_provisions", None)
+    if provisions is not None:
+        provisions.close()
