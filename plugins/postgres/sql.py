@@ -981,10 +981,13 @@ ON CONFLICT (thread_id) DO UPDATE SET retention = EXCLUDED.retention, swept_at =
 WHERE t.deleted_at IS NULL
 RETURNING 1
 """
-#: The saver's tables, and their total size (heap, TOAST, indexes) in bytes.
+#: The saver's tables, and their total size (heap, TOAST, indexes) in bytes. A table a DBA
+#: partitioned (docs/scaling.md) has no storage of its own: its partitions are summed.
 SAVER_TABLES = (CHECKPOINTS, BLOBS, WRITES, THREADS)
 SAVER_TABLES_SIZE_SQL = "SELECT " + " + ".join(
-    f"pg_total_relation_size('{t}'::regclass)" for t in SAVER_TABLES
+    f"pg_total_relation_size('{t}'::regclass) + coalesce((SELECT sum(pg_total_relation_size(p.relid))"
+    f" FROM pg_partition_tree('{t}'::regclass) p), 0)"
+    for t in SAVER_TABLES
 )
 #: A read that counts as activity (`PostgresSaver.atouch_thread`): idle_ttl restarts.
 TOUCH_THREAD_SQL = (
