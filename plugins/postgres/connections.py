@@ -22,7 +22,8 @@ leased between calls. `Leases.run` holds the rules both inherit (docs/reliabilit
   sent and its answer never came.
 
 `run_statement_batch` is the saver's group-commit callback
-(`runstore.checkpoint.groupcommit`): a batch of write statements in one transaction.
+(`runstore.checkpoint.groupcommit`): a batch of write statements, one ``executemany``
+(one implicit transaction) per statement kind.
 """
 
 from __future__ import annotations
@@ -369,46 +370,62 @@ async def _invalidate(sa_conn: AsyncConnection) -> None:
 
 
 async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Outcome]:
-    """Run write statements as one transaction; one `Outcome` per statement.
+    """Run a batch of write statements; one `Outcome` per statement.
 
-    Statements are grouped by SQL text, in arrival order, and each group sent as one
-    ``executemany`` (asyncpg pipelines its argument sets in one round trip); a batch of
-    one statement kind needs no ``BEGIN``/``COMMIT`` (``executemany`` is atomic). Rows
-    one caller touches twice keep their order; rows of different statements never
-    overlap. Every write statement is idempotent, so a lost connection is retried. If
-    the batch fails on a statement, it is re-run one statement at a time, so only the
-    bad one fails; if the database is unavailable, every statement gets that error.
+    Statements are grouped by SQL text, in order of first arrival, and each group
+    sent as one ``executemany`` (asyncpg pipelines its argument sets in one round
+    trip and runs them as one implicit transaction, so a group needs no
+    ``BEGIN``/``COMMIT``). Groups commit one after another, each on its own: every
+    statement is a whole write by itself, so a batch needs no transaction around its
+    groups, and wrapping two groups in one costs two more round trips than the
+    commit it saves (docs/benchmarks.md). Rows one caller touches twice keep their
+    order. Every write statement is idempotent, so a lost connection is retried. If
+    a group fails on a statement, it is re-run one statement at a time, so only the
+    bad one fails; if the database is unavailable, every statement not yet committed
+    gets that error.
     """
-    if len(batch) > 1:
-        groups: dict[str, list[Sequence[Any]]] = {}
-        for statement, args in batch:
-            groups.setdefault(statement, []).append(args)
+    groups: dict[str, list[int]] = {}
+    for i, (statement, _) in enumerate(batch):
+        groups.setdefault(statement, []).append(i)
+    outcomes: list[Outcome] = [(False, None)] * len(batch)
+    unavailable: BackendUnavailableError | None = None
+    for statement, positions in groups.items():
+        if unavailable is not None:
+            for i in positions:
+                outcomes[i] = (False, unavailable)
+            continue
+        if len(positions) > 1:
+            many = [batch[i][1] for i in positions]
 
-        async def together(conn: Any) -> None:
-            for statement, many in groups.items():
-                await conn.executemany(statement, many)
+            async def together(conn: Any, s: str = statement, m: list[Any] = many) -> None:
+                await conn.executemany(s, m)
 
-        try:
-            await leases.run(
-                together, operation="write checkpoints", write=True, idempotent=True,
-                begin=None if len(groups) == 1 else "BEGIN",
-            )
-        except BackendUnavailableError as exc:
-            return [(False, exc)] * len(batch)
-        except Exception:  # retried one by one below
-            pass
-        else:
-            return [(True, None)] * len(batch)
-    outcomes: list[Outcome] = []
-    for statement, args in batch:
+            try:
+                await leases.run(together, operation="write checkpoints", write=True, idempotent=True)
+            except BackendUnavailableError as exc:
+                unavailable = exc
+                for i in positions:
+                    outcomes[i] = (False, exc)
+                continue
+            except Exception:  # retried one by one below
+                pass
+            else:
+                for i in positions:
+                    outcomes[i] = (True, None)
+                continue
+        for i in positions:
+            args = batch[i][1]
 
-        async def one(conn: Any, s: str = statement, a: Sequence[Any] = args) -> Any:
-            return await conn.execute(s, *a)
+            async def one(conn: Any, s: str = statement, a: Sequence[Any] = args) -> Any:
+                return await conn.execute(s, *a)
 
-        try:
-            await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
-        except Exception as exc:
-            outcomes.append((False, exc))
-        else:
-            outcomes.append((True, None))
+            try:
+                await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
+            except BackendUnavailableError as exc:
+                unavailable = exc
+                outcomes[i] = (False, exc)
+            except Exception as exc:
+                outcomes[i] = (False, exc)
+            else:
+                outcomes[i] = (True, None)
     return outcomes
