@@ -18,6 +18,15 @@ Cancellation (the rule every saver built on this inherits):
   more: the op commits or fails with its batch exactly as if the caller had
   waited (fully committed or fully absent, never half).
 
+With a ``kind`` function, a batch holds only ops of one kind: the kind of the oldest
+queued op, all of its queued ops in arrival order; the others wait for the next
+batch, where the ops that arrive meanwhile join them. The PostgreSQL saver gives
+each statement its kind, so every batch is one ``executemany``: one round trip and
+one commit, where a batch mixing a checkpoint and a pending-writes statement would
+pay two of each (or ``BEGIN`` and ``COMMIT`` round trips around them). Ops still
+queued are concurrent (each caller waits for its op before sending another), so
+any order among them is one a caller could have seen.
+
 The backend callback receives the ops in arrival order and returns one outcome per
 op, ``(True, result)`` or ``(False, exception)``, so a failing op fails only its own
 caller (the sqlite saver runs each op in a savepoint; the PostgreSQL saver re-runs a
@@ -28,7 +37,7 @@ batch gets that error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 __all__ = ["GroupCommit", "Outcome"]
@@ -55,10 +64,17 @@ class GroupCommit(Generic[Op]):
     ``run_batch(ops)`` must run every op in one transaction (or each alone, its
     choice) and return one `Outcome` per op, in order. It is never cancelled by a
     caller; it is cancelled only if its task is (the event loop shutting down).
+    With ``kind``, each batch holds ops of one kind only (module docstring).
     """
 
-    def __init__(self, run_batch: Callable[[list[Op]], Awaitable[Sequence[Outcome]]]) -> None:
+    def __init__(
+        self,
+        run_batch: Callable[[list[Op]], Awaitable[Sequence[Outcome]]],
+        *,
+        kind: Callable[[Op], Hashable] | None = None,
+    ) -> None:
         self._run_batch = run_batch
+        self._kind = kind
         self._queue: list[_Pending[Op]] = []
         self._drainer: asyncio.Task[None] | None = None
 
@@ -94,6 +110,11 @@ class GroupCommit(Generic[Op]):
             while self._queue:
                 batch = [p for p in self._queue if not p.future.done()]
                 self._queue = []
+                if batch and self._kind is not None:
+                    first = self._kind(batch[0].op)
+                    kinds = [self._kind(p.op) == first for p in batch]
+                    self._queue = [p for p, same in zip(batch, kinds, strict=True) if not same]
+                    batch = [p for p, same in zip(batch, kinds, strict=True) if same]
                 if batch:
                     await self._run(batch)
         finally:

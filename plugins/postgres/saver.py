@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import operator
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -140,8 +141,9 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             timeouts=timeouts or PostgresTimeouts(),
             synchronous_commit=synchronous_commit,
         )
+        # One statement kind per batch: one executemany, one round trip, one commit.
         self._commits: GroupCommit[Statement] = GroupCommit(
-            functools.partial(run_statement_batch, self._leases)
+            functools.partial(run_statement_batch, self._leases), kind=operator.itemgetter(0)
         )
         self._prefetch = PrefetchStore()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()

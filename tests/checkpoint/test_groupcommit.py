@@ -57,6 +57,46 @@ async def test_ops_arriving_during_a_batch_share_the_next_one() -> None:
     assert not queue.busy
 
 
+async def test_with_kinds_a_batch_holds_the_oldest_ops_kind_and_the_rest_wait() -> None:
+    batches: list[list[str]] = []
+    permits = asyncio.Semaphore(0)  # one release lets one batch finish
+
+    batch_started = asyncio.Event()
+
+    async def run(ops: list[str]) -> list[Outcome]:
+        batches.append(list(ops))
+        batch_started.set()
+        await permits.acquire()
+        return [(True, op.upper()) for op in ops]
+
+    async def started(count: int) -> None:
+        await batch_started.wait()
+        batch_started.clear()
+        assert len(batches) == count
+
+    queue: GroupCommit[str] = GroupCommit(run, kind=lambda op: op[0])
+    first = asyncio.ensure_future(queue.submit("p1"))
+    await started(1)
+    queued = [asyncio.ensure_future(queue.submit(op)) for op in ("w1", "p2", "w2", "p3")]
+    permits.release()
+    await started(2)
+    assert batches[-1] == ["w1", "w2"], "the oldest op's kind, every queued op of it"
+    # A "w" op arriving while the "w" batch runs waits for the next "w" batch, behind
+    # the "p" ops queued before it; a cancelled queued op never runs.
+    late = asyncio.ensure_future(queue.submit("w3"))
+    cancelled = asyncio.ensure_future(queue.submit("p4"))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    for _ in range(3):
+        permits.release()
+    assert await first == "P1"
+    assert await asyncio.gather(*queued, late) == ["W1", "P2", "W2", "P3", "W3"]
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert batches == [["p1"], ["w1", "w2"], ["p2", "p3"], ["w3"]]
+    assert not queue.busy
+
+
 async def test_a_failing_callback_fails_every_op_of_its_batch() -> None:
     async def broken(ops: list[str]) -> list[Outcome]:
         raise ConnectionError("lost")

@@ -25,6 +25,7 @@ from runstore.checkpoint.modes import get_thread_state_schema
 from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
 from runstore.errors import SyncCallOnEventLoopError
 from runstore.options import BackendOptions
+from runstore.plugins.postgres.connections import run_statement_batch
 from runstore.plugins.postgres.saver import COMPONENT, SCHEMA_MIGRATIONS, PostgresSaver
 from runstore.settings import Settings
 from runstore.urls import BackendURL
@@ -524,6 +525,64 @@ async def test_failing_write_in_a_batch_fails_alone(opened: PostgresSaver) -> No
     got = await saver.aget_tuple(cfg("t-batch-err", ids[0]))
     assert got is not None
     assert {w[0] for w in got.pending_writes or []} == {"task"} | {f"ok-{i}" for i in range(10)}
+
+
+async def test_a_write_batch_holds_one_statement_kind(opened: PostgresSaver) -> None:
+    saver = opened
+    ids = await put_chain(saver, "t-kinds", [{"a": [0]}])
+    batches: list[tuple[int, set[str]]] = []
+    run_batch = saver._commits._run_batch
+
+    async def recorded(ops: list[Any]) -> Any:
+        batches.append((len(ops), {statement for statement, _ in ops}))
+        return await run_batch(ops)
+
+    saver._commits._run_batch = recorded  # type: ignore[method-assign]
+    # Puts and pending writes in flight together, as LangGraph sends a step's saves.
+    await asyncio.gather(
+        *(put_chain(saver, f"t-kinds-{i}", [{"a": [i]}]) for i in range(8)),
+        *(saver.aput_writes(cfg("t-kinds", ids[0]), [("a", i)], f"task-{i}") for i in range(8)),
+    )
+    assert all(len(kinds) == 1 for _, kinds in batches), "one statement kind per batch"
+    assert max(size for size, _ in batches) > 1, "concurrent writes still share a batch"
+    got = await saver.aget_tuple(cfg("t-kinds", ids[0]))
+    assert got is not None and len(got.pending_writes or []) == 1 + 8
+    for i in range(8):
+        tup = await saver.aget_tuple(cfg(f"t-kinds-{i}"))
+        assert tup is not None and tup.checkpoint["channel_values"] == {"a": [i]}
+
+
+async def test_a_mixed_statement_batch_commits_each_kind_and_fails_only_the_bad_one(
+    opened: PostgresSaver,
+) -> None:
+    leases = opened._leases
+    table = f"batch_probe_{uuid.uuid4().hex[:8]}"
+
+    async def ddl(conn: Any) -> None:
+        await conn.execute(f"CREATE TABLE {table} (k int PRIMARY KEY)")
+
+    await leases.run(ddl, operation="test", write=True)
+    insert = f"INSERT INTO {table} VALUES ($1)"
+    other = f"INSERT INTO {table} (k) SELECT $1::int"
+    try:
+        outcomes = await run_statement_batch(
+            leases,
+            [(insert, (1,)), ("SELECT 1 / $1", (0,)), (other, (3,)), (insert, (2,)),
+             (insert, (1,)), (other, (4,))],
+        )
+
+        async def keys(conn: Any) -> list[int]:
+            return [r[0] for r in await conn.fetch(f"SELECT k FROM {table} ORDER BY k")]
+
+        assert [ok for ok, _ in outcomes] == [True, False, True, True, False, True]
+        assert isinstance(outcomes[1][1], Exception) and isinstance(outcomes[4][1], Exception)
+        assert await leases.run(keys, operation="test") == [1, 2, 3, 4]
+    finally:
+
+        async def drop(conn: Any) -> None:
+            await conn.execute(f"DROP TABLE {table}")
+
+        await leases.run(drop, operation="test", write=True)
 
 
 async def test_native_delta_history_matches_base_walk_with_forks(opened: PostgresSaver) -> None:
