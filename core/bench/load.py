@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from .common import RESULT_PREFIX, latency_summary, percentile
-from .load_shard import ERROR_CLASSES
+from .load_shard import ERROR_CLASSES, PHASES
 from .load_stacks import STACKS, make_stack, stack_spec
 from .runner import INCOMPLETE, CaseRunner, Outcome, Reporter, RunOptions, run_child
 
@@ -186,6 +186,9 @@ def _merge(results: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> dic
         else None,
     }
     out.update(latency_summary(turn_s, "turn"))
+    # Mean milliseconds per completed turn in each step (where a turn's time goes).
+    phases = {p: sum(r["phase_seconds"][p] for r in results) for p in PHASES}
+    out["phase_ms"] = {p: (v / len(turn_s) * 1000.0 if turn_s else None) for p, v in phases.items()}
     deliveries = latency_summary(delivery_s, "delivery")
     out["delivery_p50_ms"] = deliveries["delivery_p50_ms"]
     out["delivery_p99_ms"] = deliveries["delivery_p99_ms"]

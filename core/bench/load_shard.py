@@ -40,6 +40,11 @@ DRAIN_SECONDS = 60.0
 #: Error messages kept per class (the counts are complete).
 ERROR_SAMPLES = 3
 
+#: The steps of a turn, timed separately: the graph run (with its stream publishes),
+#: ending the stream, the journal flush, the UI's state read, waiting for the
+#: subscriber to drain, dropping the stream.
+PHASES = ("graph", "end", "journal", "read", "drain", "cleanup")
+
 #: The classes of `classify`, as counted in rows (``errors_<class>``).
 ERROR_CLASSES = ("locked", "pool", "timeout", "lost", "other")
 
@@ -100,7 +105,10 @@ def classify(exc: BaseException) -> str:
         if isinstance(current, StreamBroken):
             return "lost"
         if kind in ("PoolTimeout", "TooManyConnectionsError", "TooManyConnections") or (
-            "queuepool limit" in text or "too many clients" in text or "couldn't get a connection" in text
+            "queuepool limit" in text
+            or "too many clients" in text
+            or "too many connections" in text
+            or "couldn't get a connection" in text
         ):
             return "pool"
         current = current.__cause__ or current.__context__
@@ -127,6 +135,8 @@ class Metrics:
         self.stream_events = 0
         self.errors: dict[str, int] = dict.fromkeys(ERROR_CLASSES, 0)
         self.samples: dict[str, list[str]] = {}
+        #: Seconds spent in each step of the turns that completed (`PHASES`).
+        self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 
     def error(self, kind: str, message: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -187,21 +197,30 @@ async def run_thread(
         started = time.perf_counter()
         token = _TURN.set((index, turn, run))
         listener = asyncio.create_task(_subscriber(stack, run, metrics))
+        marks = [started]
         try:
             await graph.ainvoke(
                 {"messages": [HumanMessage(content=content("human", index, turn), id=f"human-{turn:04d}")]},
                 config,
             )
+            marks.append(time.perf_counter())
             await stack.publish_end(run)
+            marks.append(time.perf_counter())
             await stack.put_events(journal_events(thread, run, index, turn))
             metrics.journal_events += JOURNAL_EVENTS
+            marks.append(time.perf_counter())
             state = await graph.aget_state(config)
-            got = len(state.values.get("messages", []))
-            if got != 2 * (turn + 1):
-                raise AssertionError(f"{thread}: state holds {got} messages after turn {turn}")
+            last = state.values.get("messages", [])[-1:]
+            if not last or last[0].content != content("ai", index, turn):
+                raise AssertionError(f"{thread}: the state read after turn {turn} misses its answer")
+            marks.append(time.perf_counter())
             await asyncio.wait_for(asyncio.shield(listener), DRAIN_SECONDS)
+            marks.append(time.perf_counter())
             await stack.finish_run(run)
-            metrics.turn_seconds.append(time.perf_counter() - started)
+            marks.append(time.perf_counter())
+            metrics.turn_seconds.append(marks[-1] - started)
+            for phase, begin, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
+                metrics.phase_seconds[phase] += end - begin
         except BaseException as exc:
             if not listener.done():
                 listener.cancel()
@@ -245,6 +264,7 @@ async def run_shard(stack: Any, graph: Any, metrics: Metrics, spec: Mapping[str,
         "journal_events": metrics.journal_events,
         "stream_events": metrics.stream_events,
         "errors": metrics.errors,
+        "phase_seconds": metrics.phase_seconds,
         "error_samples": metrics.samples,
         "pool": stack.pool_stats(),
         "peak_rss_bytes": peak_rss_bytes(),
@@ -273,8 +293,9 @@ async def check_threads(
         expected_messages = []
         for turn in range(turns):
             expected_messages += [("human", content("human", index, turn)), ("ai", content("ai", index, turn))]
+        problems = []
         if messages != expected_messages:
-            failures.append(f"{thread}: {len(messages)} messages, expected {2 * turns} (or content differs)")
+            problems.append(f"{len(messages)} messages, expected {2 * turns} (or content differs)")
         runs = [run_id(prefix, index, turn) for turn in range(turns)]
         feed = await stack.read_feed(thread, runs)
         keys = [row[0] for row in feed]
@@ -285,10 +306,12 @@ async def check_threads(
             for e in journal_events(thread, run_id(prefix, index, turn), index, turn)
         ]
         if journal != expected_journal or keys != sorted(set(keys)):
-            failures.append(
-                f"{thread}: journal holds {len(journal)} events, expected {len(expected_journal)} "
+            problems.append(
+                f"journal holds {len(journal)} events, expected {len(expected_journal)} "
                 "(or out of order)"
             )
+        if problems:
+            failures.append(f"{thread}: " + "; ".join(problems))
         items.append([index, messages, [(t, c) for _r, t, c in journal]])
     return {
         "digest_ok": not failures,

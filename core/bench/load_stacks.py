@@ -298,7 +298,11 @@ class StockPostgresStack(Stack):
         self._stack.push_async_callback(pool.close)
         self.pool = pool
         self.saver = AsyncPostgresSaver(conn=pool)
-        self.redis = redis.Redis.from_url(self.spec["redis_url"])
+        # Room for one blocking XREAD and one publish per thread of this process
+        # (redis-py refuses a checkout beyond max_connections, 100 by default).
+        self.redis = redis.Redis.from_url(
+            self.spec["redis_url"], max_connections=2 * len(self.spec.get("threads") or ()) + 16
+        )
         self._stack.push_async_callback(self.redis.aclose)
 
     async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
@@ -329,12 +333,15 @@ class StockPostgresStack(Stack):
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
         key = self._key(run_id)
         last = "0-0"
+        idle_since = time.monotonic()
         while True:
-            reply: Any = await self.redis.xread(
-                {key: last}, block=int(SUBSCRIBER_IDLE_SECONDS * 1000), count=100
-            )
+            # Blocks for less than redis-py's socket timeout (5 s by default).
+            reply: Any = await self.redis.xread({key: last}, block=1000, count=100)
             if not reply:
-                raise StreamBroken(f"no event on {run_id} for {SUBSCRIBER_IDLE_SECONDS:g}s")
+                if time.monotonic() - idle_since > SUBSCRIBER_IDLE_SECONDS:
+                    raise StreamBroken(f"no event on {run_id} for {SUBSCRIBER_IDLE_SECONDS:g}s")
+                continue
+            idle_since = time.monotonic()
             for _stream, entries in reply:
                 for entry_id, fields in entries:
                     last = entry_id

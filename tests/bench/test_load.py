@@ -70,6 +70,7 @@ def test_errors_are_classified_through_their_causes() -> None:
     assert classify(wrapped) == "locked"
     assert classify(RuntimeError("QueuePool limit of size 5 overflow 0 reached")) == "pool"
     assert classify(type("PoolTimeout", (Exception,), {})("couldn't get a connection")) == "pool"
+    assert classify(RuntimeError("Too many connections")) == "pool"
     assert classify(StreamBroken("got event 3, expected 2")) == "lost"
     assert classify(ValueError("boom")) == "other"
     unavailable = RuntimeError("postgres event store is unavailable")
@@ -150,6 +151,7 @@ def _check_rows(rows: list[dict[str, Any]], expected_cases: int) -> None:
         assert r["turns_per_s"] > 0 and r["turn_p99_ms"] >= r["turn_p50_ms"] > 0
         assert r["events_per_s"] > 0 and r["delivery_p99_ms"] is not None
         assert r["peak_rss_bytes"] > 0
+        assert all(r["phase_ms"][p] >= 0 for p in ("graph", "journal", "read", "drain")), r["phase_ms"]
     by_cell: dict[str, set[str]] = {}
     for r in rows:
         by_cell.setdefault(r["cell_id"], set()).add(r["digest"])
