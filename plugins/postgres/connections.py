@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -135,13 +136,34 @@ class _Failed(Exception):
         self.sent = sent
 
 
+class _Sharing:
+    """The `Leases` of one engine, and how many of their callers wait for its pool."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.members: weakref.WeakSet[Leases] = weakref.WeakSet()
+
+
+def _sharing(engine: AsyncEngine) -> _Sharing:
+    pool = engine.sync_engine.pool
+    sharing: _Sharing | None = getattr(pool, "_runstore_sharing", None)
+    if sharing is None:
+        sharing = _Sharing()
+        pool._runstore_sharing = sharing  # type: ignore[attr-defined]
+    return sharing
+
+
 class Leases:
     """Raw asyncpg connections borrowed from the shared SQLAlchemy engine; see the module docstring.
 
     Up to ``max_idle`` (at most half the engine's pool) stay checked out between
     calls: a checkout from the engine's pool runs its event hooks (and a ping after a
-    second idle), which costs more than a small statement. ``backend`` names the user
-    in errors (``"postgres event store"``).
+    second idle), which costs more than a small statement. While any caller of the
+    engine (this store's or another's) waits for a pooled connection, nothing stays
+    parked: the idle ones go back to the pool and so does every connection a call
+    ends with, so a waiter is served in pool order instead of starving while callers
+    that arrived later reuse parked connections. ``backend`` names the user in errors
+    (``"postgres event store"``).
     """
 
     def __init__(
@@ -167,6 +189,8 @@ class Leases:
         self._idle: list[_Lease] = []
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
+        self._sharing = _sharing(engine)
+        self._sharing.members.add(self)
 
     async def run(
         self,
@@ -272,7 +296,18 @@ class Leases:
         return await self._fresh()
 
     async def _fresh(self) -> _Lease:
-        sa_conn = await self._engine.connect()
+        sharing = self._sharing
+        sharing.waiting += 1
+        try:
+            pool: Any = self._engine.sync_engine.pool
+            size = getattr(pool, "size", None)
+            if size is not None and pool.checkedout() >= size():
+                # The pool is out: connections parked idle would never reach us.
+                for member in list(sharing.members):
+                    member._park_none()
+            sa_conn = await self._engine.connect()
+        finally:
+            sharing.waiting -= 1
         lease = None
         try:
             lease = _Lease(sa_conn, await driver_connection(sa_conn))
@@ -318,10 +353,16 @@ class Leases:
     def _give_back(self, lease: _Lease) -> None:
         if not lease.clean:
             self._in_background(self._drop(lease))
-        elif self._closed or len(self._idle) >= self._max_idle:
+        elif self._closed or len(self._idle) >= self._max_idle or self._sharing.waiting:
             self._in_background(self._release(lease))
         else:
             self._idle.append(lease)
+
+    def _park_none(self) -> None:
+        """Return every idle connection to the engine's pool (someone waits for one)."""
+        idle, self._idle = self._idle, []
+        for lease in idle:
+            self._in_background(self._release(lease))
 
     def _in_background(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
