@@ -16,7 +16,7 @@ from runstore.capabilities import Kind
 from runstore.urls import BackendURL
 
 from .harness import spec_for
-from .session import TARGET_FIXTURES, backend_ids
+from .session import TARGET_FIXTURES, backend_ids, suite_timeout
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -118,7 +118,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     "capabilities": sorted(spec.capabilities),
                 }
     _reporter.emit(
-        type="session", profile=profile, seed=seed, derandomized=derandomized, backends=backends
+        type="session", profile=profile, seed=seed, derandomized=derandomized,
+        timeout=suite_timeout(config), backends=backends,
     )
 
 

@@ -7,11 +7,13 @@ The pytest plugin's hooks, the preflight and the report all read them from here.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from runstore.check import ProjectConfig
 
 BACKEND_OPTION = "--runstore-backend"
 #: Suite kind -> the fixture a test of that kind takes.
@@ -21,38 +23,26 @@ TARGET_FIXTURES = {
     "streams": "streams_target",
     "runs": "runs_target",
 }
-#: The keys ``[tool.runstore.conformance]`` accepts.
-PROJECT_KEYS = ("backends", "presets", "plugins", "xfail", "timeout")
 
 
 def project_settings(config: pytest.Config) -> dict[str, Any]:
-    """``[tool.runstore.conformance]`` of the plugin project under test (empty if none).
+    """``[tool.runstore.conformance]`` of the plugin project under test (empty if none):
+    the file ``--runstore-config`` names, else ./pyproject.toml (`runstore.check.ProjectConfig`)."""
+    return _project(config).settings
 
-    Keys: ``backends`` (URLs used when none are named), ``presets`` (name -> URLs, for
-    ``--runstore-preset``), ``plugins`` (modules for ``--runstore-plugin``), ``xfail``
-    (test pattern -> reason; each match becomes a strict xfail) and ``timeout`` (the
-    per-test bound in seconds, as ``--runstore-timeout``).
-    """
+
+def _project(config: pytest.Config) -> ProjectConfig:
+    from runstore.check import read_project_config
+    from runstore.errors import ConfigError
+
     cached = getattr(config, "_runstore_project", None)
-    if cached is not None:
-        return cached
-    path_option = config.getoption("runstore_config")
-    path = Path(path_option) if path_option else Path.cwd() / "pyproject.toml"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        with path.open("rb") as fh:
-            data = tomllib.load(fh).get("tool", {}).get("runstore", {}).get("conformance", {})
-    elif path_option:
-        raise pytest.UsageError(f"--runstore-config: {path} does not exist")
-    unknown = set(data) - set(PROJECT_KEYS)
-    if unknown:
-        raise pytest.UsageError(
-            f"[tool.runstore.conformance] in {path}: unknown keys {sorted(unknown)}; "
-            f"accepted: {', '.join(PROJECT_KEYS)}"
-        )
-    config._runstore_project = data  # type: ignore[attr-defined]
-    config._runstore_project_dir = path.parent  # type: ignore[attr-defined]
-    return data
+    if cached is None:
+        try:
+            cached = read_project_config(config.getoption("runstore_config"), option="--runstore-config")
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config._runstore_project = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def development_plugins(config: pytest.Config) -> list[str]:
@@ -64,10 +54,8 @@ def development_plugins(config: pytest.Config) -> list[str]:
     """
     from runstore.loader import normalize_plugin_spec
 
-    project = project_settings(config)
-    base: Path = getattr(config, "_runstore_project_dir", Path.cwd())
     named = [
-        *(normalize_plugin_spec(s, base) for s in project.get("plugins", [])),
+        *_project(config).plugins(),
         *(normalize_plugin_spec(s, Path.cwd()) for s in config.getoption("runstore_plugin") or []),
     ]
     return list(dict.fromkeys(named))

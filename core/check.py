@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,57 @@ from .urls import BackendURL
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 SUITE_KINDS = ("saver", "events", "streams", "runs")
+#: The keys ``[tool.runstore.conformance]`` accepts.
+PROJECT_KEYS = ("backends", "presets", "plugins", "xfail", "timeout")
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """``[tool.runstore.conformance]`` of a plugin project: what its suite runs default to.
+
+    Keys: ``backends`` (URLs used when none are named), ``presets`` (name -> URLs),
+    ``plugins`` (modules or files, relative to the pyproject, to load first), ``xfail``
+    (test pattern -> reason; each match becomes a strict xfail) and ``timeout`` (the
+    per-test bound in seconds).
+    """
+
+    #: The pyproject.toml read (``None``: there was none).
+    path: Path | None
+    settings: dict[str, Any]
+
+    @property
+    def base(self) -> Path:
+        """The folder a relative plugin file is resolved in (the pyproject's)."""
+        return self.path.parent if self.path is not None else Path.cwd()
+
+    def plugins(self) -> list[str]:
+        """The ``plugins`` entries as the loader takes them (files made absolute)."""
+        return [normalize_plugin_spec(spec, self.base) for spec in self.settings.get("plugins", [])]
+
+
+def read_project_config(path: str | os.PathLike[str] | None = None, *, option: str = "--config") -> ProjectConfig:
+    """Read ``[tool.runstore.conformance]`` from ``path`` (default: ./pyproject.toml, if there).
+
+    A ``path`` that does not exist, a file that is not TOML or an unknown key is a
+    `ConfigError` naming ``option`` or the file.
+    """
+    chosen = Path(path) if path else Path.cwd() / "pyproject.toml"
+    if not chosen.is_file():
+        if path:
+            raise ConfigError(f"{option}: {chosen} does not exist")
+        return ProjectConfig(None, {})
+    try:
+        with chosen.open("rb") as fh:
+            data = tomllib.load(fh).get("tool", {}).get("runstore", {}).get("conformance", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{chosen} is not valid TOML: {exc}") from exc
+    unknown = set(data) - set(PROJECT_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[tool.runstore.conformance] in {chosen}: unknown keys {sorted(unknown)}; "
+            f"accepted: {', '.join(PROJECT_KEYS)}"
+        )
+    return ProjectConfig(chosen.resolve(), data)
 
 
 def split_backend_entry(entry: str) -> tuple[frozenset[str] | None, str]:
@@ -85,7 +137,8 @@ class CheckResult:
     log: str
     #: Refusals from the suite's preflight (unreachable server, missing driver, ...).
     errors: list[str] = field(default_factory=list)
-    #: The ``session`` record: Hypothesis profile and seed, each backend's URL and capabilities.
+    #: The ``session`` record: Hypothesis profile and seed, the per-test bound, each
+    #: backend's URL and capabilities.
     session: dict[str, Any] = field(default_factory=dict)
     #: Whether the child pytest finished (wrote its last record) on its own.
     finished: bool = True
@@ -227,6 +280,7 @@ class CheckResult:
             "profile": self.profile,
             "seed": self.seed,
             "derandomized": self.session.get("derandomized"),
+            "timeout": self.session.get("timeout"),
             "replay": self.replay(),
             "backends": {
                 backend: self._backend_json(backend, rows) for backend, rows in sorted(matrix.items())
@@ -287,6 +341,7 @@ class CheckResult:
             "runstore.status": summary["status"],
             "runstore.profile": summary["profile"],
             "runstore.seed": summary["seed"],
+            "runstore.timeout": summary["timeout"],
             "runstore.replay": summary["replay"],
         }
         for label, row in summary["backends"].items():
@@ -341,13 +396,6 @@ def check_suite_installed() -> None:
             raise MissingDriverError("conformance", module, "conformance", needed_by="runstore check")
 
 
-def plugin_argument(spec: str) -> str:
-    """A ``--plugin`` value the child pytest (which runs elsewhere) can load: files made absolute."""
-    if spec.endswith(".py") or os.sep in spec:
-        return str(Path(spec).resolve())
-    return spec
-
-
 def run_suite(
     urls: Sequence[str],
     *,
@@ -357,6 +405,7 @@ def run_suite(
     allow_unreachable: bool = False,
     junit_xml: str | None = None,
     keyword: str | None = None,
+    project: ProjectConfig | None = None,
     extra_args: Sequence[str] = (),
     on_progress: Callable[[int, int, dict[str, Any] | None], None] | None = None,
 ) -> CheckResult:
@@ -371,7 +420,8 @@ def run_suite(
         # Parsing makes `redact` know each password, whatever the child writes it as.
         with contextlib.suppress(RunstoreError):
             BackendURL.parse(split_backend_entry(entry)[1])
-    plugins = [plugin_argument(p) for p in plugins]
+    # The child runs in a temporary directory: plugin files are named absolutely.
+    plugins = [normalize_plugin_spec(p, Path.cwd()) for p in plugins]
     command = ["runstore", "check", *(redact(u) for u in urls)]
     for plugin in plugins:
         command += ["--plugin", plugin]
@@ -383,6 +433,8 @@ def run_suite(
         command += ["-k", keyword]
     if allow_unreachable:
         command += ["--allow-unreachable"]
+    if project is not None and project.path is not None and project.path != (Path.cwd() / "pyproject.toml").resolve():
+        command += ["--config", str(project.path)]
     with tempfile.TemporaryDirectory(prefix="runstore-check-") as tmp:
         report = Path(tmp, "report.jsonl")
         report.touch()
@@ -397,8 +449,7 @@ def run_suite(
         for url in urls:
             cmd += ["--runstore-backend", url]
         for plugin in plugins:
-            # The child runs in a temporary directory: a plugin file is named absolutely.
-            cmd += ["--runstore-plugin", normalize_plugin_spec(plugin, Path.cwd())]
+            cmd += ["--runstore-plugin", plugin]
         if profile:
             cmd += ["--hypothesis-profile", profile]
         if seed is not None:
@@ -409,6 +460,8 @@ def run_suite(
             cmd += ["--junitxml", str(Path(junit_xml).resolve())]
         if keyword:
             cmd += ["-k", keyword]
+        if project is not None and project.path is not None:
+            cmd += ["--runstore-config", str(project.path)]
         cmd += list(extra_args)
         result = CheckResult(
             records=[], returncode=0, collected=0, log="", finished=False, command=command,

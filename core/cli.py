@@ -140,7 +140,9 @@ def _default_urls() -> list[str]:
               help="Skip the tests of a backend whose server cannot be reached instead of failing.")
 @click.option("--show-log", is_flag=True, help="Print pytest's output after the matrix.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
-              help="Seconds each suite test may take (default 300; 0 = no bound).")
+              help="Seconds each suite test may take (default 300, or `timeout` of the project; 0 = no bound).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Read [tool.runstore.conformance] from this file (default: ./pyproject.toml).")
 def check(
     urls: tuple[str, ...],
     as_json: bool,
@@ -152,8 +154,13 @@ def check(
     allow_unreachable: bool,
     show_log: bool,
     timeout: float | None,
+    config_path: str | None,
 ) -> None:
-    """Run the conformance suite against backend URLs (default: the configured backends).
+    """Run the conformance suite against backend URLs (default: the project's ``backends``,
+    else the configured backends).
+
+    ``[tool.runstore.conformance]`` of ./pyproject.toml (or ``--config``) applies as
+    under pytest: its ``plugins`` are loaded, its ``xfail`` entries and ``timeout`` hold.
 
     Server backends are checked in a scratch database, schema or key prefix that is
     dropped afterwards; file backends in a temporary directory. Your data is not touched.
@@ -161,22 +168,24 @@ def check(
     running (the message says why), 130 interrupted.
     """
     import random
+    from pathlib import Path
 
     from .check import (
         SUITE_KINDS,
         check_suite_installed,
-        plugin_argument,
+        read_project_config,
         run_suite,
         split_backend_entry,
     )
     from .errors import BackendNotFoundError
-    from .loader import get_backends, register_plugin_spec
+    from .loader import get_backends, normalize_plugin_spec, register_plugin_spec
     from .urls import BackendURL
 
     check_suite_installed()
-    for plugin in plugins:
-        register_plugin_spec(plugin_argument(plugin))
-    targets = list(urls) or _default_urls()
+    project = read_project_config(config_path)
+    for plugin in dict.fromkeys([*project.plugins(), *(normalize_plugin_spec(p, Path.cwd()) for p in plugins)]):
+        register_plugin_spec(plugin)
+    targets = list(urls) or list(project.settings.get("backends", [])) or _default_urls()
     registry = get_backends()
     for entry in targets:
         parsed = BackendURL.parse(split_backend_entry(entry)[1])
@@ -188,7 +197,7 @@ def check(
         seed = random.SystemRandom().getrandbits(32)
     options: dict[str, Any] = {
         "plugins": plugins, "profile": profile, "seed": seed, "junit_xml": junit_xml,
-        "keyword": keyword, "allow_unreachable": allow_unreachable,
+        "keyword": keyword, "allow_unreachable": allow_unreachable, "project": project,
         "extra_args": ["--runstore-timeout", str(timeout)] if timeout is not None else [],
     }
     shown = ", ".join(redact(u) for u in targets)
@@ -288,6 +297,8 @@ def _print_report(result: Any) -> None:
         console.print(f"Hypothesis profile {summary['profile']} (derandomized: each test's examples are fixed)")
     elif summary["profile"]:
         console.print(f"Hypothesis profile {summary['profile']}, seed {summary['seed']}")
+    if summary["timeout"] is not None:
+        console.print(f"each test phase bounded at {summary['timeout']:g}s" if summary["timeout"] else "no per-test bound")
     console.print(f"replay: {summary['replay']}")
     counts = f"{summary['run']} ran: {summary['passed']} passed, {summary['failed']} failed; {summary['skipped']} skipped"
     verdict = {

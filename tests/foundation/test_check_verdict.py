@@ -192,6 +192,42 @@ def test_relative_plugin_path_works(tmp_path: Path) -> None:
     assert json.loads(out.stdout)["backends"]["saver:zoo-lg-memory"]["passed"] == 1
 
 
+def test_runstore_check_reads_the_project_s_pyproject(tmp_path: Path) -> None:
+    """The child pytest runs in a temporary directory; the author's [tool.runstore.conformance]
+    still holds: its backends, plugins (relative to the pyproject), xfail entries and timeout."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "zoo_plugin.py").write_text(ZOO_PLUGIN)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.runstore.conformance]\n"
+        'backends = ["zoo-minimal://"]\n'
+        'plugins = ["plugins/zoo_plugin.py"]\n'
+        "timeout = 42\n"
+        'xfail = { "test_savers.py::*test_put_then_get_roundtrip*" = "forgets what it saved" }\n'
+    )
+    # No URL and no --plugin: both come from the pyproject; the broken saver's failure is
+    # a declared known failure, so the run passes.
+    out = _check("--json", "-k", "test_put_then_get_roundtrip", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert result["timeout"] == 42
+    (suite,) = result["backends"]["saver:zoo-minimal"]["suites"].values()
+    assert (suite["xfailed"], suite["failed"]) == (1, 0), suite
+
+    # From another folder with --config; --timeout still overrides the file.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = str(tmp_path / "pyproject.toml")
+    out = _check("--config", config, "--timeout", "7", "--json", "-k", "test_put_then_get_roundtrip", cwd=elsewhere)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert result["timeout"] == 7
+    assert f"--config {config}" in result["replay"]
+
+    out = _check("--config", str(elsewhere / "pyproject.toml"), cwd=elsewhere)
+    assert out.returncode == 2, out.stdout + out.stderr
+    _one_error(out, f"--config: {elsewhere / 'pyproject.toml'} does not exist")
+
+
 def test_nothing_ran_fails(tmp_path: Path) -> None:
     # memory:// declares no cross_process: every selected test skips, so nothing was proven.
     out = _check("events=memory://", "-k", "cross_process", cwd=tmp_path)
