@@ -68,6 +68,18 @@ async def _chat(saver: Any, thread_id: str, text: str) -> list[str]:
     return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]
 
 
+async def _delta_messages(saver: Any, thread_id: str, turns: range) -> list[str]:
+    """Turns of a delta-mode graph (a snapshot every 3 steps), then the materialized messages."""
+    builder = StateGraph(runstore.get_thread_state_schema("delta", 3))
+    builder.add_node("reply", _reply)
+    builder.add_edge(START, "reply")
+    graph = builder.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": thread_id}}
+    for i in turns:
+        await graph.ainvoke({"messages": [HumanMessage(f"d{i}", id=f"{thread_id}-d{i}")]}, cfg)
+    return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]
+
+
 async def partitions_holding(conn: asyncpg.Connection, table: str) -> set[str]:
     rows = await conn.fetch(f"SELECT DISTINCT tableoid::regclass::text AS p FROM {table}")
     return {r["p"] for r in rows}
@@ -126,6 +138,11 @@ async def test_runstore_runs_on_hash_partitioned_tables(postgres_url: str) -> No
             for table in ("runstore_checkpoints", "runstore_checkpoint_writes"):
                 assert await conn.fetchval(
                     f"SELECT count(*) FROM {table} WHERE thread_id = $1", THREADS[1]) == 0
+            delta = await _delta_messages(saver, "delta", range(7))
+            assert delta == [t for i in range(7) for t in (f"d{i}", f"you said: d{i}")]
+        async with PostgresSaver.from_conn_string(postgres_url) as saver:
+            # Reopened: the delta thread is rebuilt from its snapshot and writes.
+            assert await _delta_messages(saver, "delta", range(7, 8)) == [*delta, "d7", "you said: d7"]
             compaction = await saver.acompact()
             blobs = await conn.fetchval(
                 "SELECT sum(pg_total_relation_size(relid))::bigint FROM"
