@@ -4,8 +4,9 @@ One hash per thread, ``{prefix}{key_prefix}{thread_id}``, with a field per entry
 a TTL of ``checkpoint_cache.ttl_seconds`` refreshed on every write; purging a thread
 deletes its hash. Values are the saver's own serializer output. Any Redis error
 (connection refused, timeout, a bad value) is a miss or a skipped write, never an
-exception and never a wrong answer. Calls are bounded by the ``redis`` timeouts (and
-the URL options of the same names); after a connection failure the cache answers
+exception and never a wrong answer; only opening refuses something, a database the
+server does not have. Calls are bounded by the ``redis`` timeouts (and the URL
+options of the same names); after a connection failure the cache answers
 misses without touching Redis for `RETRY_AFTER` seconds, so an unresponsive server
 costs one bounded wait, not one per checkpoint read.
 
@@ -17,6 +18,7 @@ writes are idempotent). ``clear`` scans every master.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,7 +30,11 @@ if TYPE_CHECKING:
 
     from runstore.options import BackendOptions
 
+    from .client import RedisTimeouts
+
 log = logging.getLogger("runstore.plugins.redis.cache")
+
+BACKEND = "redis history cache"
 
 DEFAULT_KEY_PREFIX = "runstore:history:"
 #: Seconds of misses without I/O after a connection failure, before Redis is tried again.
@@ -59,8 +65,11 @@ class RedisHistoryCache:
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
         """Open from ``redis://host:port/db?prefix=P`` and the ``checkpoint_cache`` settings.
 
-        No connection is made here: an unreachable server shows up as misses. The
-        timeouts come from the ``redis`` settings and the URL options of the same names.
+        An unreachable server shows up as misses, not here. A database other than 0 is
+        checked here, within the connect and reply timeouts: one the server does not
+        have is `InvalidURLError`, as for the stream bridge (every later call would be a
+        miss). The timeouts come from the ``redis`` settings and the URL options of the
+        same names.
         """
         import redis.asyncio as aioredis
 
@@ -80,6 +89,7 @@ class RedisHistoryCache:
             pool = open_pool(url, settings.section(RedisSettings), timeouts,
                              runstore_options=("prefix", *TIMEOUT_OPTIONS))
             client = aioredis.Redis(connection_pool=pool)
+            await _refuse_missing_database(client, url, timeouts)
         cache = cls(
             client,
             prefix=url.option("prefix", "") or "",
@@ -185,3 +195,23 @@ class RedisHistoryCache:
                 await self.client.aclose(close_connection_pool=True)
         except Exception as exc:
             self._failed("close", exc)
+
+
+async def _refuse_missing_database(client: Any, url: BackendURL, timeouts: RedisTimeouts) -> None:
+    """Raise `InvalidURLError` if the server refuses the URL's database (a number other than 0,
+    which every server has); an unreachable server is left to show as misses."""
+    from redis.exceptions import ResponseError
+
+    from .client import backend_name, connection_errors, database_number, no_database_error
+
+    database = database_number(url)
+    if not database:
+        return
+    try:
+        async with asyncio.timeout(timeouts.socket_connect_timeout + timeouts.socket_timeout):
+            await client.ping()
+    except ResponseError as exc:
+        await client.aclose(close_connection_pool=True)
+        raise no_database_error(backend_name(BACKEND, url), database, exc) from exc
+    except connection_errors():  # asyncio's timeout among them
+        pass

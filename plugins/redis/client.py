@@ -68,6 +68,21 @@ class RedisTimeouts:
         return cls(**seconds_with_url(url, settings, TIMEOUT_OPTIONS))
 
 
+def backend_name(kind: str, url: BackendURL) -> str:
+    """How errors and logs name one opened backend: ``"redis stream bridge at redis://host:6379/0"``
+    (password masked, options left out), so a message says which server it is about."""
+    return f"{kind} at {url.render(include_query=False)}"
+
+
+def no_database_error(backend: str, database: int, refusal: BaseException) -> InvalidURLError:
+    """The error for a server that refused ``SELECT`` of the URL's database (it has fewer)."""
+    return InvalidURLError(
+        f"{backend}: the server has no database {database}, which the URL path names "
+        f"({refusal}); a Redis server has databases 0 up to its 'databases' setting minus 1 "
+        "(0-15 by default)"
+    )
+
+
 def database_number(url: BackendURL) -> int:
     """The database of ``redis://host:port/N`` (0 without a path); anything else is `InvalidURLError`."""
     path = url.path.strip("/")
@@ -350,11 +365,7 @@ class RedisCalls:
         connection errors)."""
         database = pool.connection_kwargs.get("db") or 0
         if database:
-            return InvalidURLError(
-                f"{self.backend}: the server has no database {database}, which the URL path names "
-                f"({exc}); a Redis server has databases 0 up to its 'databases' setting minus 1 "
-                "(0-15 by default)"
-            )
+            return no_database_error(self.backend, database, exc)
         return self._unavailable("connect", False, exc)
 
     async def _check_health(self, conn: Any) -> None:

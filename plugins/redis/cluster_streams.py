@@ -24,7 +24,7 @@ from redis.crc import key_slot
 from runstore.errors import ConfigError
 from runstore.streams import check_run_id
 
-from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts
+from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, backend_name
 from .cluster import CLUSTER_OPTIONS, SLOTS, ClusterCalls
 from .settings import RedisSettings
 from .streams import BACKEND, RedisStreamBridge, _Pending
@@ -68,7 +68,7 @@ class RedisClusterStreamBridge(RedisStreamBridge):
                 f"(up to {SLOT_GROUPS} connections of one master may be blocking readers)"
             )
         timeouts = RedisTimeouts.resolve(url, section)
-        calls = ClusterCalls.for_url(url, section, timeouts, backend=BACKEND,
+        calls = ClusterCalls.for_url(url, section, timeouts, backend=backend_name(BACKEND, url),
                                      runstore_options=("prefix", *TIMEOUT_OPTIONS))
         bridge = await cls._opened(calls, url, options)
         assert isinstance(bridge, cls)

@@ -58,7 +58,7 @@ from runstore.streams import (
 )
 from runstore.urls import BackendURL
 
-from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisCalls, RedisTimeouts, open_pool
+from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisCalls, RedisTimeouts, backend_name, open_pool
 from .settings import RedisSettings
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             from runstore.errors import MissingDriverError
 
             raise MissingDriverError("redis", "redis", "redis") from None
-        return await cls._opened(RedisCalls(pool, timeouts, backend=BACKEND), url, options)
+        return await cls._opened(RedisCalls(pool, timeouts, backend=backend_name(BACKEND, url)), url, options)
 
     @classmethod
     async def _opened(cls, calls: RedisCalls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
@@ -729,7 +729,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 # Retried until the operation deadline already: the current followers raise
                 # it; later subscribers start over.
                 error = exc if isinstance(exc, BackendUnavailableError) else BackendUnavailableError(
-                    BACKEND, "subscribe (reader)", write_may_have_happened=False, cause=exc
+                    self.calls.backend, "subscribe (reader)", write_may_have_happened=False, cause=exc
                 )
                 for key, watch in self._group_watches(group).items():
                     watch.error = error
