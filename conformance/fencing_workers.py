@@ -1,4 +1,5 @@
-"""Writer processes for the fenced-write races (spawned, so importable by name)."""
+"""Writer processes for the fenced-write races (spawned, so importable by name), and the
+check every fencing test makes of a refused write."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from runstore.errors import StaleFenceError
+
 from .processes import errors_travel, with_backend
 
 T = TypeVar("T")
@@ -14,6 +17,18 @@ T = TypeVar("T")
 #: One write attempt of a racing writer: (index, began after the newer token was written,
 #: "ok" / "stale" / an error text, checkpoint id or task id it wrote).
 Attempt = tuple[int, bool, str, str]
+
+
+async def refused_as_stale(call: Awaitable[Any], what: str) -> StaleFenceError:
+    """Await ``call`` and return the `StaleFenceError` it must raise (else the contract fails)."""
+    try:
+        await call
+    except StaleFenceError as exc:
+        return exc
+    raise AssertionError(
+        f"contract: fencing: {what} carrying a stale token is refused with StaleFenceError "
+        "(it went through)"
+    )
 
 
 def with_saver(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]) -> T:
@@ -37,8 +52,6 @@ async def write_once(
 ) -> tuple[str, str]:
     """One fenced write: a put (child of ``root``) on even ``i``, else pending writes on
     ``root``. Returns (outcome, what it wrote): "ok", "stale", or the unexpected error."""
-    from runstore.errors import StaleFenceError
-
     from .savers_model import make_checkpoint, new_checkpoint_id
 
     try:
@@ -164,7 +177,6 @@ def stale_appender(
 ) -> list[Attempt]:
     """Append with token 1 until refused, then a few more times (all must be refused);
     sets ``wrote`` after three acknowledged appends and reads ``fenced`` before each."""
-    from runstore.errors import StaleFenceError
 
     async def body(store: Any) -> list[Attempt]:
         attempts: list[Attempt] = []

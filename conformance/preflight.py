@@ -22,7 +22,14 @@ from typing import Any, NoReturn
 
 import pytest
 
-from .session import TARGET_FIXTURES, named_backends, provisions_of, split_kinds, suite_timeout
+from .session import (
+    TARGET_FIXTURES,
+    named_backends,
+    per_session,
+    provisions_of,
+    split_kinds,
+    suite_timeout,
+)
 
 #: How each hint is spelled: (under ``runstore check``, under plain pytest).
 _FLAGS = {
@@ -44,11 +51,7 @@ class _State:
 
 
 def _state(config: pytest.Config) -> _State:
-    state = getattr(config, "_runstore_preflight", None)
-    if state is None:
-        state = _State()
-        config._runstore_preflight = state  # type: ignore[attr-defined]
-    return state
+    return per_session(config, "_runstore_preflight", _State)
 
 
 def under_check(config: pytest.Config) -> bool:

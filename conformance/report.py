@@ -16,7 +16,7 @@ from runstore.capabilities import Kind
 from runstore.urls import BackendURL
 
 from .harness import spec_for
-from .session import TARGET_FIXTURES, backend_ids, suite_timeout
+from .session import TARGET_FIXTURES, backend_ids, per_session, suite_timeout
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,15 +61,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _label_ids(config: pytest.Config) -> dict[tuple[str, str], str]:
-    ids = getattr(config, "_runstore_label_ids", None)
-    if ids is None:
-        ids = {
-            (kind, raw): ident
-            for kind in TARGET_FIXTURES
-            for raw, ident in backend_ids(config, kind).items()
-        }
-        config._runstore_label_ids = ids  # type: ignore[attr-defined]
-    return ids
+    return per_session(config, "_runstore_label_ids", lambda: {
+        (kind, raw): ident
+        for kind in TARGET_FIXTURES
+        for raw, ident in backend_ids(config, kind).items()
+    })
 
 
 def _describe(item: pytest.Item) -> dict[str, Any]:

@@ -7,13 +7,16 @@ The pytest plugin's hooks, the preflight and the report all read them from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
     from runstore.check import ProjectConfig
+
+T = TypeVar("T")
 
 BACKEND_OPTION = "--runstore-backend"
 #: Suite kind -> the fixture a test of that kind takes.
@@ -23,6 +26,15 @@ TARGET_FIXTURES = {
     "streams": "streams_target",
     "runs": "runs_target",
 }
+
+
+def per_session(config: pytest.Config, name: str, make: Callable[[], T]) -> T:
+    """The session's one ``make()``, kept on ``config`` as ``name``: made on first use."""
+    value = getattr(config, name, None)
+    if value is None:
+        value = make()
+        setattr(config, name, value)
+    return value
 
 
 def project_settings(config: pytest.Config) -> dict[str, Any]:
@@ -35,14 +47,13 @@ def _project(config: pytest.Config) -> ProjectConfig:
     from runstore.check import read_project_config
     from runstore.errors import ConfigError
 
-    cached = getattr(config, "_runstore_project", None)
-    if cached is None:
+    def read() -> ProjectConfig:
         try:
-            cached = read_project_config(config.getoption("runstore_config"), option="--runstore-config")
+            return read_project_config(config.getoption("runstore_config"), option="--runstore-config")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
-        config._runstore_project = cached  # type: ignore[attr-defined]
-    return cached
+
+    return per_session(config, "_runstore_project", read)
 
 
 def development_plugins(config: pytest.Config) -> list[str]:
@@ -154,11 +165,7 @@ class Provisions:
 
 def provisions_of(config: pytest.Config) -> Provisions:
     """The session's provisioned URLs (the preflight provisions them before any test runs)."""
-    provisions = getattr(config, "_runstore_provisions", None)
-    if provisions is None:
-        provisions = Provisions()
-        config._runstore_provisions = provisions  # type: ignore[attr-defined]
-    return provisions
+    return per_session(config, "_runstore_provisions", Provisions)
 
 
 def close_provisions(config: pytest.Config) -> None:

@@ -19,7 +19,7 @@ from runstore.errors import StaleFenceError
 from runstore.events import RunEventStore
 from runstore.records import InvalidEventError
 
-from .fencing_workers import event_contents, fresh_appender, stale_appender
+from .fencing_workers import event_contents, fresh_appender, refused_as_stale, stale_appender
 from .session import development_plugins
 
 pytestmark = pytest.mark.requires("fencing")
@@ -32,16 +32,6 @@ def _thread() -> str:
 def _event(thread: str, i: int, run: str = "r1") -> dict[str, Any]:
     return {"thread_id": thread, "run_id": run, "event_type": "step", "category": "trace", "content": str(i)}
 
-
-async def _stale(call: Any, what: str) -> StaleFenceError:
-    try:
-        await call
-    except StaleFenceError as exc:
-        return exc
-    raise AssertionError(
-        f"contract: fencing: {what} carrying a stale token is refused with StaleFenceError "
-        "(it went through)"
-    )
 
 
 async def _contents(store: RunEventStore, thread: str) -> list[str]:
@@ -59,15 +49,15 @@ def test_stale_token_is_refused_and_writes_nothing(events_target: Any) -> None:
         thread, other = _thread(), _thread()
         await store.put(**_event(thread, 1), user_id=None, fence=2)
         before = await _contents(store, thread)
-        raised = await _stale(store.put(**_event(thread, 2), user_id=None, fence=1), "put")
+        raised = await refused_as_stale(store.put(**_event(thread, 2), user_id=None, fence=1), "put")
         assert (raised.thread_id, raised.fence, raised.current) == (thread, 1, 2), (
             f"contract: StaleFenceError names the thread, the stale token and the current one: {raised!r}"
         )
         # A batch over two threads, stale on one of them: nothing of it is written.
-        await _stale(
+        await refused_as_stale(
             store.put_batch([_event(other, 3), _event(thread, 4)], user_id=None, fence=1), "put_batch"
         )
-        await _stale(
+        await refused_as_stale(
             store.put_if_absent(**{**_event(thread, 5), "event_type": "done"}, user_id=None, fence=1),
             "put_if_absent",
         )
@@ -85,9 +75,9 @@ def test_stale_token_is_refused_and_writes_nothing(events_target: Any) -> None:
             "contract: fencing: appends with the current or a newer token, and without a token, "
             f"are written; got {await _contents(store, thread)}"
         )
-        await _stale(store.put(**_event(thread, 10), user_id=None, fence=2), "put")
+        await refused_as_stale(store.put(**_event(thread, 10), user_id=None, fence=2), "put")
         await store.delete_by_thread(thread, user_id=None)
-        await _stale(store.put(**_event(thread, 11), user_id=None, fence=2), "put after a delete")
+        await refused_as_stale(store.put(**_event(thread, 11), user_id=None, fence=2), "put after a delete")
 
     events_target.run(body)
 

@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from runstore.errors import InvalidSaverInputError, StaleFenceError
+from runstore.errors import InvalidSaverInputError
 
 from .fencing_workers import (
     Attempt,
     fenced_config,
     fresh_writer,
     landed,
+    refused_as_stale,
     stale_writer,
     write_once,
 )
@@ -34,17 +35,6 @@ Saver = BaseCheckpointSaver[Any]
 
 pytestmark = pytest.mark.requires("fencing")
 
-
-async def _stale(call: Any, what: str) -> StaleFenceError:
-    """Await ``call`` and return the StaleFenceError it must raise."""
-    try:
-        await call
-    except StaleFenceError as exc:
-        return exc
-    raise AssertionError(
-        f"contract: fencing: {what} carrying a stale token is refused with StaleFenceError "
-        "(it went through)"
-    )
 
 
 async def _root(saver: Saver, thread: str, fence: int | None = 1) -> str:
@@ -74,7 +64,7 @@ def test_stale_token_is_refused_and_writes_nothing(saver_target: Any) -> None:
         child = new_checkpoint_id()
         await saver.aput(fenced_config(thread, 3, root), make_checkpoint(child, {}, {}), {}, {})
         before = await _snapshot(saver, thread)
-        raised = await _stale(
+        raised = await refused_as_stale(
             saver.aput(
                 fenced_config(thread, 2, child),
                 make_checkpoint(new_checkpoint_id(), {}, {}),
@@ -87,10 +77,10 @@ def test_stale_token_is_refused_and_writes_nothing(saver_target: Any) -> None:
             "contract: StaleFenceError names the thread, the stale token and the thread's fence; "
             f"got {raised!r}"
         )
-        await _stale(
+        await refused_as_stale(
             saver.aput_writes(fenced_config(thread, 1, child), [("x", 1)], "late", ""), "put_writes"
         )
-        await _stale(saver.adelete_thread(thread, fence=2), "delete_thread")  # type: ignore[call-arg]
+        await refused_as_stale(saver.adelete_thread(thread, fence=2), "delete_thread")  # type: ignore[call-arg]
         assert await _snapshot(saver, thread) == before, (
             "contract: a write refused for a stale token stores nothing (put, put_writes, "
             "delete_thread)"
@@ -104,13 +94,13 @@ def test_stale_token_is_refused_and_writes_nothing(saver_target: Any) -> None:
             "contract: writes carrying the thread's current or a newer token, and writes "
             f"without a token, are stored; got tasks {sorted(tasks)}"
         )
-        await _stale(
+        await refused_as_stale(
             saver.aput_writes(fenced_config(thread, 3, child), [("x", 5)], "older", ""),
             "put_writes",
         )
         await saver.adelete_thread(thread, fence=4)  # type: ignore[call-arg]
         assert await _snapshot(saver, thread) == [], "contract: a fenced delete_thread deletes"
-        await _stale(
+        await refused_as_stale(
             saver.aput(
                 fenced_config(thread, 3), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}
             ),
@@ -135,15 +125,15 @@ def test_fence_thread_closes_older_tokens_out(saver_target: Any) -> None:
         assert await _snapshot(saver, thread) == before, (
             "contract: afence_thread writes no checkpoint"
         )
-        await _stale(
+        await refused_as_stale(
             saver.aput_writes(fenced_config(thread, 4, root), [("x", 1)], "t", ""), "put_writes"
         )
-        await _stale(saver.afence_thread(thread, 4), "afence_thread")  # type: ignore[attr-defined]
+        await refused_as_stale(saver.afence_thread(thread, 4), "afence_thread")  # type: ignore[attr-defined]
         await saver.afence_thread(empty, 7)  # type: ignore[attr-defined]
         assert await saver.aget_tuple(config_for(empty)) is None, (
             "contract: afence_thread on a thread without checkpoints creates none"
         )
-        await _stale(
+        await refused_as_stale(
             saver.aput(
                 fenced_config(empty, 6), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}
             ),
@@ -182,7 +172,7 @@ def test_sync_twins_are_fenced(saver_target: Any) -> None:
         thread = new_thread_id()
         root = await _root(saver, thread, fence=2)
         before = await _snapshot(saver, thread)
-        await _stale(
+        await refused_as_stale(
             asyncio.to_thread(
                 saver.put,
                 fenced_config(thread, 1, root),
@@ -192,13 +182,13 @@ def test_sync_twins_are_fenced(saver_target: Any) -> None:
             ),
             "put (sync)",
         )
-        await _stale(
+        await refused_as_stale(
             asyncio.to_thread(
                 saver.put_writes, fenced_config(thread, 1, root), [("x", 1)], "t", ""
             ),
             "put_writes (sync)",
         )
-        await _stale(
+        await refused_as_stale(
             # fence= is runstore's extension of LangGraph's delete_thread (capability fencing).
             asyncio.to_thread(saver.delete_thread, thread, fence=1),  # type: ignore[call-arg]
             "delete_thread (sync)",
@@ -232,7 +222,7 @@ def test_fenced_graph_run(saver_target: Any) -> None:
         assert out == {"n": 2}
         before = await _snapshot(saver, thread)
         await saver.afence_thread(thread, 2)  # type: ignore[attr-defined]
-        await _stale(graph.ainvoke({"n": 10}, fenced_config(thread, 1)), "a graph run")
+        await refused_as_stale(graph.ainvoke({"n": 10}, fenced_config(thread, 1)), "a graph run")
         assert await _snapshot(saver, thread) == before, (
             "contract: a graph run carrying a stale token stores no checkpoint and no write"
         )
