@@ -267,10 +267,17 @@ def _break_connections(bridge: Any) -> None:
 
 
 def _short_deadline(bridge: Any, seconds: float = 0.3) -> None:
-    """Give every call of ``bridge`` a short operation deadline (tests of giving up)."""
+    """Give every call of ``bridge`` a short operation deadline (tests of giving up).
+
+    The connect and reply bounds shrink with it: closing the bridge deletes its control
+    stream with one best-effort call bounded by those two, which against the dead port
+    would otherwise retry for 15 s per stream.
+    """
     import dataclasses
 
-    bridge.calls.timeouts = dataclasses.replace(bridge.calls.timeouts, operation_timeout=seconds)
+    bridge.calls.timeouts = dataclasses.replace(
+        bridge.calls.timeouts, operation_timeout=seconds, socket_connect_timeout=seconds, socket_timeout=seconds
+    )
     bridge.calls.retry_backoff = (0.01, 0.02, 0.04)
 
 
