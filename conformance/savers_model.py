@@ -514,8 +514,7 @@ class SaverModel:
                 continue
             head = max(entries)
             keep = {head, *self.needed(thread, ns, head)}
-            for cid in set(entries) - keep:
-                del entries[cid]
+            _remove(entries, set(entries) - keep)
 
     def delete_for_runs(self, runs: set[str]) -> None:
         for thread, namespaces in self.threads.items():
@@ -523,8 +522,16 @@ class SaverModel:
                 doomed = {cid for cid, s in entries.items() if s.run in runs}
                 for cid in set(entries) - doomed:
                     doomed -= self.needed(thread, ns, cid)
-                for cid in doomed:
-                    del entries[cid]
+                _remove(entries, doomed)
+
+
+def _remove(entries: dict[str, Stored], doomed: set[str]) -> None:
+    """Delete ``doomed``; a survivor whose parent went no longer names one (docs/threads.md)."""
+    for cid in doomed:
+        del entries[cid]
+    for stored in entries.values():
+        if stored.parent in doomed:
+            stored.parent = None
 
 
 def named(message: str) -> str:

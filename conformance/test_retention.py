@@ -84,6 +84,13 @@ async def _state(saver: Saver, tree: Tree, index: int) -> tuple[Any, ...]:
     )
 
 
+async def _parent_id(saver: Saver, config: Any) -> str | None:
+    """The checkpoint id ``parent_config`` of the checkpoint at ``config`` names."""
+    got = await saver.aget_tuple(config)
+    assert got is not None
+    return (got.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+
+
 def _closure(tree: Tree, keep: set[int]) -> set[int]:
     """``keep`` and, until closed, every ancestor a kept node's reconstruction reads."""
     out: set[int] = set()
@@ -184,6 +191,14 @@ def test_retention_keeps_resumes_and_delta_reconstruction(saver_target: Any) -> 
                             f"namespace {tree.ns!r} node {i}: values changed (contract: every "
                             "kept checkpoint loads to the same values)"
                         )
+                        parent = tree.nodes[node.parent].id if node.parent is not None else None
+                        expected_parent = parent if parent in left else None
+                        got_parent = await _parent_id(saver, tree.config(i))
+                        assert got_parent == expected_parent, named(
+                            f"namespace {tree.ns!r} node {i}: parent {got_parent} != "
+                            f"{expected_parent} (contract: a kept checkpoint names its parent while "
+                            "it is stored, and no parent once it was removed)"
+                        )
                 info = await saver.aget_thread(thread)
                 assert info is not None and info.latest_checkpoint_id == root.nodes[head].id, (
                     "contract: the thread record names the same latest checkpoint after a sweep"
@@ -196,6 +211,48 @@ def test_retention_keeps_resumes_and_delta_reconstruction(saver_target: Any) -> 
             session.run(body())
 
         check()
+
+
+def test_a_kept_checkpoint_whose_parent_went_has_no_parent(saver_target: Any) -> None:
+    """After a sweep (``keep_last`` or ``max_age``), the oldest kept checkpoint of a chain
+    reads back as a root (no ``parent_config``), from ``get_tuple`` and ``list`` alike: a
+    parent that cannot be loaded is never named. Links between kept checkpoints stay."""
+
+    async def body(saver: Saver) -> None:
+        clock = TickingClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        chains: dict[str, list[str]] = {}
+        for thread in (new_thread_id(), new_thread_id()):
+            parent = None
+            chains[thread] = []
+            for _ in range(5):
+                cid = new_checkpoint_id()
+                await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), {}, {})
+                chains[thread].append(cid)
+                parent = cid
+        kept_last, aged = chains
+        await sweep_all(saver, RetentionPolicy(keep_last=2), thread_ids=[kept_last])
+        clock.advance(3600)
+        await sweep_all(saver, RetentionPolicy(max_age=60), thread_ids=[aged])
+        for thread, kept in ((kept_last, chains[kept_last][-2:]), (aged, chains[aged][-1:])):
+            assert await _ids(saver, thread) == set(kept)
+            expected = [None, *kept[:-1]]
+            got = [await _parent_id(saver, config_for(thread, cid)) for cid in kept]
+            assert got == expected, named(
+                f"get_tuple parents {got} != {expected} (contract: a kept checkpoint whose "
+                "parent a sweep removed has no parent_config)"
+            )
+            listed = {
+                t.checkpoint["id"]: (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+                async for t in saver.alist(config_for(thread))
+            }
+            assert listed == dict(zip(kept, expected, strict=True)), named(
+                f"list parents {listed} (contract: a kept checkpoint whose parent a sweep "
+                "removed has no parent_config)"
+            )
+            await saver.adelete_thread(thread)
+
+    saver_target.run(body)
 
 
 def test_idle_threads_expire_whole(saver_target: Any) -> None:

@@ -1,6 +1,6 @@
 """The retention suite has teeth: it fails savers whose retention drops an interrupted
-checkpoint's pending writes or a needed delta ancestor, naming the contract (one child
-pytest, `tests/broken/teeth.py`)."""
+checkpoint's pending writes or a needed delta ancestor, or leaves a kept checkpoint
+naming a removed parent, naming the contract (one child pytest, `tests/broken/teeth.py`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ CASES = [
          "retention keeps a kept checkpoint's pending writes"),
     Case("broken-retention-ancestor", R, "keeps_resumes_and_delta",
          "retention never deletes a needed delta ancestor"),
+    Case("broken-retention-parent", R, "parent_went", "has no parent_config"),
 ]
 
 

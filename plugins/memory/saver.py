@@ -207,6 +207,10 @@ class _Namespace:
             self.entries.pop(checkpoint_id, None)
             self.writes.pop(checkpoint_id, None)
         self.order = [cid for cid in self.order if cid not in doomed]
+        # A parent that can no longer be loaded is not named (docs/threads.md).
+        for entry in self.entries.values():
+            if entry.parent in doomed:
+                entry.parent = None
         # Blobs are shared by version across checkpoints: keep what survivors reference.
         referenced = {
             (ch, ver) for entry in self.entries.values() for ch, ver in entry.versions.items()

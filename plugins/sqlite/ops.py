@@ -409,7 +409,8 @@ def _graph(conn: sqlite3.Connection, thread_id: str, ns: str) -> CheckpointGraph
 
 
 def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[str]) -> None:
-    """Delete checkpoints ``doomed`` with their writes, then blobs no survivor holds."""
+    """Delete checkpoints ``doomed`` with their writes, cut the parent links that pointed at
+    them, then drop blobs no survivor holds."""
     if not doomed:
         return
     ids = orjson.dumps(list(doomed)).decode()
@@ -419,6 +420,12 @@ def _remove(conn: sqlite3.Connection, thread_id: str, ns: str, doomed: Sequence[
             "AND checkpoint_id IN (SELECT value FROM json_each(?))",
             (thread_id, ns, ids),
         )
+    # A parent that can no longer be loaded is not named (docs/threads.md).
+    conn.execute(
+        f"UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL WHERE thread_id = ? "
+        "AND checkpoint_ns = ? AND parent_checkpoint_id IN (SELECT value FROM json_each(?))",
+        (thread_id, ns, ids),
+    )
     conn.execute(
         f"DELETE FROM {BLOBS} WHERE thread_id = ? AND checkpoint_ns = ? AND NOT EXISTS ("
         f"SELECT 1 FROM {CHECKPOINTS} c, json_each(c.value_versions) j "

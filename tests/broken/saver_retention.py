@@ -1,7 +1,8 @@
 """Broken savers whose retention removes what it must keep. The retention suite must
-fail both, naming the contract: one drops an interrupted checkpoint's pending writes
+fail each, naming the contract: one drops an interrupted checkpoint's pending writes
 (a resume loses its interrupts and resume values), one keeps the newest checkpoints but
-not the ancestors their delta reconstruction reads."""
+not the ancestors their delta reconstruction reads, one leaves a kept checkpoint naming
+a parent the sweep removed."""
 
 from __future__ import annotations
 
@@ -69,6 +70,25 @@ class DropsDeltaAncestorSaver(MemorySaver):
             return ThreadSwept(thread_id, False, removed)
 
 
+class KeepsRemovedParentSaver(MemorySaver):
+    def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool
+    ) -> ThreadSwept | None:
+        with self._lock:
+            parents = {
+                (name, cid): entry.parent
+                for name, ns in self._threads.get(thread_id, {}).items()
+                for cid, entry in ns.entries.items()
+            }
+        swept = super()._sweep_thread(thread_id, policy, now, dry_run)
+        with self._lock:
+            for name, ns in self._threads.get(thread_id, {}).items():
+                for cid, entry in ns.entries.items():
+                    # BUG (on purpose): the link to a removed parent is put back.
+                    entry.parent = parents.get((name, cid), entry.parent)
+        return swept
+
+
 async def _writes(url: BackendURL, options: BackendOptions) -> DropsInterruptWritesSaver:
     return DropsInterruptWritesSaver()
 
@@ -77,9 +97,15 @@ async def _ancestor(url: BackendURL, options: BackendOptions) -> DropsDeltaAnces
     return DropsDeltaAncestorSaver()
 
 
+async def _parent(url: BackendURL, options: BackendOptions) -> KeepsRemovedParentSaver:
+    return KeepsRemovedParentSaver()
+
+
 @hookimpl
 def runstore_register_savers(registry: SaverRegistry) -> None:
     registry.add("broken-retention-writes", schemes=["broken-retention-writes"], factory=_writes,
                  capabilities=CAPABILITIES)
     registry.add("broken-retention-ancestor", schemes=["broken-retention-ancestor"], factory=_ancestor,
+                 capabilities=CAPABILITIES)
+    registry.add("broken-retention-parent", schemes=["broken-retention-parent"], factory=_parent,
                  capabilities=CAPABILITIES)
