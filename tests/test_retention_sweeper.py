@@ -109,6 +109,55 @@ async def test_a_failed_cleanup_is_retried_idempotently() -> None:
         assert (await sweep(stores, RetentionPolicy(idle_ttl=10))).cleaned == 0
 
 
+async def test_the_retention_settings_pace_the_sweeper() -> None:
+    """``retention.batch_size`` sizes a pass's batches, ``claim_seconds`` keeps a failed
+    sweeper's claim that long, ``interval_seconds`` is the app task's pause."""
+    config = {"retention": {"keep_last": 1, "batch_size": 2, "claim_seconds": 50, "interval_seconds": 1}}
+    async with runstore.open(config, checkpointer="memory://", events="memory://", streams="memory://") as stores:
+        saver = unwrap_saver(stores.checkpointer)
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        threads = [f"t{i}" for i in range(5)]
+        for thread in threads:
+            await _thread(stores, thread, checkpoints=2, runs=0)
+        real = saver._sweep_thread  # type: ignore[attr-defined]
+
+        def dies_on_t0(thread_id: str, *args: Any) -> Any:
+            if thread_id == "t0":
+                raise ConnectionError("sweeper died")
+            return real(thread_id, *args)
+
+        saver._sweep_thread = dies_on_t0  # type: ignore[attr-defined]
+        with pytest.raises(ConnectionError):
+            await sweep(stores)
+        saver._sweep_thread = real  # type: ignore[attr-defined]
+        clock.advance(49)
+        report = await sweep(stores)
+        assert (report.batches, report.examined, report.removed.checkpoints) == (2, 3, 3), (
+            "batches of 2; t0 and t1 still claimed by the sweeper that died"
+        )
+        clock.advance(2)
+        report = await sweep(stores)
+        assert (report.examined, report.removed.checkpoints) == (2, 2), "their claim lapsed at 50 s"
+        clock.advance(1)
+        for thread in threads:
+            await _thread(stores, thread, checkpoints=2, runs=0)
+        reports: list[SweepReport] = []
+        two = asyncio.Event()
+
+        def on_report(report: SweepReport) -> None:
+            reports.append(report)
+            if len(reports) == 2:
+                two.set()
+
+        task = start_sweeper(stores, on_report=on_report)
+        await asyncio.wait_for(two.wait(), 30)  # the default 300 s pause would time out
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [r.batches for r in reports] == [3, 1] and reports[0].removed.checkpoints == 10
+
+
 async def test_delete_thread_everywhere_reports_counts(tmp_path: Path) -> None:
     async with _open(tmp_path) as stores:
         await _thread(stores, "t", checkpoints=4)
