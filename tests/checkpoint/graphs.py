@@ -1,7 +1,8 @@
-"""A tiny chat graph in either mode, shared by the checkpoint tests."""
+"""Tiny chat graphs in either mode, shared by the tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -45,3 +46,23 @@ async def turn(graph: Any, config: dict[str, Any], text: str) -> None:
 
 def contents(snapshot: Any) -> list[str]:
     return [m.content for m in snapshot.values.get("messages", [])]
+
+
+def _reply(state: dict[str, Any]) -> dict[str, Any]:
+    last = state["messages"][-1]
+    return {"messages": [AIMessage(f"you said: {last.content}", id=f"ai-{last.id}")]}
+
+
+async def chat_turns(
+    saver: Any, thread_id: str, texts: Iterable[str], mode: str = "full", frequency: int = 3
+) -> list[str]:
+    """Send each of ``texts`` as a turn of a one-node graph on ``saver`` that answers
+    ``you said: <text>``; answer the thread's message contents after the last turn."""
+    builder = StateGraph(get_thread_state_schema(mode, frequency))
+    builder.add_node("reply", _reply)
+    builder.add_edge(START, "reply")
+    graph = builder.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": thread_id}}
+    for text in texts:
+        await graph.ainvoke({"messages": [HumanMessage(text, id=f"{thread_id}-{text}")]}, cfg)
+    return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]

@@ -11,13 +11,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import START, StateGraph
 
-import runstore
 from runstore.plugins.postgres.events import PostgresEventStore
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.urls import BackendURL
+from tests.checkpoint.graphs import chat_turns
 
 pytestmark = pytest.mark.postgres
 
@@ -53,33 +51,6 @@ async def table_shape(conn: asyncpg.Connection, schema: str) -> dict[str, Any]:
     return {"columns": [tuple(r) for r in columns], "indexes": [tuple(r) for r in indexes]}
 
 
-def _reply(state: dict[str, Any]) -> dict[str, Any]:
-    last = state["messages"][-1]
-    return {"messages": [AIMessage(f"you said: {last.content}", id=f"ai-{last.id}")]}
-
-
-async def _chat(saver: Any, thread_id: str, text: str) -> list[str]:
-    builder = StateGraph(runstore.get_thread_state_schema("full"))
-    builder.add_node("reply", _reply)
-    builder.add_edge(START, "reply")
-    graph = builder.compile(checkpointer=saver)
-    cfg = {"configurable": {"thread_id": thread_id}}
-    await graph.ainvoke({"messages": [HumanMessage(text, id=f"{thread_id}-{text}")]}, cfg)
-    return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]
-
-
-async def _delta_messages(saver: Any, thread_id: str, turns: range) -> list[str]:
-    """Turns of a delta-mode graph (a snapshot every 3 steps), then the materialized messages."""
-    builder = StateGraph(runstore.get_thread_state_schema("delta", 3))
-    builder.add_node("reply", _reply)
-    builder.add_edge(START, "reply")
-    graph = builder.compile(checkpointer=saver)
-    cfg = {"configurable": {"thread_id": thread_id}}
-    for i in turns:
-        await graph.ainvoke({"messages": [HumanMessage(f"d{i}", id=f"{thread_id}-d{i}")]}, cfg)
-    return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]
-
-
 async def partitions_holding(conn: asyncpg.Connection, table: str) -> set[str]:
     rows = await conn.fetch(f"SELECT DISTINCT tableoid::regclass::text AS p FROM {table}")
     return {r["p"] for r in rows}
@@ -91,7 +62,7 @@ async def test_runstore_runs_on_hash_partitioned_tables(postgres_url: str) -> No
     # runstore creates its plain tables first (a DBA would apply `runstore schema-sql`).
     async with PostgresSaver.from_conn_string(postgres_url) as saver:
         await saver.setup()
-        assert await _chat(saver, "before", "hi") == ["hi", "you said: hi"]
+        assert await chat_turns(saver, "before", ["hi"]) == ["hi", "you said: hi"]
     async with PostgresEventStore.from_conn_string(postgres_url) as store:
         await store.setup()
         await store.put(thread_id="before", run_id="r0", event_type="note", category="message",
@@ -118,11 +89,11 @@ async def test_runstore_runs_on_hash_partitioned_tables(postgres_url: str) -> No
             assert await saver.schema_sql() == ""  # current: opening runs no DDL
             await saver.setup()
             # Rows written before the conversion were moved, not lost.
-            assert await _chat(saver, "before", "again") == [
+            assert await chat_turns(saver, "before", ["again"]) == [
                 "hi", "you said: hi", "again", "you said: again"]
             for thread in THREADS:
-                assert await _chat(saver, thread, "one") == ["one", "you said: one"]
-                assert await _chat(saver, thread, "two") == [
+                assert await chat_turns(saver, thread, ["one"]) == ["one", "you said: one"]
+                assert await chat_turns(saver, thread, ["two"]) == [
                     "one", "you said: one", "two", "you said: two"]
             cfg = {"configurable": {"thread_id": THREADS[0], "checkpoint_ns": ""}}
             head = await saver.aget_tuple(cfg)
@@ -138,11 +109,11 @@ async def test_runstore_runs_on_hash_partitioned_tables(postgres_url: str) -> No
             for table in ("runstore_checkpoints", "runstore_checkpoint_writes"):
                 assert await conn.fetchval(
                     f"SELECT count(*) FROM {table} WHERE thread_id = $1", THREADS[1]) == 0
-            delta = await _delta_messages(saver, "delta", range(7))
+            delta = await chat_turns(saver, "delta", [f"d{i}" for i in range(7)], "delta", 3)
             assert delta == [t for i in range(7) for t in (f"d{i}", f"you said: d{i}")]
         async with PostgresSaver.from_conn_string(postgres_url) as saver:
             # Reopened: the delta thread is rebuilt from its snapshot and writes.
-            assert await _delta_messages(saver, "delta", range(7, 8)) == [*delta, "d7", "you said: d7"]
+            assert await chat_turns(saver, "delta", ["d7"], "delta", 3) == [*delta, "d7", "you said: d7"]
             compaction = await saver.acompact()
             blobs = await conn.fetchval(
                 "SELECT sum(pg_total_relation_size(relid))::bigint FROM"

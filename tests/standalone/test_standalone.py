@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import START, StateGraph
 
 import runstore
 from runstore.errors import ConfigError
@@ -23,21 +21,7 @@ from runstore.plugins.redis.streams import RedisStreamBridge
 from runstore.plugins.sqlite.events import SqliteEventStore
 from runstore.plugins.sqlite.saver import SqliteSaver
 from runstore.urls import BackendURL
-
-
-def _reply(state: dict[str, Any]) -> dict[str, Any]:
-    last = state["messages"][-1]
-    return {"messages": [AIMessage(f"you said: {last.content}", id=f"ai-{last.id}")]}
-
-
-async def _chat(saver: Any, thread_id: str, text: str) -> list[str]:
-    builder = StateGraph(runstore.get_thread_state_schema("full"))
-    builder.add_node("reply", _reply)
-    builder.add_edge(START, "reply")
-    graph = builder.compile(checkpointer=saver)
-    cfg = {"configurable": {"thread_id": thread_id}}
-    await graph.ainvoke({"messages": [HumanMessage(text, id=text)]}, cfg)
-    return [m.content for m in (await graph.aget_state(cfg)).values["messages"]]
+from tests.checkpoint.graphs import chat_turns
 
 
 async def _event(store: Any) -> int:
@@ -66,9 +50,9 @@ async def test_saver_from_conn_string_setup_and_schema_sql(sql_url: tuple[str, s
         await saver.setup()
         await saver.setup()  # idempotent
         assert await saver.schema_sql() == ""
-        assert await _chat(saver, "t1", "hi") == ["hi", "you said: hi"]
+        assert await chat_turns(saver, "t1", ["hi"]) == ["hi", "you said: hi"]
     async with cls.from_conn_string(url) as saver:  # reopened: the data is there
-        assert await _chat(saver, "t1", "again") == ["hi", "you said: hi", "again", "you said: again"]
+        assert await chat_turns(saver, "t1", ["again"]) == ["hi", "you said: hi", "again", "you said: again"]
 
 
 async def test_event_store_from_conn_string(sql_url: tuple[str, str]) -> None:
@@ -89,7 +73,7 @@ async def test_stores_without_a_schema(tmp_path: Path, redis_url: str) -> None:
             await store.setup()  # nothing to do, but generic code may call it
             assert await store.schema_sql() == ""
             if isinstance(store, MemorySaver):
-                assert await _chat(store, "t", "hi") == ["hi", "you said: hi"]
+                assert await chat_turns(store, "t", ["hi"]) == ["hi", "you said: hi"]
             elif hasattr(store, "publish"):
                 assert await store.publish("run-1", "values", {"a": 1})
             else:
@@ -118,10 +102,10 @@ async def test_a_dba_applies_the_script_and_the_app_runs_without_ddl_privileges(
         app_url = BackendURL(scheme="postgresql", username=role, host=url.host, port=url.port,
                              path=url.path).with_query(schema=schema).render(hide_password=False)
         async with PostgresSaver.from_conn_string(app_url) as saver:
-            assert await _chat(saver, "t-app", "hi") == ["hi", "you said: hi"]
+            assert await chat_turns(saver, "t-app", ["hi"]) == ["hi", "you said: hi"]
         runstore.checkpoint.modes.reset_checkpoint_mode_for_tests()
         async with runstore.open(checkpointer=app_url, events=app_url) as stores:  # no DDL at open
-            assert await _chat(stores.checkpointer, "t-app", "again") == [
+            assert await chat_turns(stores.checkpointer, "t-app", ["again"]) == [
                 "hi", "you said: hi", "again", "you said: again"]
             assert await _event(stores.events) == 1
         with pytest.raises(Exception, match="permission denied"):
@@ -149,7 +133,7 @@ async def test_the_callers_engine_is_used_and_never_disposed(postgres_url: str) 
             assert saver.engine is engine and store.engine is engine
             await saver.setup()
             await store.setup()
-            assert await _chat(saver, "t-engine", "hi") == ["hi", "you said: hi"]
+            assert await chat_turns(saver, "t-engine", ["hi"]) == ["hi", "you said: hi"]
             assert await _event(store) == 1
         async with engine.connect() as conn:  # still open, pool intact
             count = (await conn.execute(text("SELECT count(*) FROM runstore_checkpoints"))).scalar()
@@ -224,7 +208,7 @@ async def test_file_stores_take_a_plain_path_like_the_stock_sqlite_saver(
     monkeypatch.chdir(tmp_path)
     async with SqliteSaver.from_conn_string("checkpoints.sqlite") as saver:
         await saver.setup()
-        assert await _chat(saver, "t", "hi") == ["hi", "you said: hi"]
+        assert await chat_turns(saver, "t", ["hi"]) == ["hi", "you said: hi"]
     assert (tmp_path / "checkpoints.sqlite").is_file()
     absolute = tmp_path / "sub" / "events.db"
     async with SqliteEventStore.from_conn_string(str(absolute)) as store:
