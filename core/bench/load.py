@@ -186,6 +186,10 @@ def _merge(results: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> dic
         else None,
     }
     out.update(latency_summary(turn_s, "turn"))
+    # CPU the workers used per completed turn: what bounds turns/s once the cores are busy.
+    cpu = sum(r["cpu_s"] for r in results)
+    out["cpu_s"] = cpu
+    out["cpu_ms_per_turn"] = cpu / len(turn_s) * 1000.0 if turn_s else None
     # Mean milliseconds per completed turn in each step (where a turn's time goes).
     phases = {p: sum(r["phase_seconds"][p] for r in results) for p in PHASES}
     out["phase_ms"] = {p: (v / len(turn_s) * 1000.0 if turn_s else None) for p, v in phases.items()}

@@ -252,6 +252,7 @@ async def open_shard(spec: Mapping[str, Any]) -> tuple[Any, Any, Metrics]:
 
 async def run_shard(stack: Any, graph: Any, metrics: Metrics, spec: Mapping[str, Any]) -> dict[str, Any]:
     """Run this worker's threads concurrently and return what it measured."""
+    cpu_started = _cpu_seconds()
     started = time.perf_counter()
     await asyncio.gather(
         *(run_thread(graph, stack, spec, index, metrics) for index in spec["threads"])
@@ -259,6 +260,7 @@ async def run_shard(stack: Any, graph: Any, metrics: Metrics, spec: Mapping[str,
     elapsed = time.perf_counter() - started
     return {
         "elapsed_s": elapsed,
+        "cpu_s": _cpu_seconds() - cpu_started,
         "turn_seconds": metrics.turn_seconds,
         "delivery_seconds": metrics.delivery_seconds,
         "journal_events": metrics.journal_events,
@@ -269,6 +271,14 @@ async def run_shard(stack: Any, graph: Any, metrics: Metrics, spec: Mapping[str,
         "pool": stack.pool_stats(),
         "peak_rss_bytes": peak_rss_bytes(),
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) this process used so far, its driver threads included."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def check_threads(

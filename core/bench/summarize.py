@@ -312,6 +312,7 @@ LOAD_METRICS = (
     "errors_other",
     "pool_wait_ms",
     "pool_wait_max_ms",
+    "cpu_ms_per_turn",
     "peak_rss_bytes",
     "peak_rss_total_bytes",
 )
@@ -457,6 +458,7 @@ LOAD_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("stream p99 ms", "delivery_p99_ms", lambda v: _fmt(v, 1)),
     ("errors", "errors_total", lambda v: _fmt(v, 0)),
     ("pool wait ms", "pool_wait_ms", lambda v: _fmt(v, 0)),
+    ("CPU ms/turn", "cpu_ms_per_turn", lambda v: _fmt(v, 1)),
     ("RSS MiB", "peak_rss_bytes", lambda v: "-" if v is None else f"{v / 2**20:.0f}"),
     ("digest", "digest_ok", lambda v: "ok" if v else "INCOMPLETE"),
     ("turns/s vs stock", "peer_turns_per_s", _fmt),

@@ -150,7 +150,7 @@ def _check_rows(rows: list[dict[str, Any]], expected_cases: int) -> None:
         assert r["turns_done"] == r["concurrency"] * r["turns"]
         assert r["turns_per_s"] > 0 and r["turn_p99_ms"] >= r["turn_p50_ms"] > 0
         assert r["events_per_s"] > 0 and r["delivery_p99_ms"] is not None
-        assert r["peak_rss_bytes"] > 0
+        assert r["peak_rss_bytes"] > 0 and r["cpu_ms_per_turn"] > 0
         assert all(r["phase_ms"][p] >= 0 for p in ("graph", "journal", "read", "drain")), r["phase_ms"]
     by_cell: dict[str, set[str]] = {}
     for r in rows:
