@@ -30,6 +30,8 @@ from .load_stacks import STACKS, make_stack, stack_spec
 from .runner import INCOMPLETE, CaseRunner, Outcome, Reporter, RunOptions, run_child
 
 DEFAULT_STACKS = ("embedded", "stock-sqlite", "pg+redis", "stock")
+#: The longest result line a worker may print (it carries every latency sample).
+RESULT_LINE_LIMIT = 256 * 2**20
 #: How long a worker may take to open its stack and say READY.
 READY_SECONDS = 120.0
 
@@ -132,6 +134,7 @@ async def _spawn(shards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "runstore.bench.load_shard",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            limit=RESULT_LINE_LIMIT,
         )  # fmt: skip
         assert proc.stdin is not None
         proc.stdin.write(orjson.dumps(shard) + b"\n")
