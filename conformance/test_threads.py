@@ -176,6 +176,35 @@ def test_updated_at_is_the_last_put_and_status_follows_the_head(saver_target: An
     saver_target.run(body)
 
 
+def test_a_replayed_write_is_not_counted_again(saver_target: Any) -> None:
+    """Re-putting a stored checkpoint and re-sending its pending writes (what a retry after
+    a lost reply does) leaves the record's checkpoint, write and byte counts as they were."""
+
+    async def body(saver: Saver) -> None:
+        _clock(saver)
+        thread = new_thread_id()
+        cid = new_checkpoint_id()
+        checkpoint = make_checkpoint(cid, {"messages": "x" * 300}, {"messages": "1"})
+        config = config_for(thread)
+        stored = await saver.aput(config, checkpoint, as_metadata({"n": 1}), {"messages": "1"})
+        writes = [("messages", "y" * 200), (INTERRUPT, "z" * 100)]
+        await saver.aput_writes(stored, writes, "task", "")
+        first = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert first is not None and first.bytes > 0
+        await saver.aput(config, checkpoint, as_metadata({"n": 1}), {"messages": "1"})
+        await saver.aput_writes(stored, writes, "task", "")
+        again = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert again is not None
+        assert (again.checkpoints, again.writes) == (first.checkpoints, first.writes), (
+            "contract: a replaced checkpoint or write row is not counted again"
+        )
+        assert again.bytes == first.bytes, (
+            f"{again.bytes} != {first.bytes} (contract: bytes counts a replaced row once)"
+        )
+
+    saver_target.run(body)
+
+
 # --------------------------------------------------------------------------- listing
 
 

@@ -237,7 +237,8 @@ def _fence_cas(token: str) -> str:
 # One statement: both blob inserts, the checkpoint upsert and the thread record commit
 # together (one WAL flush). New-version blobs replace (re-putting a checkpoint replaces
 # its values, as InMemorySaver does); carried blobs only fill a gap. $19 is the
-# saver's clock, $20 the bytes the put stores, $21 the fencing token (NULL: unfenced).
+# saver's clock, $20 the bytes the put stores (counted only when the checkpoint is new:
+# a replayed put replaces rows already counted), $21 the fencing token (NULL: unfenced).
 PUT_SQL = f"""
 WITH {_THREAD_GUARD.format(continues="$4::text IS NOT NULL")}, new_blobs AS (
     INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)
@@ -276,7 +277,7 @@ SELECT $1, $19, $19, $19, CASE WHEN $2 = '' THEN $3 END,
            f"EXISTS (SELECT 1 FROM {WRITES} x WHERE x.thread_id = $1 AND x.checkpoint_ns = $2"
            f" AND x.checkpoint_id = $3 AND x.idx < 0 AND x.channel = '{ch}')"
        ))},
-       ck.added::int, 0, $20, CASE WHEN ck.added THEN $19 END, coalesce($21::bigint, 0)
+       ck.added::int, 0, CASE WHEN ck.added THEN $20 ELSE 0 END, CASE WHEN ck.added THEN $19 END, coalesce($21::bigint, 0)
 FROM ck
 ON CONFLICT (thread_id) DO UPDATE SET
     created_at = {_LIVE.format("t.created_at", "EXCLUDED.created_at")},

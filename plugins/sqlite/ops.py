@@ -303,7 +303,8 @@ def put(
         "thread_id": row.thread_id,
         "now": now,
         "added": int(added),
-        "bytes": size,
+        # A replayed put replaces rows already counted.
+        "bytes": size if added else 0,
         "head": int(head),
         "latest": row.checkpoint_id if head else None,
         "metadata": row.metadata if head else "{}",
@@ -345,7 +346,7 @@ def put_writes(
         key = (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)
         if conn.execute(sql.WRITE_EXISTS, key).fetchone() is None:
             added += 1
-        size += len(w.blob or b"")
+            size += len(w.blob or b"")
         conn.execute(sql.INSERT_WRITE_LAST, w)
     status = "idle" if state is None else state[2]
     if first.checkpoint_ns == "" and state is not None and first.checkpoint_id == state[1]:
