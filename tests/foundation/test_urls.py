@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runstore import redaction
 from runstore.errors import InvalidURLError
 from runstore.redaction import redact
 from runstore.urls import BackendURL
@@ -59,7 +60,10 @@ def test_check_options_names_accepted() -> None:
         url.check_options({"prefix"})
 
 
-def test_redact_free_text() -> None:
+def test_redact_free_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the URL shapes: a password another test of this process parsed (a generated
+    # one may be "s") would be masked inside "postgresql" too, whatever ran first.
+    monkeypatch.setattr(redaction, "_SECRETS", set())
     text = "could not connect to postgresql://u:pw@h/db and redis://:pw2@r:6379/0"
     assert "pw" not in redact(text).replace("***", "")
 
