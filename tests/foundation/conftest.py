@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import sysconfig
@@ -16,12 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def runstore_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runstore built as a wheel from this checkout."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True, capture_output=True, text=True,
-    )
+    """runstore built as a wheel from this checkout, once per test run."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist workers share their run's temp root: the first builds, the others wait
+        # (two builds at once would share the checkout's build/ directory).
+        out = tmp_path_factory.getbasetemp().parent / "dist"
+    else:
+        out = tmp_path_factory.mktemp("dist")
+    out.mkdir(exist_ok=True)
+    with (out / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(out.glob("runstore-*.whl")):
+            subprocess.run(
+                [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+                check=True, capture_output=True, text=True,
+            )
     (wheel,) = out.glob("runstore-*.whl")
     return wheel
 
