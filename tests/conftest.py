@@ -83,22 +83,3 @@ def jsonl_url(tmp_path: Path) -> str:
     """A jsonl URL for a fresh directory in the test's temp dir."""
     return BackendURL.for_file("jsonl", tmp_path / "events").render()
 
-
-#: Fixture scopes wider than a test but narrower than a worker's session.
-_SHARED_SCOPES = frozenset({"module", "package", "class"})
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep a module's tests on one xdist worker when they share a module-scoped fixture.
-
-    The suite runs with ``-n 2 --dist loadgroup``: split across workers, a module
-    fixture (a teeth module's child suite run, a TLS server) would be built once per
-    worker.
-    """
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
-        if scopes & _SHARED_SCOPES:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -25,9 +25,9 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert test.strip() in ci_lines
     install, _ = _commands()
     assert ".[all,test]" in install and any(".[all,test]" in line for line in ci_lines)
-    # Only loadgroup honours the xdist_group markers tests/conftest.py puts on the tests
-    # sharing a module fixture; another mode would run a teeth module's child suite twice.
-    assert "-n" not in test.split() or "--dist loadgroup" in test, test
+    # Whole files per worker: split across workers, a module-scoped fixture (a teeth
+    # module's child suite run) would be built once in each.
+    assert "-n" not in test.split() or "--dist loadfile" in test, test
 
 
 def _python_blocks() -> list[str]:
