@@ -255,6 +255,7 @@ class RedisCalls:
         # The deadline also bounds retries on fresh connections, which a caller's cancel
         # scope would cut off mid-cleanup (ASYNC109).
         timeout: float | None = None,  # noqa: ASYNC109
+        retry: bool = True,
     ) -> list[Any]:
         """Send ``commands`` in one round trip and return their replies, error replies as objects.
 
@@ -262,7 +263,8 @@ class RedisCalls:
         gets, in place of each missing reply, a `BackendUnavailableError` saying the write
         may have happened; every other failure raises it. ``read_timeout`` replaces
         ``socket_timeout`` for the replies (a blocking XREAD waits longer); ``timeout``
-        replaces ``operation_timeout`` as the bound of the whole call.
+        replaces ``operation_timeout`` as the bound of the whole call. ``retry=False``
+        makes one attempt: a lost connection raises at once instead of trying fresh ones.
         """
         loop = asyncio.get_running_loop()
         bound = self.timeouts.operation_timeout if timeout is None else timeout
@@ -278,7 +280,7 @@ class RedisCalls:
                     except _Failed as failed:
                         self.outages += 1
                         last = failed.cause
-                        if _refused_for_good(failed.cause):
+                        if not retry or _refused_for_good(failed.cause):
                             # A wrong password or an untrusted certificate stays so: no retry,
                             # nothing was written.
                             raise self._unavailable(operation, False, failed.cause) from failed.cause

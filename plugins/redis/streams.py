@@ -468,10 +468,12 @@ class RedisStreamBridge(StreamBridge, Standalone):
         await self.calls.close()
 
     async def _quick(self, operation: str, commands: Sequence[Sequence[Any]]) -> None:
-        """A best-effort write bounded by one connect and one reply, never retried for long."""
+        """A best-effort write: one attempt, bounded by one connect and one reply (a bridge
+        closing against a dead server must not spend its retry budget on cleanup)."""
         timeouts = self.calls.timeouts
         await self.calls.run(
-            operation, commands, write=True, timeout=timeouts.socket_connect_timeout + timeouts.socket_timeout
+            operation, commands, write=True, retry=False,
+            timeout=timeouts.socket_connect_timeout + timeouts.socket_timeout,
         )
 
     # -- reading ------------------------------------------------------------------

@@ -269,9 +269,8 @@ def _break_connections(bridge: Any) -> None:
 def _short_deadline(bridge: Any, seconds: float = 0.3) -> None:
     """Give every call of ``bridge`` a short operation deadline (tests of giving up).
 
-    The connect and reply bounds shrink with it: closing the bridge deletes its control
-    stream with one best-effort call bounded by those two, which against the dead port
-    would otherwise retry for 15 s per stream.
+    The connect and reply bounds shrink with it, so a call stuck connecting gives up
+    within the test's deadline too.
     """
     import dataclasses
 
@@ -317,6 +316,30 @@ async def test_redis_reader_retries_until_the_deadline_then_raises(
     )
     with pytest.raises(BackendUnavailableError):
         await anext(bridge.subscribe("y"))
+
+
+@pytest.mark.redis
+async def test_redis_close_against_a_dead_server_does_not_retry_its_cleanup(
+    redis_url: str, options: BackendOptions, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing wakes the reader and deletes its control stream with one attempt each: a
+    dead server costs one refused connect, not the retry budget of a normal call."""
+    bridge = await _open(redis_url, options)
+    await bridge.publish("c", "values", 1)
+    sub = bridge.subscribe("c")
+    assert (await anext(sub)).data == 1  # the reader (and its control stream) now exists
+    await sub.aclose()
+    assert bridge._wakers, "the test needs a running reader"
+    await bridge.calls.pool.disconnect()
+    _break_connections(bridge)
+    caplog.set_level(logging.DEBUG, logger="runstore.plugins.redis.client")
+    await bridge.close()
+    retried = [
+        r.message
+        for r in caplog.records
+        if "retrying" in r.message and (": close " in r.message or ": poke " in r.message)
+    ]
+    assert not retried, f"close retried its best-effort cleanup: {retried}"
 
 
 @pytest.mark.redis
