@@ -89,6 +89,7 @@ _EXPORTS: dict[str, str] = {
     "BackendNotFoundError": ".errors",
     "MissingDriverError": ".errors",
     "BackendUnavailableError": ".errors",
+    "BackendRefusedError": ".errors",
     "PluginError": ".errors",
     "DuplicateBackendError": ".errors",
     "InvalidURLError": ".errors",
@@ -133,6 +134,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .checkpoint.threads import ThreadInfo, ThreadPage
     from .errors import (
         BackendNotFoundError,
+        BackendRefusedError,
         BackendUnavailableError,
         CheckpointModeError,
         CheckpointModeMismatchError,

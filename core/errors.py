@@ -104,6 +104,27 @@ class BackendUnavailableError(RunstoreError):
             self.__cause__ = cause
 
 
+class BackendRefusedError(RunstoreError):
+    """The backend answered a call with an error of its own and changed nothing.
+
+    The server was reachable but refused the statement: a read-only session (a standby),
+    a missing privilege, a constraint, a full disk. Retrying the same call gets the same
+    answer until that is fixed. ``backend`` and ``operation`` name where it happened,
+    ``code`` is the server's error code where it has one (PostgreSQL's SQLSTATE); the
+    driver's error is ``__cause__``.
+    """
+
+    def __init__(self, backend: str, operation: str, cause: BaseException, code: str | None = None) -> None:
+        self.backend = backend
+        self.operation = operation
+        self.code = code
+        detail = redact(str(cause)).strip()
+        reason = f"{type(cause).__name__}{': ' + detail if detail else ''}"
+        coded = f", code {code}" if code else ""
+        super().__init__(f"{backend} refused {operation} ({reason}{coded}); nothing was written")
+        self.__cause__ = cause
+
+
 class OwnerContextMissingError(RunstoreError, LookupError):
     """`user_id=AUTO` was used but no owner is set in the request context."""
 

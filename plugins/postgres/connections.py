@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.checkpoint.groupcommit import Outcome
-from runstore.errors import BackendUnavailableError, MissingDriverError
+from runstore.errors import BackendRefusedError, BackendUnavailableError, MissingDriverError
 from runstore.sql.dialect import driver_connection
 
 from .settings import PostgresTimeouts
@@ -250,6 +250,9 @@ class Leases:
             cause=driver_error(cause),
         )
 
+    def _refused(self, operation: str, exc: BaseException) -> BackendRefusedError:
+        return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None))
+
     async def _attempt(
         self, fn: Callable[[Any], Awaitable[R]], operation: str, begin: str | None, deadline: float
     ) -> R:
@@ -274,14 +277,17 @@ class Leases:
                 await conn.execute("COMMIT")
         except BaseException as exc:
             lost = isinstance(exc, Exception) and connection_lost(exc, conn)
-            if isinstance(exc, self._server_error) and not lost and lease.clean:
+            refused = isinstance(exc, self._server_error) and not lost
+            if refused and lease.clean:
                 # The server refused a statement outside any transaction and said so
                 # (its reply is complete): the connection is as good as before.
                 self._give_back(lease)
-                raise
+                raise self._refused(operation, exc) from exc
             await self._settle(lease, deadline)
             if lost:
                 raise _Failed(exc, sent=sent) from exc
+            if refused:  # its transaction was rolled back by _settle
+                raise self._refused(operation, exc) from exc
             raise
         self._give_back(lease)
         return result

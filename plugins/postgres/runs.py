@@ -28,7 +28,12 @@ from typing import Any, ClassVar, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.cancellation import settle
-from runstore.errors import BackendUnavailableError, InvalidURLError, RunstoreError
+from runstore.errors import (
+    BackendRefusedError,
+    BackendUnavailableError,
+    InvalidURLError,
+    RunstoreError,
+)
 from runstore.options import BackendOptions
 from runstore.runs import RunError
 from runstore.sql.migrations import Migration, ensure_schema
@@ -132,19 +137,23 @@ class PostgresRunDriver(RunDriver):
                     lambda raw: _drive(raw, script()), operation=operation, write=write,
                     begin="BEGIN" if write else None,
                 )
+            except BackendRefusedError as refused:
+                # The server's own error: a unique or deadlock conflict is raced, so retried.
+                exc = refused.__cause__ if isinstance(refused.__cause__, Exception) else refused
             except RunstoreError:
                 raise
-            except Exception as exc:
-                if _retryable(exc) and attempt < ATTEMPTS:
-                    continue
-                # Rolled back before it reached the caller: whatever failed wrote nothing.
-                if _unavailable(exc):
-                    raise BackendUnavailableError(
-                        BACKEND, operation, write_may_have_happened=False, cause=exc
-                    ) from exc
-                raise RunError(
-                    f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written"
+            except Exception as other:
+                exc = other
+            if _retryable(exc) and attempt < ATTEMPTS:
+                continue
+            # Rolled back before it reached the caller: whatever failed wrote nothing.
+            if _unavailable(exc):
+                raise BackendUnavailableError(
+                    BACKEND, operation, write_may_have_happened=False, cause=exc
                 ) from exc
+            raise RunError(
+                f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written"
+            ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 
 import runstore
+from runstore.errors import BackendRefusedError
 from runstore.plugins.postgres.events import PostgresEventStore
 from runstore.plugins.postgres.runs import PostgresRunStore
 from runstore.plugins.postgres.saver import PostgresSaver
@@ -21,6 +22,14 @@ pytestmark = pytest.mark.postgres
 
 def _reply(state: dict[str, Any]) -> dict[str, Any]:
     return {"messages": [AIMessage("hello", id="ai-1")]}
+
+
+def _refused_as_read_only(error: BackendRefusedError) -> None:
+    """A refused write is a runstore error naming the store and the server's code, the
+    driver's error as its cause."""
+    assert error.code == "25006", error.code  # read_only_sql_transaction
+    assert error.backend.startswith("postgres") and "nothing was written" in str(error)
+    assert type(error.__cause__).__name__ == "ReadOnlySQLTransactionError", repr(error.__cause__)
 
 
 async def test_stores_on_a_read_only_session_read_and_refuse_writes(postgres_url: str) -> None:
@@ -48,13 +57,15 @@ async def test_stores_on_a_read_only_session_read_and_refuse_writes(postgres_url
         assert [m.content for m in state.values["messages"]] == ["hi", "hello"]
         page = await saver.alist_threads()
         assert [t.thread_id for t in page.threads] == ["t1"]
-        with pytest.raises(Exception, match="read-only transaction"):
+        with pytest.raises(BackendRefusedError, match="read-only transaction") as refused:
             await saver.adelete_thread("t1")
+        _refused_as_read_only(refused.value)
     async with PostgresEventStore.from_conn_string(replica) as events:
         assert [e["content"] for e in await events.list_messages("t1", user_id=None)] == ["hi"]
-        with pytest.raises(Exception, match="read-only transaction"):
+        with pytest.raises(BackendRefusedError, match="read-only transaction") as refused:
             await events.put(thread_id="t1", run_id="r1", event_type="note", category="message",
                              content="lost", user_id=None)
+        _refused_as_read_only(refused.value)
     async with PostgresRunStore.from_conn_string(replica) as runs:
         run = await runs.get("r1")
         assert run is not None and run["thread_id"] == "t1"
