@@ -36,7 +36,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.checkpoint.groupcommit import Outcome
-from runstore.errors import BackendRefusedError, BackendUnavailableError, MissingDriverError
+from runstore.errors import (
+    BackendRefusedError,
+    BackendUnavailableError,
+    MissingDriverError,
+    RunstoreError,
+)
 from runstore.sql.dialect import driver_connection
 
 from .settings import PostgresTimeouts
@@ -250,7 +255,10 @@ class Leases:
             cause=driver_error(cause),
         )
 
-    def _refused(self, operation: str, exc: BaseException) -> BackendRefusedError:
+    def _refused(self, operation: str, exc: BaseException) -> RunstoreError:
+        if isinstance(exc, import_asyncpg().exceptions.QueryCanceledError):
+            # statement_timeout or a cancel: the server gave up and rolled the statement back.
+            return self._unavailable(operation, False, exc)
         return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None))
 
     async def _attempt(

@@ -8,6 +8,9 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+
+from runstore.errors import BackendUnavailableError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres.events import PostgresEventStore
 from runstore.plugins.postgres.runs import PostgresRunStore
@@ -86,3 +89,26 @@ async def test_pool_keeps_at_most_max_idle_connections(postgres_url: str) -> Non
         for conn in held:
             await conn.close()
         assert engine.sync_engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+
+
+async def test_a_cancelled_statement_is_unavailable_and_wrote_nothing(postgres_url: str) -> None:
+    """The server cancelling a write at ``statement_timeout`` (here: stuck behind a table
+    lock) is `BackendUnavailableError` saying nothing was written, the driver's
+    `QueryCanceledError` as its cause, and the store works once the lock is gone."""
+    url = BackendURL.parse(postgres_url).with_query(options="-c statement_timeout=300ms")
+    async with BackendOptions.scope(Settings()) as options:
+        events = await PostgresEventStore.open(url, options)
+        await events.put(thread_id="t", run_id="r", event_type="x", category="message", content="before",
+                         user_id=None)
+        async with events.engine.connect() as blocker, blocker.begin():
+            await blocker.exec_driver_sql("LOCK TABLE runstore_events IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(BackendUnavailableError) as info:
+                await events.put(thread_id="t", run_id="r", event_type="x", category="message",
+                                 content="stuck", user_id=None)
+        assert info.value.write_may_have_happened is False, str(info.value)
+        assert type(info.value.__cause__).__name__ == "QueryCanceledError", repr(info.value.__cause__)
+        await events.put(thread_id="t", run_id="r", event_type="x", category="message", content="after",
+                         user_id=None)
+        got = [e["content"] for e in await events.list_messages("t", user_id=None)]
+        assert got == ["before", "after"], got
+        await events.close()
