@@ -42,6 +42,17 @@ SUBSCRIBER_IDLE_SECONDS = 30.0
 STOCK_EVENTS_TABLE = "bench_events"
 
 
+def _event_rows(events: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """A turn's journal events as the stock stacks' INSERT parameters."""
+    return [
+        (
+            e["thread_id"], e["run_id"], e["event_type"], e["category"], e["content"],
+            orjson.dumps(e.get("metadata") or {}).decode(),
+        )
+        for e in events
+    ]  # fmt: skip
+
+
 class StreamBroken(Exception):
     """A subscriber got a gap, a duplicate or an out-of-order event."""
 
@@ -306,13 +317,7 @@ class StockPostgresStack(Stack):
         self._stack.push_async_callback(self.redis.aclose)
 
     async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        rows = [
-            (
-                e["thread_id"], e["run_id"], e["event_type"], e["category"], e["content"],
-                orjson.dumps(e.get("metadata") or {}).decode(),
-            )
-            for e in events
-        ]  # fmt: skip
+        rows = _event_rows(events)
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             await cur.executemany(
                 f"INSERT INTO {STOCK_EVENTS_TABLE} "
@@ -426,13 +431,7 @@ class StockSqliteStack(Stack):
         self._stack.push_async_callback(self.events_conn.close)
 
     async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        rows = [
-            (
-                e["thread_id"], e["run_id"], e["event_type"], e["category"], e["content"],
-                orjson.dumps(e.get("metadata") or {}).decode(),
-            )
-            for e in events
-        ]  # fmt: skip
+        rows = _event_rows(events)
         # One connection serves every coroutine: a lock keeps each batch one transaction.
         async with self._events_lock:
             await self.events_conn.executemany(
