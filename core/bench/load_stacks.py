@@ -20,6 +20,7 @@ drivers:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -536,14 +537,7 @@ def stack_spec(
 
 async def delete_redis_prefix(redis_url: str, prefix: str) -> None:
     """Delete every key under ``prefix`` (cleanup, best effort)."""
-    import redis.asyncio as redis
+    from .targets import redis_delete_prefix
 
-    client = redis.Redis.from_url(redis_url)
-    try:
-        batch = [key async for key in client.scan_iter(match=prefix + "*", count=500)]
-        if batch:
-            await client.delete(*batch)
-    except Exception:
-        pass
-    finally:
-        await client.aclose()
+    with contextlib.suppress(Exception):
+        await redis_delete_prefix(redis_url, prefix)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import latency_summary
+from .targets import redis_delete_prefix
 
 PAD = "x" * 100
 PIPELINE = 100
@@ -382,19 +383,9 @@ async def run_streams_case(case: dict[str, Any]) -> dict[str, Any]:
     if is_redis:
         raw_url = url.without_query("prefix").render(hide_password=False)
         measurements.extend(await _redis_measurements(raw_url, prefix, "raw:redis-py", case))
-        await _delete_prefix(raw_url, prefix)
+        await redis_delete_prefix(raw_url, prefix)
     else:
         measurements.extend(await _queue_measurements("raw:asyncio.Queue", case))
     return {"status": "ok", "measurements": measurements}
 
 
-async def _delete_prefix(redis_url: str, prefix: str) -> None:
-    import redis.asyncio as redis
-
-    client = redis.Redis.from_url(redis_url)
-    try:
-        batch = [key async for key in client.scan_iter(match=prefix + "*", count=500)]
-        if batch:
-            await client.delete(*batch)
-    finally:
-        await client.aclose()

@@ -127,6 +127,19 @@ async def postgres_drop_schema(dsn: str, schema: str) -> None:
         await conn.close()
 
 
+async def redis_delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` on the server at ``redis_url`` (a bench's cleanup)."""
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        batch = [key async for key in client.scan_iter(match=prefix + "*", count=500)]
+        if batch:
+            await client.delete(*batch)
+    finally:
+        await client.aclose()
+
+
 def file_sizes(path: Path | None) -> dict[str, int | None]:
     """Main file and ``-wal`` sizes of a sqlite database (``None`` when not file-backed)."""
     if path is None:
