@@ -6,9 +6,13 @@ read both in one round trip (or one worker-thread hop) keeps the second answer i
 `PrefetchStore` and hands it out when the question comes. Which channels to fetch
 is `saverbase.missing_delta_channels` limited by `saverbase.worth_prefetching`.
 
-An answer is used at most once, and only if no write of the saver started or ended
-since it was read: every write runs inside `PrefetchStore.writing`, which moves a
-generation counter on entry and on exit.
+An answer is used at most once, and only if no write that could change it started
+or ended since it was read: every write runs inside `PrefetchStore.writing`, which
+moves a generation counter on entry and on exit. A write names its thread when it
+has one (a history is a thread's own rows, so another thread's write cannot change
+it); a write that does not (a sweep, a purge of many threads) counts for every
+thread. Under many concurrent threads a saver-wide counter would discard nearly
+every answer: some other thread is almost always writing.
 """
 
 from __future__ import annotations
@@ -32,19 +36,38 @@ class PrefetchStore:
     """
 
     MAX_ENTRIES = 64
+    #: Threads whose last write is remembered; past it they are forgotten together and
+    #: counted as one write of every thread (only costs a re-read).
+    MAX_THREADS = 4096
 
     def __init__(self) -> None:
+        #: Moves on every write's start and end; a reader notes it before reading.
         self.generation = 0
+        self._everything = 0  # `generation` at the last write of no named thread
+        self._threads: dict[str, int] = {}  # thread -> `generation` at its last write
         self._entries: OrderedDict[PrefetchKey, tuple[int, frozenset[str], Any]] = OrderedDict()
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        """Mark a write in progress: answers read before its end are never used."""
-        self.generation += 1
+    def writing(self, thread_id: str | None = None) -> Iterator[None]:
+        """Mark a write of ``thread_id`` (``None``: of any thread) in progress: answers
+        about that thread read before its end are never used."""
+        self._moved(thread_id)
         try:
             yield
         finally:
-            self.generation += 1
+            self._moved(thread_id)
+
+    def _moved(self, thread_id: str | None) -> None:
+        self.generation += 1
+        if thread_id is None:
+            self._everything = self.generation
+            self._threads.clear()
+            return
+        threads = self._threads
+        threads[thread_id] = self.generation
+        if len(threads) > self.MAX_THREADS:
+            threads.clear()
+            self._everything = self.generation
 
     def store(
         self, key: PrefetchKey, generation: int, channels: Collection[str], rows: Any
@@ -57,13 +80,14 @@ class PrefetchStore:
             self._entries.popitem(last=False)
 
     def take(self, key: PrefetchKey, channels: Collection[str]) -> Any | None:
-        """The rows kept for ``key`` if they cover ``channels`` and no write overlapped
-        since they were read; ``None`` otherwise. Either way the entry is gone."""
+        """The rows kept for ``key`` if they cover ``channels`` and no write of its thread
+        started or ended since they were read; ``None`` otherwise. Either way the entry is gone."""
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
         generation, held, rows = entry
-        if generation != self.generation or not held.issuperset(channels):
+        changed = max(self._everything, self._threads.get(key[0], 0))
+        if changed > generation or not held.issuperset(channels):
             return None
         return rows
 

@@ -345,7 +345,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             fence,
         )
 
-        with self._prefetch.writing(), _refused(thread_id, fence):
+        with self._prefetch.writing(thread_id), _refused(thread_id, fence):
             await self._commits.submit((sql.PUT_SQL, args))
         for b in enc.blobs:
             self._remember((thread_id, ns, b.channel, b.version))
@@ -388,7 +388,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             fence,
         )
 
-        with self._prefetch.writing(), _refused(first.thread_id, fence):
+        with self._prefetch.writing(first.thread_id), _refused(first.thread_id, fence):
             await self._commits.submit((sql.PUT_WRITES_SQL, args))
 
     async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
@@ -605,7 +605,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                 await conn.execute(sql.ENSURE_THREAD_SQL, dst, now)
                 await conn.execute(sql.REFRESH_THREAD_SQL, dst)
 
-        with self._prefetch.writing():
+        with self._prefetch.writing(dst):
             await self._leases.run(
                 go, operation="copy_thread", write=True, idempotent=True, begin="BEGIN"
             )

@@ -185,3 +185,32 @@ def test_prefetch_store_keeps_the_newest_entries() -> None:
     assert len(store) == PrefetchStore.MAX_ENTRIES
     assert store.take(("t", "", "0"), ["a"]) is None
     assert store.take(("t", "", str(PrefetchStore.MAX_ENTRIES + 4)), ["a"]) is not None
+
+
+def test_prefetched_rows_survive_writes_of_other_threads_only() -> None:
+    store = PrefetchStore()
+    key = ("t", "", "c1")
+    read_at = store.generation
+    with store.writing("other"):
+        pass
+    store.store(key, read_at, ["a"], ["rows"])
+    assert store.take(key, ["a"]) == ["rows"], "another thread's write cannot change t's history"
+    for writer in ("t", None):
+        read_at = store.generation
+        with store.writing(writer):
+            store.store(key, read_at, ["a"], ["stale"])
+        assert store.take(key, ["a"]) is None, f"a write of {writer or 'every thread'} overlapped"
+
+
+def test_prefetch_store_forgetting_threads_counts_as_a_write_of_every_thread() -> None:
+    store = PrefetchStore()
+    key = ("t", "", "c1")
+    read_at = store.generation
+    for i in range(PrefetchStore.MAX_THREADS + 1):
+        with store.writing(f"other-{i}"):
+            pass
+    store.store(key, read_at, ["a"], ["rows"])
+    assert store.take(key, ["a"]) is None, "forgotten writes are assumed to touch t"
+    read_at = store.generation
+    store.store(key, read_at, ["a"], ["rows"])
+    assert store.take(key, ["a"]) == ["rows"]
