@@ -49,14 +49,25 @@ POSTGRES_MIGRATIONS = events_migrations(
 )
 
 
+def text_literal(value: str) -> str:
+    """``value`` as a PostgreSQL escape string literal (``E'...'``), whatever the server's
+    ``standard_conforming_strings``."""
+    if "\x00" in value:
+        raise ValueError("a PostgreSQL string cannot hold a NUL character")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 class PostgresEventDriver(SqlEventDriver):
     """asyncpg connections leased from the shared pool (`Leases`), one per operation.
 
     Writes lock their threads with ``pg_advisory_xact_lock(namespace, hashtext(thread))``
     (released at commit) and insert a whole batch with one ``unnest`` statement that
-    also allocates the seqs, so a write is BEGIN, lock, insert, COMMIT. Writes are not
-    idempotent (seqs, created flags, delete counts), so a lost connection is retried
-    only if the ``COMMIT`` was never sent.
+    also allocates the seqs. The ``BEGIN`` and the lock go to the server as one
+    message (`begin_locked`), so a write is three round trips: BEGIN and lock,
+    insert, COMMIT. The insert must be a statement of its own: it reads the seqs
+    other writers committed, which a statement sees only if it starts after the
+    lock is granted. Writes are not idempotent (seqs, created flags, delete counts),
+    so a lost connection is retried only if the ``COMMIT`` was never sent.
     """
 
     #: Leased connections kept between calls (each counts against the shared pool).
@@ -66,7 +77,7 @@ class PostgresEventDriver(SqlEventDriver):
     # hashes collide) always lock in the same order and cannot deadlock.
     _LOCK = (
         f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, k) FROM "
-        "(SELECT DISTINCT hashtext(t) AS k FROM unnest($1::text[]) AS t ORDER BY k) AS keys"
+        "(SELECT DISTINCT hashtext(t) AS k FROM unnest({threads}::text[]) AS t ORDER BY k) AS keys"
     )
     _INSERT = (
         f"INSERT INTO {TABLE} ({', '.join(INSERT_COLUMNS)}) "
@@ -108,6 +119,21 @@ class PostgresEventDriver(SqlEventDriver):
 
         return await self._leases.run(work, operation="read")
 
+    def begin_locked(self, threads: Sequence[str]) -> str:
+        """``BEGIN`` and the advisory locks of ``threads`` as one message (one round trip).
+
+        Statements sent together without parameters go over PostgreSQL's simple query
+        protocol, so the thread ids are inlined as escaped string literals (and the
+        server plans the lock statement each time, hence the short form for one thread).
+        """
+        if len(threads) == 1:  # the usual case: nothing to order, far less to plan
+            return (
+                f"BEGIN; SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, "
+                f"hashtext({text_literal(threads[0])}))"
+            )
+        array = "ARRAY[" + ", ".join(text_literal(t) for t in threads) + "]"
+        return "BEGIN; " + self._LOCK.replace("{threads}", array)
+
     async def _fenced(self, raw: Any, threads: Sequence[str], fence: int | None) -> None:
         """The fence compare-and-set of each thread, after the threads' advisory locks."""
         if fence is None:
@@ -123,7 +149,6 @@ class PostgresEventDriver(SqlEventDriver):
         threads = list({r[0] for r in rows})
 
         async def work(raw: Any) -> list[Any]:
-            await raw.execute(self._LOCK, threads)
             await self._fenced(raw, threads, fence)
             return list(
                 await raw.fetch(
@@ -142,7 +167,9 @@ class PostgresEventDriver(SqlEventDriver):
                 )
             )
 
-        returned = await self._leases.run(work, operation="put", write=True, begin="BEGIN")
+        returned = await self._leases.run(
+            work, operation="put", write=True, begin=self.begin_locked(threads)
+        )
         # The statement numbers each thread's rows in input order; hand them back so.
         by_thread: dict[str, list[int]] = {}
         for thread_id, seq in returned:
@@ -159,7 +186,6 @@ class PostgresEventDriver(SqlEventDriver):
         self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
         async def work(raw: Any) -> tuple[Row | None, int]:
-            await raw.execute(self._LOCK, [row[0]])
             await self._fenced(raw, [row[0]], fence)
             found = await raw.fetchrow(self._EXISTING, *key)
             if found is not None:
@@ -172,18 +198,19 @@ class PostgresEventDriver(SqlEventDriver):
             return None, int(inserted[1])
 
         return await self._leases.run(
-            work, operation="put_if_absent", write=True, begin="BEGIN"
+            work, operation="put_if_absent", write=True, begin=self.begin_locked([row[0]])
         )
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         sql = POSTGRES.placeholders(f"DELETE FROM {TABLE} WHERE {where}")
 
         async def work(raw: Any) -> int:
-            await raw.execute(self._LOCK, [thread_id])
             status = await raw.execute(sql, *params)
             return int(status.rsplit(" ", 1)[-1])
 
-        return await self._leases.run(work, operation="delete", write=True, begin="BEGIN")
+        return await self._leases.run(
+            work, operation="delete", write=True, begin=self.begin_locked([thread_id])
+        )
 
 
 class PostgresEventStore(SqlEventStore, FromEngine):

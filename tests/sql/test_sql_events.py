@@ -406,3 +406,67 @@ async def test_concurrent_mixed_thread_batches_get_contiguous_blocks(store: SqlE
     for thread in (a, b):
         stored = [r["seq"] for r in await store.list_messages(thread, limit=1000, user_id=None)]
         assert stored == list(range(1, len(stored) + 1))
+
+
+NASTY_IDS = ["t'; DROP TABLE runstore_events; --%_\\", "\\'", "a\\\\'b''", "x\ny\tz", "ünï€😀", "", "E'x'"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conforming", ["on", "off"])
+async def test_thread_literals_read_back_as_the_thread_ids(postgres_url: str, conforming: str) -> None:
+    """The lock message inlines thread ids as literals: each reads back as itself."""
+    import asyncpg
+
+    from runstore.plugins.postgres.events import text_literal
+    from runstore.urls import BackendURL
+
+    url = BackendURL.parse(postgres_url).without_query(*BackendURL.parse(postgres_url).query)
+    conn = await asyncpg.connect(url.render(hide_password=False))
+    try:
+        await conn.execute(f"SET standard_conforming_strings = {conforming}")
+        for value in NASTY_IDS:
+            assert await conn.fetchval(f"SELECT {text_literal(value)}::text") == value
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("others", [0, 2], ids=["one-thread", "three-threads"])
+async def test_a_write_waits_for_its_threads_advisory_lock(
+    open_store: Opener, db_url: str, others: int
+) -> None:
+    """put_batch takes the lock of hashtext(thread_id), metacharacters and all: while
+    another session holds it the write waits, and it lands once the lock is released."""
+    import asyncio
+
+    import asyncpg
+
+    from runstore.plugins.postgres.events import PG_LOCK_NAMESPACE
+    from runstore.urls import BackendURL
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("PostgreSQL advisory locks")
+    store = await open_store()
+    thread = NASTY_IDS[0]
+    parsed = BackendURL.parse(db_url)
+    conn = await asyncpg.connect(
+        parsed.without_query(*parsed.query).render(hide_password=False),
+        server_settings={"search_path": parsed.option("schema") or "public"},
+    )
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, hashtext($1))", thread)
+        threads = [*NASTY_IDS[1 : 1 + others], thread]
+        events = [
+            {"thread_id": t, "run_id": "r", "event_type": "e", "category": "message", "content": "x"}
+            for t in threads
+        ]
+        write = asyncio.ensure_future(store.put_batch(events, user_id=None))
+        await asyncio.sleep(0.3)
+        assert not write.done(), "the write must wait for the thread's lock"
+        await tx.rollback()
+        records = await asyncio.wait_for(write, 10)
+        assert [(r["thread_id"], r["seq"]) for r in records] == [(t, 1) for t in threads]
+    finally:
+        await conn.close()
