@@ -200,6 +200,20 @@ SCHEMA_MIGRATIONS: list[Migration] = [
         ],
         "fenced writes: runstore_stale_fence",
     ),
+    Migration(
+        5,
+        [
+            # Every write updates its thread's record. An update that changes no indexed
+            # column can be a HOT update (no new index entries, the old version pruned in
+            # place) when the record's page has room: pending writes move only counters
+            # and `touched_at`, so keep `touched_at` out of the indexes (no statement
+            # searches by it: the sweep walks thread ids in order) and leave room on
+            # each page. The table holds one short row per thread, so the space is small.
+            f"DROP INDEX IF EXISTS {THREADS}_touched_idx",
+            f"ALTER TABLE {THREADS} SET (fillfactor = 70)",
+        ],
+        "thread records: HOT updates for pending writes (no touched_at index, fillfactor 70)",
+    ),
 ]
 
 # A write first locks its thread's record (`FOR NO KEY UPDATE`: a concurrent deletion

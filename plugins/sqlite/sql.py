@@ -152,6 +152,10 @@ SCHEMA_MIGRATIONS: list[Migration] = [
         "the columns of the PostgreSQL saver: channel_versions, writes.blob",
     ),
     Migration(4, [_thread_index], "the thread index, checkpoints.created_at"),
+    # Every write updates its thread's record, and sqlite rewrites the entries of each
+    # index over a changed column; no statement searches by `touched_at` (the sweep
+    # walks thread ids in order), so its index only cost writes.
+    Migration(5, [f"DROP INDEX IF EXISTS {THREADS}_touched"], "no index on threads.touched_at"),
 ]
 
 _RECORD_COLUMNS = (

@@ -1,16 +1,19 @@
 """PostgreSQL answers list_threads from indexes: on 100,000 thread records a metadata-filtered
 page (a rare filter from the GIN index, a common one by the probe of the newest records), a
 status page, the newest page and a cursor page read at most 2,000 records, never every
-record (EXPLAIN ANALYZE of the saver's own statements)."""
+record (EXPLAIN ANALYZE of the saver's own statements). And it keeps the record cheap to
+write: a pending write updates it in place."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
 import orjson
 
 from runstore.checkpoint.threads import THREADS, encode_cursor, thread_query
+from runstore.conformance.savers_model import config_for, make_checkpoint, new_checkpoint_id
 from runstore.options import BackendOptions
 from runstore.plugins.postgres import sql
 from runstore.plugins.postgres.saver import PostgresSaver
@@ -87,3 +90,52 @@ async def test_thread_pages_and_sweep_claims_use_indexes(postgres_url: str) -> N
     finally:
         await conn.close()
 
+
+
+async def test_pending_writes_update_the_thread_record_in_place(postgres_url: str) -> None:
+    """A pending write moves only the record's counters and ``touched_at``: no index covers
+    them and the table's pages keep room, so PostgreSQL updates the record in place (a HOT
+    update: no new entry in any of its indexes)."""
+    url = BackendURL.parse(postgres_url)
+    writes = 20
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        checkpoint_id = new_checkpoint_id()
+        config = await saver.aput(
+            config_for("t1"), make_checkpoint(checkpoint_id, {"a": "x"}, {"a": "1.0"}),
+            {"source": "input", "step": -1}, {"a": "1.0"},
+        )  # fmt: skip
+        for i in range(writes):
+            await saver.aput_writes(config, [("a", f"w{i}")], f"task-{i}", "")
+    # Closing the scope closed the saver's connections; a server process flushes its
+    # table statistics when it exits.
+    schema = url.query["schema"]
+    conn = await asyncpg.connect(url.without_query("schema").render(hide_password=False))
+    try:
+        indexed = {
+            row["attname"]
+            for row in await conn.fetch(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a"
+                " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+                " WHERE i.indrelid = $1::regclass",
+                f'"{schema}".{THREADS}',
+            )
+        }
+        assert not indexed & {"touched_at", "writes", "bytes", "fence"}, indexed
+        options_ = await conn.fetchval(
+            "SELECT reloptions FROM pg_class WHERE oid = $1::regclass", f'"{schema}".{THREADS}'
+        )
+        assert "fillfactor=70" in (options_ or []), options_
+        hot = 0
+        for _ in range(50):
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            hot = await conn.fetchval(
+                "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+                schema, THREADS,
+            )  # fmt: skip
+            if hot >= writes:
+                break
+            await asyncio.sleep(0.1)
+        assert hot >= writes, f"{hot} of {writes} pending-write updates were HOT"
+    finally:
+        await conn.close()
