@@ -1,8 +1,11 @@
 """The sqlite run event store: `runstore.sql.events.SqlEventStore` on aiosqlite.
 
-The store holds two pooled connections for its lifetime, a writer and a reader
-(`runstore.plugins.sqlite.adapter.WriterAndReader`); each operation is one function
-call on the connection's worker thread against the stdlib ``sqlite3`` connection.
+The store reads on a pooled connection it holds for its lifetime and writes through
+the file's group commit (`runstore.plugins.sqlite.commits`), on the writer it shares
+with the sqlite saver: concurrent appends of every thread, and the saver's writes,
+commit in one transaction. Each operation is one function call on a connection's
+worker thread against the stdlib ``sqlite3`` connection. A cancelled write returns
+once it is over (`FileCommits.submit_settled`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from runstore.sql.migrations import Migration
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
-from .adapter import WriterAndReader
+from .adapter import WorkerConnection
+from .commits import file_commits
 from .engine import shared_engine
 from .errors import unavailable_errors
 
@@ -52,37 +56,63 @@ _INSERT = (
 )
 _MAX_SEQ = f"SELECT coalesce(max(seq), 0) FROM {TABLE} WHERE thread_id = ?"
 BACKEND = "sqlite event store"
+_CLOSED = "this event store is closed"
 
 
 class SqliteEventDriver(SqlEventDriver):
-    """The store's writer and reader connections (`WriterAndReader`), one hop per operation."""
+    """Reads on the store's reader, writes through the file's group commit; one hop each."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._connections = WriterAndReader(engine, "this event store is closed")
+        self._engine = engine
+        self._commits = file_commits(engine)
+        self._reader: WorkerConnection | None = None
+        self._writing = False
 
     async def start(self) -> None:
-        await self._connections.start()
+        self._reader = await WorkerConnection.checkout(self._engine)
+        try:
+            await self._commits.acquire()
+        except BaseException:
+            await self._reader.close()
+            self._reader = None
+            raise
+        self._writing = True
 
     async def close(self) -> None:
-        await self._connections.close()
+        reader, self._reader = self._reader, None
+        writing, self._writing = self._writing, False
+        if writing:
+            await self._commits.release()
+        if reader is not None:
+            await reader.close()
 
     async def fetch(self, sql: str, params: Params) -> list[Row]:
+        if self._reader is None:
+            raise RuntimeError(_CLOSED)
         with unavailable_errors(BACKEND, "read"):
-            return await self._connections.read(_fetchall, sql, params)
+            return await self._reader.run(_fetchall, sql, params)
+
+    async def _write(self, operation: str, fn: Any, *args: Any) -> Any:
+        if not self._writing:
+            raise RuntimeError(_CLOSED)
+        with unavailable_errors(BACKEND, operation):
+            return await self._commits.submit_settled(fn, *args)
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
-        with unavailable_errors(BACKEND, "put"):
-            return await self._connections.write(_insert, rows, fence)
+        seqs: list[int] = await self._write("put", _insert, rows, fence)
+        return seqs
 
     async def insert_if_absent(
         self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
-        with unavailable_errors(BACKEND, "put_if_absent"):
-            return await self._connections.write(_insert_if_absent, key, row, fence)
+        found: tuple[Row | None, int] = await self._write(
+            "put_if_absent", _insert_if_absent, key, row, fence
+        )
+        return found
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
-        with unavailable_errors(BACKEND, "delete"):
-            return await self._connections.write(_delete, f"DELETE FROM {TABLE} WHERE {where}", params)
+        count: int = await self._write("delete", _delete, f"DELETE FROM {TABLE} WHERE {where}", params)
+        return count
 
 
 def _fetchall(conn: sqlite3.Connection, sql: str, params: Params) -> list[Row]:

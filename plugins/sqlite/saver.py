@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.checkpoint.groupcommit import GroupCommit
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.retention import (
     Compaction,
@@ -67,6 +67,7 @@ from runstore.standalone import Standalone
 
 from . import ops, sql
 from .adapter import WorkerConnection
+from .commits import FileCommits, file_commits
 from .connections import SyncConnection, open_worker
 from .errors import unavailable_errors
 from .sql import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS
@@ -119,7 +120,10 @@ class _State:
         self.worker: WorkerConnection | None = None
         self.sync = sync
         self.prefetch = PrefetchStore()
-        self.commits: GroupCommit[ops.WriteOp] = GroupCommit(self._run_batch)
+        # The file's write queue, shared with the event store on the same engine
+        # (`runstore.plugins.sqlite.commits`): set by `SqliteSaver.open`.
+        self.file: FileCommits | None = None
+        self.commits: GroupCommit[ops.WriteOp] | None = None
         # The engine's in-process write lock, shared with the event store: writers
         # queue on it instead of polling sqlite's busy_timeout.
         self.write_lock: asyncio.Lock | None = None
@@ -132,12 +136,6 @@ class _State:
         if self.worker is None:
             raise RuntimeError("SqliteSaver is closed")
         return await self.worker.run(fn, *args)
-
-    async def _run_batch(self, batch: list[ops.WriteOp]) -> list[Outcome]:
-        if self.write_lock is None:
-            return await self.hop(ops.write_batch, batch)
-        async with self.write_lock:
-            return await self.hop(ops.write_batch, batch)
 
 
 class SqliteSaver(BaseCheckpointSaver[str], Standalone):
@@ -199,6 +197,13 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         )
         state = saver._state
         state.worker = await open_worker(engine)
+        state.file = file_commits(engine)
+        try:
+            await state.file.acquire()
+        except BaseException:
+            await state.worker.close()
+            raise
+        state.commits = state.file.queue
         state.engine, state.write_lock = engine, sqlite_write_lock(engine)
         state.loop = asyncio.get_running_loop()
         options.on_close(saver.aclose)
@@ -215,7 +220,11 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         if state.closed:
             return
         state.closed = True  # new calls fail; writes already queued still commit
-        await state.commits.wait_idle()
+        if state.commits is not None:
+            await state.commits.wait_idle()
+        if state.file is not None:
+            file, state.file = state.file, None
+            await file.release()
         if state.worker is not None:
             worker, state.worker = state.worker, None
             await worker.close()
@@ -239,8 +248,11 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         """Run write op ``fn`` in the next group commit; return once it has committed."""
         if self._state.closed:
             raise RuntimeError("SqliteSaver is closed")
-        with unavailable_errors(BACKEND, fn.__name__), self._state.prefetch.writing():
-            return await self._state.commits.submit((fn, args))
+        state = self._state
+        if state.file is None:
+            raise RuntimeError("SqliteSaver is closed")
+        with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing():
+            return await state.file.submit(fn, *args)
 
     def _sync_read(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._state.loop, method, type(self).__name__)

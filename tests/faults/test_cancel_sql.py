@@ -415,7 +415,7 @@ async def test_sqlite_cancelled_write_has_settled_when_the_cancel_returns(tmp_pa
     a caller cancelled while its write waits behind other work on that thread gets its
     CancelledError only once the write has ended, never before it lands."""
     async with open_stack("sqlite", tmp_path=tmp_path) as stack:
-        writer = stack.store._driver._connections._writer
+        writer = stack.store._driver._commits._writer  # the file's writer, shared with the saver
         gate = threading.Event()
         busy = asyncio.ensure_future(writer.run(lambda _conn: gate.wait(60)))
         await asyncio.sleep(0)  # the worker runs the gate first; the write queues behind it

@@ -49,29 +49,39 @@ def cfg(thread: str, checkpoint_id: str | None = None, ns: str = "") -> dict[str
     return {"configurable": configurable}
 
 
+def file_writer(saver: SqliteSaver) -> Any:
+    """The connection the saver's writes run on: the file's writer, shared with the event store."""
+    assert saver._state.file is not None
+    writer = saver._state.file._writer
+    assert writer is not None
+    return writer
+
+
 class CountHops:
-    """Counts the saver's aiosqlite worker-thread hops while installed (a ``with`` block)."""
+    """Counts the saver's aiosqlite worker-thread hops (its reader's and the file writer's)
+    while installed (a ``with`` block)."""
 
     def __init__(self, saver: SqliteSaver) -> None:
         self.saver = saver
         self.calls = 0
+        self.workers: list[Any] = []
 
     def __enter__(self) -> CountHops:
-        worker = self.saver._state.worker
-        assert worker is not None
-        original = worker.run
+        self.workers = [self.saver._state.worker, file_writer(self.saver)]
+        for worker in self.workers:
+            assert worker is not None
+            original = worker.run
 
-        async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return await original(fn, *args, **kwargs)
+            async def counting(fn: Any, *args: Any, original: Any = original, **kwargs: Any) -> Any:
+                self.calls += 1
+                return await original(fn, *args, **kwargs)
 
-        worker.run = counting  # type: ignore[method-assign]
+            worker.run = counting
         return self
 
     def __exit__(self, *exc: object) -> None:
-        worker = self.saver._state.worker
-        assert worker is not None
-        del worker.run  # back to the class's method
+        for worker in self.workers:
+            del worker.run  # back to the class's method
 
 
 async def put_chain(
@@ -805,7 +815,7 @@ async def test_a_lone_write_fails_alone(opened: tuple[SqliteSaver, Any]) -> None
         await saver._write(failing)
     count_doomed = "SELECT count(*) FROM runstore_checkpoint_writes WHERE task_id = 'doomed'"
     assert await saver._state.hop(lambda conn: conn.execute(count_doomed).fetchone()[0]) == 0
-    assert not await saver._state.hop(lambda conn: conn.in_transaction)
+    assert not await file_writer(saver).run(lambda conn: conn.in_transaction)
 
 
 async def test_cancelled_writers_leave_all_or_nothing(opened: tuple[SqliteSaver, Any]) -> None:
@@ -813,8 +823,8 @@ async def test_cancelled_writers_leave_all_or_nothing(opened: tuple[SqliteSaver,
     commits with the others); one cancelled while its op is still queued withdraws it."""
     saver, _ = opened
     release = threading.Event()
-    # Hold the worker thread so the writes below queue deterministically.
-    blocker = asyncio.ensure_future(saver._state.hop(lambda conn: release.wait(10)))
+    # Hold the writer's thread so the writes below queue deterministically.
+    blocker = asyncio.ensure_future(file_writer(saver).run(lambda conn: release.wait(10)))
 
     def checkpoint(value: str) -> tuple[Any, str]:
         ck = empty_checkpoint()
@@ -846,7 +856,7 @@ async def test_cancelled_writers_leave_all_or_nothing(opened: tuple[SqliteSaver,
     assert await saver.aget_tuple(cfg("t-cx-queued")) is None, "a withdrawn op never runs"
     got = await saver.aget_tuple(cfg("t-cx-company"))
     assert got is not None and got.checkpoint["channel_values"] == {"a": "company"}
-    assert not await saver._state.hop(lambda conn: conn.in_transaction)
+    assert not await file_writer(saver).run(lambda conn: conn.in_transaction)
 
 
 async def test_allowlist_clone_shares_connection_state(opened: tuple[SqliteSaver, Any]) -> None:
@@ -901,7 +911,7 @@ async def test_close_commits_writes_already_queued(sqlite_url: str) -> None:
     async with BackendOptions.scope() as options:
         saver = await SqliteSaver.open(url, options)
         release = threading.Event()
-        blocker = asyncio.ensure_future(saver._state.hop(lambda conn: release.wait(10)))
+        blocker = asyncio.ensure_future(file_writer(saver).run(lambda conn: release.wait(10)))
         running = asyncio.ensure_future(saver.aput(cfg("t-close-1"), empty_checkpoint(), {}, {}))
         await asyncio.sleep(0.05)  # taken into a batch, waiting behind the blocker
         checkpoint = empty_checkpoint()

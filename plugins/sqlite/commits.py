@@ -1,0 +1,118 @@
+"""The file's group commit: the writes of every sqlite store on one engine, committed together.
+
+The saver and the event store opened on one file share one writer connection and one
+`runstore.checkpoint.groupcommit.GroupCommit` queue (`file_commits`). Under load a
+turn's checkpoint writes and its journal append land in the same transaction as
+other threads' writes: one worker-thread hop, one ``BEGIN IMMEDIATE`` and one
+``COMMIT`` for the whole batch, where each store committing on its own paid one of
+each per call and queued its transactions one behind the other on the file's write
+lock anyway. Each op still runs in its own savepoint (`ops.write_batch`), so a failing
+op fails only its own caller. The run store keeps its own writer: its scripts hold
+row-level decisions that are not batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.sql.dialect import dialect_of
+
+from . import ops
+from .adapter import WorkerConnection
+from .connections import open_worker
+from .engine import SqliteDialect
+
+
+class FileCommits:
+    """One engine's writer connection and write queue, held while a store uses them.
+
+    Stores call `acquire` when they open and `release` when they close; the writer is
+    checked out of the pool by the first and returned by the last.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._lock = dialect_of(engine).write_lock
+        self._writer: WorkerConnection | None = None
+        self._users = 0
+        self._opening = asyncio.Lock()
+        #: The queue every store's write op joins (tests reach in to cancel a batch).
+        self.queue: GroupCommit[ops.WriteOp] = GroupCommit(self._run_batch)
+        # The batch on the worker thread now, and a future done when it has ended.
+        self._running: Sequence[ops.WriteOp] = ()
+        self._ran: asyncio.Future[None] | None = None
+
+    async def acquire(self) -> None:
+        """Count a store as a user, checking the writer out for the first."""
+        async with self._opening:
+            if self._writer is None:
+                self._writer = await open_worker(self._engine)
+            self._users += 1
+
+    async def release(self) -> None:
+        """Uncount a store; the last one waits for queued writes and returns the writer."""
+        async with self._opening:
+            self._users -= 1
+            if self._users > 0:
+                return
+            await self.queue.wait_idle()
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                await writer.close()
+
+    async def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(conn, *args)`` in the next batch; return its result once committed.
+
+        A caller cancelled while its op is queued withdraws it (it never runs); one
+        cancelled once its batch runs stops waiting, and the op commits or fails
+        with the batch (`GroupCommit`).
+        """
+        return await self.queue.submit((fn, args))
+
+    async def submit_settled(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`submit`, except that a caller cancelled once its op's batch runs returns
+        only when that batch has ended: returned or raised means over (nothing lands
+        after a cancelled call, no write lock held)."""
+        op: ops.WriteOp = (fn, args)
+        try:
+            return await self.queue.submit(op)
+        except asyncio.CancelledError:
+            ran = self._ran
+            if ran is not None and any(o is op for o in self._running):
+                while not ran.done():
+                    try:
+                        await asyncio.shield(ran)
+                    except asyncio.CancelledError:
+                        continue  # the first cancellation is the one re-raised
+            raise
+
+    async def _run_batch(self, batch: list[ops.WriteOp]) -> list[Outcome]:
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("the sqlite file's writer is closed")
+        ran: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running, self._ran = batch, ran
+        try:
+            if self._lock is None:
+                return await writer.run(ops.write_batch, batch)
+            async with self._lock:
+                return await writer.run(ops.write_batch, batch)
+        finally:
+            self._running, self._ran = (), None
+            ran.set_result(None)
+
+
+def file_commits(engine: AsyncEngine) -> FileCommits:
+    """The `FileCommits` of a sqlite engine opened by `runstore.plugins.sqlite.engine.shared_engine`."""
+    dialect = dialect_of(engine)
+    if not isinstance(dialect, SqliteDialect):
+        raise TypeError(f"not a sqlite engine: {engine.url.render_as_string(hide_password=True)}")
+    if dialect.commits is None:
+        dialect.commits = FileCommits(engine)
+    commits: FileCommits = dialect.commits
+    return commits

@@ -1,0 +1,153 @@
+"""The file's group commit: the sqlite saver and event store on one file write through one queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+import runstore
+from runstore.plugins.sqlite.commits import FileCommits
+from runstore.urls import BackendURL
+
+
+def _events(thread: str, n: int) -> list[dict[str, Any]]:
+    return [
+        {"thread_id": thread, "run_id": "r", "event_type": "e", "category": "message", "content": f"c{i}"}
+        for i in range(n)
+    ]
+
+
+def _cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+class _Blocked:
+    """Holds the file writer's thread until `release`, counting the batches run meanwhile."""
+
+    def __init__(self, commits: FileCommits) -> None:
+        self.commits = commits
+        self.gate = threading.Event()
+        self.batches: list[int] = []
+        writer = commits._writer
+        assert writer is not None
+        self.busy = asyncio.ensure_future(writer.run(lambda _conn: self.gate.wait(30)))
+        real = commits.queue._run_batch
+
+        async def counting(ops: list[Any]) -> Any:
+            self.batches.append(len(ops))
+            return await real(ops)
+
+        commits.queue._run_batch = counting  # type: ignore[method-assign]
+
+    async def release(self) -> None:
+        self.gate.set()
+        await self.busy
+
+
+async def test_saver_and_event_store_writes_commit_in_one_batch(tmp_path: Path) -> None:
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        saver, events = stores.checkpointer, stores.events
+        commits = saver._state.file
+        assert commits is events._driver._commits, "one queue per file"
+        blocked = _Blocked(commits)
+        first = asyncio.ensure_future(events.put_batch(_events("t-first", 1), user_id=None))
+        await asyncio.sleep(0.05)  # taken into a batch of its own, waiting behind the gate
+        checkpoint = empty_checkpoint()
+        calls = [
+            asyncio.ensure_future(saver.aput(_cfg("t-shared"), checkpoint, {}, {})),
+            asyncio.ensure_future(events.put_batch(_events("t-shared", 3), user_id=None)),
+            asyncio.ensure_future(events.put_batch(_events("t-other", 2), user_id=None)),
+        ]
+        await asyncio.sleep(0.05)
+        await blocked.release()
+        await asyncio.gather(first, *calls)
+        assert blocked.batches == [1, 3], "the writes that queued meanwhile share one batch"
+        got = await saver.aget_tuple(_cfg("t-shared"))
+        assert got is not None and got.checkpoint["id"] == checkpoint["id"]
+        shared = await events.list_events("t-shared", "r", user_id=None)
+        assert [r["seq"] for r in shared] == [1, 2, 3]
+        assert len(await events.list_events("t-other", "r", user_id=None)) == 2
+
+
+async def test_a_failing_append_fails_alone_in_a_shared_batch(tmp_path: Path) -> None:
+    """A stale fence refuses its own append; the saver's write and the other append in the
+    same batch commit."""
+    from runstore.errors import StaleFenceError
+
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        saver, events = stores.checkpointer, stores.events
+        await events.put_batch(_events("t-fenced", 1), user_id=None, fence=5)
+        blocked = _Blocked(saver._state.file)
+        checkpoint = empty_checkpoint()
+        results = [
+            asyncio.ensure_future(events.put_batch(_events("t-fenced", 2), user_id=None, fence=3)),
+            asyncio.ensure_future(saver.aput(_cfg("t-ok"), checkpoint, {}, {})),
+            asyncio.ensure_future(events.put_batch(_events("t-ok", 2), user_id=None)),
+        ]
+        await asyncio.sleep(0.05)
+        await blocked.release()
+        outcomes = await asyncio.gather(*results, return_exceptions=True)
+        assert blocked.batches == [3]
+        assert isinstance(outcomes[0], StaleFenceError)
+        assert len(await events.list_events("t-fenced", "r", user_id=None)) == 1
+        assert len(await events.list_events("t-ok", "r", user_id=None)) == 2
+        assert (await saver.aget_tuple(_cfg("t-ok"))) is not None
+
+
+async def test_an_append_cancelled_in_its_batch_returns_once_the_batch_ended(tmp_path: Path) -> None:
+    """The event store's contract: a cancelled call has settled when it returns. Its append
+    was taken into a batch, so it commits with the batch, and the caller's CancelledError
+    comes only after that, with the file's write lock free again."""
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        events = stores.events
+        commits = events._driver._commits
+        blocked = _Blocked(commits)
+        call = asyncio.ensure_future(events.put_batch(_events("t-taken", 4), user_id=None))
+        await asyncio.sleep(0.05)
+        assert not commits.queue._queue, "the append was taken into a batch"
+        call.cancel()
+        await asyncio.sleep(0.05)
+        assert not call.done(), "the cancelled append waits for its batch to end"
+        await blocked.release()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert commits._ran is None, "no batch is running when the cancelled call returns"
+        assert len(await events.list_events("t-taken", "r", user_id=None)) == 4
+
+
+async def test_an_append_cancelled_while_queued_never_runs(tmp_path: Path) -> None:
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        events = stores.events
+        blocked = _Blocked(events._driver._commits)
+        first = asyncio.ensure_future(events.put_batch(_events("t-first", 1), user_id=None))
+        await asyncio.sleep(0.05)  # the first batch waits behind the gate
+        queued = asyncio.ensure_future(events.put_batch(_events("t-queued", 2), user_id=None))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued  # returns at once: nothing of it ran
+        await blocked.release()
+        await first
+        assert await events.list_events("t-queued", "r", user_id=None) == []
+        assert blocked.batches == [1]
+
+
+async def test_the_writer_goes_back_to_the_pool_with_its_last_store(tmp_path: Path) -> None:
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        commits = stores.checkpointer._state.file
+        assert commits._writer is not None
+        await stores.checkpointer.aclose()
+        assert commits._writer is not None, "the event store still writes through it"
+        await stores.events.put_batch(_events("t-after", 1), user_id=None)
+        await stores.events.close()
+        assert commits._writer is None
