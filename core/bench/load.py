@@ -28,6 +28,7 @@ from .common import RESULT_PREFIX, latency_summary, percentile
 from .load_shard import ERROR_CLASSES, PHASES
 from .load_stacks import STACKS, make_stack, stack_spec
 from .runner import INCOMPLETE, CaseRunner, Outcome, Reporter, RunOptions, run_child
+from .servercpu import per_turn_ms, server_cpu_seconds
 
 DEFAULT_STACKS = ("embedded", "stock-sqlite", "pg+redis", "stock")
 #: The longest result line a worker may print (it carries every latency sample).
@@ -125,8 +126,11 @@ def _shards(case: Mapping[str, Any], spec: Mapping[str, Any]) -> list[dict[str, 
     ]
 
 
-async def _spawn(shards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Start one worker per shard, release them together once all are READY, collect."""
+async def _spawn(
+    shards: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
+    """Start one worker per shard, release them together once all are READY, collect;
+    also return the servers' CPU reading taken as they were released."""
     from .load_shard import GO, READY
 
     procs = []
@@ -158,6 +162,7 @@ async def _spawn(shards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         failed = [r for r in ready if r.get("status") != READY]
         if failed:
             raise RuntimeError(f"a worker failed to open its stack: {failed[0].get('error')}")
+        servers_at_go = server_cpu_seconds()
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write(GO.encode() + b"\n")
@@ -165,7 +170,7 @@ async def _spawn(shards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         results = list(await asyncio.gather(*(read_result(p) for p in procs)))
         for proc in procs:
             await proc.wait()
-        return results
+        return results, servers_at_go
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -234,12 +239,15 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
         if len(shards) == 1:
             stack, graph, metrics = await open_shard(shards[0])
             try:
+                servers_before = server_cpu_seconds()
                 results = [await run_shard(stack, graph, metrics, shards[0])]
+                servers_after = server_cpu_seconds()
                 check = await check_threads(stack, graph, shards[0], range(case["concurrency"]))
             finally:
                 await stack.close()
         else:
-            results = await _spawn(shards)
+            results, servers_before = await _spawn(shards)
+            servers_after = server_cpu_seconds()
             failed = [r for r in results if r.get("status") != "ok"]
             if failed:
                 return {
@@ -255,6 +263,7 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
     finally:
         await owner.teardown()
     result = _merge(results, case)
+    result.update(per_turn_ms(servers_before, servers_after, result["turns_done"]))
     result.update(check)
     if result["errors_total"] or not check["digest_ok"]:
         result["status"] = "failed"

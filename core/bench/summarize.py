@@ -313,6 +313,9 @@ LOAD_METRICS = (
     "pool_wait_ms",
     "pool_wait_max_ms",
     "cpu_ms_per_turn",
+    "postgres_cpu_ms_per_turn",
+    "redis_cpu_ms_per_turn",
+    "server_cpu_ms_per_turn",
     "peak_rss_bytes",
     "peak_rss_total_bytes",
 )
@@ -460,6 +463,7 @@ LOAD_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("errors", "errors_total", lambda v: _fmt(v, 0)),
     ("pool wait ms", "pool_wait_ms", lambda v: _fmt(v, 0)),
     ("CPU ms/turn", "cpu_ms_per_turn", lambda v: _fmt(v, 1)),
+    ("server CPU", "server_cpu_ms_per_turn", lambda v: _fmt(v, 1)),
     ("RSS MiB", "peak_rss_bytes", lambda v: "-" if v is None else f"{v / 2**20:.0f}"),
     ("digest", "digest_ok", lambda v: "ok" if v else "INCOMPLETE"),
     ("x stock", "peer_turns_per_s", _fmt),
