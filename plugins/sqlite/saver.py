@@ -244,14 +244,16 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         with unavailable_errors(BACKEND, fn.__name__):
             return await self._state.hop(fn, *args)
 
-    async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run write op ``fn`` in the next group commit; return once it has committed."""
-        if self._state.closed:
-            raise RuntimeError("SqliteSaver is closed")
+    async def _write(self, fn: Callable[..., Any], *args: Any, thread: str | None = None) -> Any:
+        """Run write op ``fn`` in the next group commit; return once it has committed.
+
+        ``thread``: the one thread the op writes, if it writes one; a delta history
+        prefetched for another thread stays usable meanwhile (`PrefetchStore.writing`).
+        """
         state = self._state
-        if state.file is None:
+        if state.closed or state.file is None:
             raise RuntimeError("SqliteSaver is closed")
-        with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing():
+        with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing(thread):
             return await state.file.submit(fn, *args)
 
     def _sync_read(self, method: str, fn: Callable[..., R], *args: Any) -> R:
@@ -333,7 +335,10 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         """Store ``checkpoint`` (record + blobs of ``new_versions``) under ``config``'s parent."""
         fence = config_fence(config)
         encoded = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        await self._write(ops.put, encoded, self.serde, clock_micros(self.clock), fence)
+        await self._write(
+            ops.put, encoded, self.serde, clock_micros(self.clock), fence,
+            thread=encoded.row.thread_id,
+        )  # fmt: skip
         return encoded.config
 
     async def aput_writes(
@@ -347,20 +352,21 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         fence = config_fence(config)
         encoded = codec.encode_writes(self.serde, config, writes, task_id, task_path)
         if encoded.first_wins or encoded.last_wins:
-            await self._write(ops.put_writes, encoded, clock_micros(self.clock), fence)
+            thread = (encoded.first_wins or encoded.last_wins)[0].thread_id
+            await self._write(ops.put_writes, encoded, clock_micros(self.clock), fence, thread=thread)
 
     async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Delete every checkpoint, blob and write of ``thread_id``; with ``fence``, refused
         (`StaleFenceError`) if the thread has seen a newer token."""
         ids = [checked_text(thread_id, "thread_id")]
         token = None if fence is None else check_fence(fence)
-        await self._write(ops.delete_threads, ids, clock_micros(self.clock), token)
+        await self._write(ops.delete_threads, ids, clock_micros(self.clock), token, thread=ids[0])
 
     async def afence_thread(self, thread_id: str, fence: int) -> None:
         """Raise the thread's fence to ``fence`` without writing anything else: from now on
         writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
         thread_id, fence = checked_text(thread_id, "thread_id"), check_fence(fence)
-        await self._write(ops.fence_thread, thread_id, clock_micros(self.clock), fence)
+        await self._write(ops.fence_thread, thread_id, clock_micros(self.clock), fence, thread=thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (whole parent chain), blob and write to another thread.
@@ -369,7 +375,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         """
         source = checked_text(source_thread_id, "source_thread_id")
         target = checked_text(target_thread_id, "target_thread_id")
-        await self._write(ops.copy_thread, source, target, clock_micros(self.clock))
+        await self._write(ops.copy_thread, source, target, clock_micros(self.clock), thread=target)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint and every ancestor its
@@ -444,13 +450,14 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         """Store retention overrides with the thread (``None`` clears them; docs/threads.md)."""
         text = check_overrides(overrides)
         thread = checked_text(thread_id, "thread_id")
-        await self._write(ops.set_retention, thread, text, clock_micros(self.clock))
+        await self._write(ops.set_retention, thread, text, clock_micros(self.clock), thread=thread)
 
     async def atouch_thread(self, thread_id: str) -> bool:
         """Count a read as activity: ``touched_at`` (where ``idle_ttl`` counts from) becomes
         now; whether the thread exists (docs/threads.md)."""
         thread = checked_text(thread_id, "thread_id")
-        return bool(await self._write(ops.touch_thread, thread, clock_micros(self.clock)))
+        touched = await self._write(ops.touch_thread, thread, clock_micros(self.clock), thread=thread)
+        return bool(touched)
 
     async def asweep(
         self,
@@ -483,7 +490,11 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
             if deleted:
                 continue
             try:
-                swept.append(await self._write(ops.sweep_thread, thread_id, policy, now, dry_run))
+                swept.append(
+                    await self._write(
+                        ops.sweep_thread, thread_id, policy, now, dry_run, thread=thread_id
+                    )
+                )
             except DryRun as answer:
                 swept.append(answer.swept)
         return batch_of(claimed, swept, limit)

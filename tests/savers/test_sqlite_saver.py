@@ -717,6 +717,40 @@ async def test_get_tuple_prefetches_delta_history_once(opened: tuple[SqliteSaver
         assert hops.calls == 2, "history of a checkpoint loaded by id is queried when asked for"
 
 
+async def test_a_prefetched_history_survives_other_threads_writes(
+    opened: tuple[SqliteSaver, Any],
+) -> None:
+    """Under many concurrent threads some other thread is almost always writing: only a
+    write of the prefetched thread itself (or of no named thread) drops its history."""
+    saver, _ = opened
+    graph = delta_graph(saver, frequency=50)
+    config = {"configurable": {"thread_id": "t-mine"}}
+    await run_turns(graph, config, 3)
+    await run_turns(graph, {"configurable": {"thread_id": "t-other"}}, 1)
+    head = await saver.aget_tuple(config)
+    assert head is not None
+    reference = await BaseCheckpointSaver.aget_delta_channel_history(
+        saver, config=head.config, channels=["messages"]
+    )
+    with CountHops(saver) as hops:
+        head = await saver.aget_tuple(config)
+        other = await saver.aget_tuple({"configurable": {"thread_id": "t-other"}})
+        assert head is not None and other is not None
+        await saver.aput_writes(
+            other.config, [("messages", [HumanMessage(content="o", id="o")])], "other"
+        )
+        hops.calls = 0
+        got = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
+        assert hops.calls == 0, "another thread's write leaves the prefetched history usable"
+        assert got == reference
+        head = await saver.aget_tuple(config)
+        assert head is not None
+        await saver.aprune(["t-other"])  # names no single thread: counts for every thread
+        hops.calls = 0
+        again = await saver.aget_delta_channel_history(config=head.config, channels=["messages"])
+        assert hops.calls == 1 and again == reference
+
+
 async def test_a_long_delta_history_is_not_prefetched(opened: tuple[SqliteSaver, Any]) -> None:
     """Past PREFETCH_MAX_SUPERSTEPS since the snapshot, the head comes alone and the
     history is read when asked for (and still equals the base-class walk)."""
