@@ -160,6 +160,37 @@ def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts,
     )
 
 
+def pack(commands: Sequence[Sequence[Any]]) -> bytes | None:
+    """The RESP request of ``commands`` whose arguments are all bytes, str or int, else ``None``.
+
+    redis-py's packer checks and converts every argument through several calls; the
+    bridge sends tens of arguments per event, so its own commands are packed here in
+    one pass. Other argument types (and bool, which redis-py refuses) and two-word command
+    names (``"CLIENT SETINFO"``, which redis-py splits) go to redis-py.
+    """
+    out: list[bytes] = []
+    append = out.append
+    for command in commands:
+        name = command[0]
+        if (" " if type(name) is str else b" ") in name:
+            return None
+        append(b"*%d\r\n" % len(command))
+        for arg in command:
+            kind = type(arg)
+            if kind is bytes:
+                data = arg
+            elif kind is str:
+                data = arg.encode()
+            elif kind is int:
+                data = b"%d" % arg
+            else:
+                return None
+            append(b"$%d\r\n" % len(data))
+            append(data)
+            append(b"\r\n")
+    return b"".join(out)
+
+
 class _Progress:
     """Whether any attempt of one call has started sending (its outcome is then unknown)."""
 
@@ -340,7 +371,9 @@ class RedisCalls:
                 await self._check_health(conn)
             except before_sending as exc:
                 raise _Failed(exc, sent=False, replies=[]) from exc
-            packed = conn.pack_commands(commands) if len(commands) > 1 else conn.pack_command(*commands[0])
+            packed = pack(commands)
+            if packed is None:
+                packed = conn.pack_commands(commands) if len(commands) > 1 else conn.pack_command(*commands[0])
             progress.sent = True
             try:
                 await conn.send_packed_command(packed, check_health=False)

@@ -27,7 +27,7 @@ from runstore.streams import check_run_id
 from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, backend_name
 from .cluster import CLUSTER_OPTIONS, SLOTS, ClusterCalls
 from .settings import RedisSettings
-from .streams import BACKEND, RedisStreamBridge, _Pending
+from .streams import BACKEND, RedisStreamBridge, _Call
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -86,11 +86,11 @@ class RedisClusterStreamBridge(RedisStreamBridge):
     def _control_key(self, group: Any) -> bytes:
         return f"{self.prefix}ctl:{{{TAGS[group]}}}{self._control.decode().rpartition(':')[2]}".encode()
 
-    async def _send_batch(self, batch: list[_Pending]) -> None:
+    async def _send_batch(self, batch: list[_Call]) -> None:
         """One pipeline per slot group (a pipeline goes to one node), sent concurrently."""
-        groups: dict[Any, list[_Pending]] = {}
+        groups: dict[Any, list[_Call]] = {}
         for item in batch:
-            groups.setdefault(self._group(item[0]), []).append(item)
+            groups.setdefault(self._group(item.key), []).append(item)
         if len(groups) == 1:
             return await RedisStreamBridge._send_batch(self, batch)
         results = await asyncio.gather(

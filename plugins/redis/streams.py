@@ -83,12 +83,13 @@ return id
 """
 
 # KEYS[1] stream; ARGV maxlen + 1, window_ms. Idempotent; END takes no data slot.
+# Returns END's id, or 0 when the stream had ended already.
 _PUBLISH_END = """
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if last[1] and last[1][2][1] == 'end' then return 0 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return id
 """
 
 # KEYS[1] stream; ARGV after_seq (exclusive), count. Bounds and entries from one instant.
@@ -142,6 +143,17 @@ def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+def _poke_commands(control: bytes) -> list[tuple[Any, ...]]:
+    """Add an entry to a waker's control stream (ending its XREAD) and keep the stream an hour."""
+    return [("XADD", control, "MAXLEN", "1", "*", "w", "1"), ("PEXPIRE", control, 3_600_000)]
+
+
+def _settled(future: asyncio.Future[Any]) -> None:
+    """Retrieve a best-effort call's outcome, so a failure is not logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
 class _Watch:
     """What this process knows of one followed stream, shared by its local subscribers."""
 
@@ -170,16 +182,34 @@ class _Watch:
         else:
             self.latest = max(self.latest, last_seq)
 
-    def add(self, entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        """Take entries the waker read; the cache stays a hole-free run of sequences."""
-        for entry_id, fields in entries:
+    def add(self, entries: Sequence[tuple[bytes, Sequence[bytes]]]) -> bool:
+        """Take entries the waker read (flat field lists); True if any was new.
+
+        Entries this process published are usually cached already (`put` from the
+        publish reply): those are skipped before being decoded.
+        """
+        added = False
+        for entry_id, flat in entries:
             seq = _seq(entry_id)
             if self.cache and seq <= self.cache[-1][0]:
                 continue
-            if self.cache and seq != self.cache[-1][0] + 1:
-                self.cache.clear()
-            self.cache.append((seq, _item(entry_id, fields)))
-            self.latest = max(self.latest, seq)
+            self.put(seq, _item(entry_id, _pairs(flat)))
+            added = True
+        return added
+
+    def put(self, seq: int, item: StreamItem) -> None:
+        """Cache one entry; the cache stays a hole-free run of sequences (a hole empties it,
+        and a follower that needs what is missing reads a snapshot)."""
+        cache = self.cache
+        if cache:
+            last = cache[-1][0]
+            if seq <= last:
+                return
+            if seq != last + 1:
+                cache.clear()
+        cache.append((seq, item))
+        if seq > self.latest:
+            self.latest = seq
 
     def after(self, pos: int) -> list[tuple[int, StreamItem]] | None:
         """Cached entries right after ``pos``, or ``None`` when the cache cannot prove them."""
@@ -198,7 +228,46 @@ class _Cursor:
         self.outages = 0  # connection failures counted when the cursor last saw the stream
 
 
-_Pending = tuple[bytes, str, bytes, "asyncio.Future[str]", str]
+class _Call:
+    """One call waiting for the bridge's shared pipeline.
+
+    ``script`` with ``args`` (its ARGV, ``key`` the one key), or a plain ``command`` on
+    ``key``. ``publish`` is set (run id, event, payload) for an event publish, the only
+    call that is not idempotent; ``end`` for END. Both are delivered to this process's
+    followers of ``key`` from the reply, without waiting for the reader.
+    """
+
+    __slots__ = ("args", "command", "end", "future", "key", "operation", "publish", "script")
+
+    def __init__(
+        self,
+        operation: str,
+        key: bytes,
+        future: asyncio.Future[Any],
+        *,
+        script: _Script | None = None,
+        args: Sequence[Any] = (),
+        command: tuple[Any, ...] = (),
+        publish: tuple[str, str, bytes] | None = None,
+        end: bool = False,
+    ) -> None:
+        self.operation = operation
+        self.key = key
+        self.future = future
+        self.script = script
+        self.args = args
+        self.command = command
+        self.publish = publish
+        self.end = end
+
+    def request(self, by_text: bool) -> tuple[Any, ...]:
+        """The command to send (a script by its text once the server said it lacks it)."""
+        if self.script is None:
+            return self.command
+        if by_text:
+            return self.script.by_text((self.key,), self.args)
+        return self.script.by_sha((self.key,), self.args)
+
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
@@ -230,7 +299,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
         # One waker per group of streams one XREAD may cover (one group here; a cluster has more).
         self._wakers: dict[Any, asyncio.Task[None]] = {}
         self._waker_idle: dict[Any, asyncio.Event] = {}
-        self._pending: list[_Pending] = []
+        #: Per group: its waker's XREAD is out and no poke was sent since (see `_wake`).
+        self._blocked: dict[Any, bool] = {}
+        self._pending: list[_Call] = []
         self._inflight = False
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()  # strong refs: the loop keeps only weak ones
@@ -318,26 +389,16 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """The Redis key of a run's stream (a run id that is not a non-empty string is refused)."""
         return f"{self.prefix}stream:{check_run_id(run_id)}".encode()
 
-    async def _script(
-        self, operation: str, script: _Script, keys: Sequence[Any], args: Sequence[Any], *, write: bool
-    ) -> Any:
-        """Run one idempotent script call (a read, or END); error replies are raised."""
-        (reply,) = await self.calls.run(operation, [script.by_sha(keys, args)], write=write)
-        if _no_script(reply):
-            (reply,) = await self.calls.run(operation, [script.by_text(keys, args)], write=write)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
     # -- publishing ---------------------------------------------------------------
 
     async def publish(self, run_id: str, event: str, data: Any) -> str:
         """XADD one event (exact MAXLEN, TTL refreshed); retried only if it was never sent.
 
-        Publishes issued while another is in flight are sent together in one pipeline,
-        in call order, so concurrent producers get pipelined throughput. A publish
-        whose reply was lost raises `BackendUnavailableError` with
-        ``write_may_have_happened=True``; it is never sent twice.
+        Goes out in the bridge's shared pipeline (see `_enqueue`), in call order. A
+        publish whose reply was lost raises `BackendUnavailableError` with
+        ``write_may_have_happened=True``; it is never sent twice. A caller cancelled
+        before its publish was sent publishes nothing; after, the event is in the
+        stream (the script is atomic) and its followers here still get it.
         """
         key = self.key(run_id)
         check_event(event)
@@ -349,86 +410,144 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 f"redis stream data must be JSON-serializable (dict, list, str, int within 64 bits, "
                 f"float, bool, None; dataclasses and datetimes too): {exc}"
             ) from exc
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        item: _Pending = (key, event, payload, future, run_id)
-        if self._inflight:
-            self._pending.append(item)
-            return await future
-        self._inflight = True
-        try:
-            await self._send_batch([item])
-        finally:
-            if self._pending:
-                self._spawn(self._drain())
-            else:
-                self._inflight = False
-        return future.result()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Call(
+            "publish", key, future, script=PUBLISH,
+            args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
+        ))
+        reply = await future
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
         if _ENDED in str(exc):
             return StreamEndedError(f"run {run_id!r} already published END; no more events")
         return exc
 
+    async def _pipelined(
+        self, operation: str, key: bytes, *, script: _Script | None = None, args: Sequence[Any] = (),
+        command: tuple[Any, ...] = (), write: bool, end: bool = False,
+    ) -> Any:
+        """An idempotent call in the shared pipeline; sent again alone if its reply was lost.
+
+        The pipeline carries publishes, so it is never resent as a whole; this call may
+        be, within what is left of its own deadline.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.calls.timeouts.operation_timeout
+        future: asyncio.Future[Any] = loop.create_future()
+        call = _Call(operation, key, future, script=script, args=args, command=command, end=end)
+        self._enqueue(call)
+        try:
+            return await future
+        except BackendUnavailableError as exc:
+            if not exc.write_may_have_happened:
+                raise
+            left = deadline - loop.time()
+            if left <= 0:
+                raise BackendUnavailableError(
+                    self.calls.backend, operation, write_may_have_happened=write, cause=exc.__cause__ or exc
+                ) from exc.__cause__
+        (reply,) = await self.calls.run(operation, [call.request(False)], write=write, timeout=left)
+        if script is not None and _no_script(reply):
+            (reply,) = await self.calls.run(operation, [call.request(True)], write=write, timeout=left)
+        if isinstance(reply, Exception):
+            raise reply
+        self._deliver(call, reply)
+        return reply
+
+    def _enqueue(self, call: _Call) -> None:
+        """Queue ``call`` for the shared pipeline.
+
+        One sender task sends everything queued so far in one round trip, waits for the
+        replies, and repeats while calls came in meanwhile: calls of every run issued
+        in one event-loop tick, or while a round trip is out, share one pipeline. One
+        pipeline at a time keeps calls in call order; a cluster splits each pipeline by
+        slot group (`_send_batch`).
+        """
+        self._pending.append(call)
+        if not self._inflight:
+            self._inflight = True
+            self._spawn(self._drain())
+
     async def _drain(self) -> None:
-        """Send the publishes queued behind an in-flight one, a pipeline per batch."""
+        """Send the queued calls, a pipeline per batch, until none is left."""
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
                     await self._send_batch(batch)
                 except BaseException as exc:
-                    for item in batch:
-                        if not item[3].done():
-                            item[3].set_exception(exc)
+                    for call in batch:
+                        if not call.future.done():
+                            call.future.set_exception(exc)
                     if not isinstance(exc, Exception):
                         raise
         finally:
             self._inflight = False
-            for item in self._pending:
-                if not item[3].done():
-                    item[3].set_exception(RuntimeError("stream bridge publisher stopped"))
+            for call in self._pending:
+                if not call.future.done():
+                    call.future.set_exception(RuntimeError("stream bridge publisher stopped"))
             self._pending = []
 
-    async def _send_batch(self, batch: list[_Pending]) -> None:
-        """Publish ``batch`` in one round trip and settle each caller's future."""
-        # A caller cancelled while queued is dropped: its publish has no effect at all.
-        todo = [item for item in batch if not item[3].done()]
+    async def _send_batch(self, batch: list[_Call]) -> None:
+        """Send ``batch`` in one round trip and settle each caller's future."""
+        # A caller cancelled while queued is dropped: its call has no effect at all.
+        todo = [call for call in batch if not call.future.done()]
         by_text = False
         while todo:
-            script = PUBLISH.by_text if by_text else PUBLISH.by_sha
-            commands = [
-                script([key], [self.queue_maxsize, self.stream_ttl_ms, event, payload])
-                for key, event, payload, _future, _run_id in todo
-            ]
-            operation = "publish" if len(todo) == 1 else f"publish (pipeline of {len(todo)})"
-            replies = await self.calls.run(operation, commands, write=True, idempotent=False)
+            if len(todo) == 1:
+                operation = todo[0].operation
+            else:
+                operation = f"{'/'.join(dict.fromkeys(call.operation for call in todo))} (pipeline of {len(todo)})"
+            replies = await self.calls.run(
+                operation, [call.request(by_text) for call in todo], write=True, idempotent=False
+            )
             retry = []
-            for item, reply in zip(todo, replies, strict=True):
-                future = item[3]
-                if _no_script(reply) and not by_text:
-                    retry.append(item)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
-                elif future.done():
-                    continue
+            for call, reply in zip(todo, replies, strict=True):
+                future = call.future
+                if call.script is not None and not by_text and _no_script(reply):
+                    retry.append(call)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
                 elif isinstance(reply, Exception):
-                    future.set_exception(self._publish_error(item[4], reply))
+                    if not future.done():
+                        future.set_exception(self._publish_error(call.publish[0], reply) if call.publish else reply)
                 else:
-                    future.set_result(reply.decode() if isinstance(reply, bytes) else str(reply))
+                    self._deliver(call, reply)
+                    if not future.done():
+                        future.set_result(reply)
             todo, by_text = retry, True
+
+    def _deliver(self, call: _Call, reply: Any) -> None:
+        """Hand a published event or END to this process's followers of its stream at once.
+
+        The reply holds the entry's id, so the followers need not wait for the reader's
+        next XREAD; the reader skips what they already have.
+        """
+        watch = self._watches.get(call.key)
+        if watch is None or not isinstance(reply, bytes):
+            return
+        if call.publish is not None:
+            _run_id, event, payload = call.publish
+            watch.put(_seq(reply), StreamEvent(reply.decode(), event, orjson.loads(payload)))
+        elif call.end:
+            watch.put(_seq(reply), END)
+        else:
+            return
+        watch.notify()
 
     async def publish_end(self, run_id: str) -> None:
         """Append END (never evicting data) and shorten the stream's life to the window."""
-        await self._script(
-            "publish_end", PUBLISH_END, [self.key(run_id)],
-            [self.queue_maxsize + 1, self.late_subscriber_window_ms], write=True,
+        await self._pipelined(
+            "publish_end", self.key(run_id), script=PUBLISH_END,
+            args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
         )
 
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
         """Delete the run's stream now, or let it expire after ``delay`` seconds."""
         key = self.key(run_id)
         if delay > 0:
-            await self.calls.run("cleanup", [("PEXPIRE", key, max(1, int(delay * 1000)))], write=True)
+            await self._pipelined("cleanup", key, command=("PEXPIRE", key, max(1, int(delay * 1000))), write=True)
         else:
-            await self.calls.run("cleanup", [("DEL", key)], write=True)
+            await self._pipelined("cleanup", key, command=("DEL", key), write=True)
             watch = self._watches.get(key)
             if watch is not None:
                 watch.recheck += 1
@@ -480,7 +599,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
 
     async def _snapshot(self, key: bytes, after: int) -> tuple[int, Any, list[Any]] | None:
         """(first sequence, last entry, entries after ``after``) in one atomic call; None if absent."""
-        reply = await self._script("subscribe", SNAPSHOT, [key], [after, self.queue_maxsize + 1], write=False)
+        reply = await self._pipelined(
+            "subscribe", key, script=SNAPSHOT, args=(after, self.queue_maxsize + 1), write=False
+        )
         if not reply:
             return None
         first_id, last_entry, entries = reply
@@ -662,8 +783,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if watch is None:
             watch = self._watches[key] = _Watch(key, self.queue_maxsize, self._group(key))
             self._ensure_waker(watch.group)
-            # Wake the blocked XREAD so it includes the new stream.
-            self._spawn(self._poke(watch.group))
+            self._wake(watch.group)
         watch.refs += 1
         return watch
 
@@ -677,16 +797,35 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if watch.refs <= 0 and self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
 
+    def _wake(self, group: Any) -> None:
+        """Make ``group``'s waker read a stream just added to it.
+
+        A waker blocked in an XREAD sent before the stream was followed is poked (an
+        entry in its control stream ends the XREAD) through the shared pipeline, once
+        per XREAD however many streams were added meanwhile; a waker between reads
+        includes the stream in its next XREAD anyway.
+        """
+        idle = self._waker_idle.get(group)
+        if idle is not None:
+            idle.set()
+        if not self._blocked.get(group):
+            return
+        self._blocked[group] = False
+        control = self._control_key(group)
+        loop = asyncio.get_running_loop()
+        for command in _poke_commands(control):
+            future: asyncio.Future[Any] = loop.create_future()
+            # Best effort: a failed poke only delays the stream to the XREAD's next return.
+            future.add_done_callback(_settled)
+            self._enqueue(_Call("poke", control, future, command=command))
+
     async def _poke(self, group: Any) -> None:
         idle = self._waker_idle.get(group)
         if idle is not None:
             idle.set()
         control = self._control_key(group)
         with contextlib.suppress(Exception):
-            await self._quick("poke", [
-                ("XADD", control, "MAXLEN", "1", "*", "w", "1"),
-                ("PEXPIRE", control, 3_600_000),
-            ])
+            await self._quick("poke", _poke_commands(control))
 
     def _ensure_waker(self, group: Any) -> None:
         waker = self._wakers.get(group)
@@ -714,6 +853,8 @@ class RedisStreamBridge(StreamBridge, Standalone):
             command = ("XREAD", "COUNT", self.queue_maxsize + 1, "BLOCK", block_ms, "STREAMS",
                        *streams, *streams.values())
             outages = self.calls.outages
+            # From here on a newly followed stream is not in this XREAD: `_wake` pokes.
+            self._blocked[group] = True
             try:
                 timeouts = self.calls.timeouts
                 (reply,) = await self.calls.run(
@@ -723,10 +864,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 )
                 if isinstance(reply, Exception):
                     raise reply
-                news = [
-                    (key, [(entry_id, _pairs(flat)) for entry_id, flat in entries])
-                    for key, entries in reply or ()
-                ]
+                news = reply or ()
             except Exception as exc:
                 # Retried until the operation deadline already: the current followers raise
                 # it; later subscribers start over.
@@ -738,6 +876,8 @@ class RedisStreamBridge(StreamBridge, Standalone):
                     watch.notify()
                     del self._watches[key]
                 continue
+            finally:
+                self._blocked[group] = False
             if self.calls.outages != outages:
                 # Reconnected after a failure: the server may have restarted and lost
                 # streams, so every follower takes a fresh snapshot.
@@ -750,8 +890,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                         control_last = entries[-1][0]
                     continue
                 follower = self._watches.get(key)
-                if follower is not None and entries:
-                    follower.add(entries)
+                if follower is not None and entries and follower.add(entries):
                     follower.notify()
             # Let the woken subscribers run before this task spends time on the next XREAD.
             await asyncio.sleep(0)
