@@ -172,9 +172,14 @@ class _Watch:
     def notify(self) -> None:
         self.news.notify()
 
-    def observe(self, last_seq: int) -> None:
-        """Record the newest sequence a snapshot saw; a stream that went back was recreated."""
-        if last_seq < self.latest:
+    def observe(self, last_seq: int, before: int) -> None:
+        """Record the newest sequence a snapshot saw; ``before`` is `latest` when it was sent.
+
+        Only a stream that went back behind what was known before the snapshot was
+        recreated: entries cached while it was out (a publish in the same pipeline,
+        the reader) are newer than the snapshot, not signs of a new stream.
+        """
+        if last_seq < before:
             # Lost (server restart without persistence) or deleted and published again:
             # what the cache holds belongs to the old stream.
             self.cache.clear()
@@ -679,14 +684,14 @@ class RedisStreamBridge(StreamBridge, Standalone):
         parsed = parse_event_id(last_event_id) if last_event_id is not None else None
         valid = parsed is not None and parsed[0] == 0
         after = parsed[1] if valid and parsed is not None else (0 if last_event_id is None else 2**62)
-        outages = self.calls.outages
+        outages, before = self.calls.outages, watch.latest
         snapshot = await self._snapshot(key, after)
         cursor.outages = outages
         if snapshot is None:
             return []  # nothing published yet: follow from the start of the stream
         first_seq, last_entry, entries = snapshot
         last_seq = _seq(last_entry[0])
-        watch.observe(last_seq)
+        watch.observe(last_seq, before)
         cursor.seen = True
         if last_event_id is None:
             cursor.pos = first_seq - 1
@@ -750,7 +755,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         return items
 
     async def _read(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
-        outages = self.calls.outages
+        outages, before = self.calls.outages, watch.latest
         snapshot = await self._snapshot(key, cursor.pos)
         if snapshot is None:
             if cursor.seen and self.calls.outages != cursor.outages:
@@ -762,7 +767,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         cursor.outages = outages
         first_seq, last_entry, entries = snapshot
         cursor.seen = True
-        watch.observe(_seq(last_entry[0]))
+        watch.observe(_seq(last_entry[0]), before)
         return self._consume(cursor, first_seq, last_entry, entries)
 
     # -- the waker: one blocking XREAD for every followed stream ---------------------
