@@ -7,14 +7,21 @@ holds ``e`` (event name) and ``d`` (orjson payload); END is an entry with the si
 field ``end``, added with ``MAXLEN queue_maxsize + 1`` so it never evicts data.
 
 Readers: one blocking ``XREAD`` per bridge instance (the "waker") covers every run
-this process follows and fans the entries out to its subscribers. A subscriber only
-takes entries that continue its own position without a hole; otherwise it reads a
-consistent bounds-plus-range snapshot in one Lua call, which yields the gap.
+this process follows and fans the entries out to its subscribers; what this process
+publishes reaches its own subscribers straight from the publish reply (it carries
+the id). A subscriber only takes entries that continue its own position without a
+hole; otherwise it reads a consistent bounds-plus-range snapshot in one Lua call,
+which yields the gap.
+
+Writes and snapshots of every run go out through one shared pipeline: one round trip
+carries whatever calls were issued meanwhile (`_enqueue`), since per-call round trips
+were most of the bridge's client CPU under many concurrent runs.
 
 Every Redis call goes through `RedisCalls` (bounded, retried only where that cannot
 write twice). ``XADD ... 0-*`` is not idempotent (a second send appends a second
 entry with the next id), so a publish is retried only when it provably never reached
-the server; publishing END, cleanup and every read are idempotent and retried.
+the server; publishing END, cleanup and every read are idempotent and retried (alone,
+when their shared pipeline's reply was lost).
 
 Why one module of this size: publishing (ids ``0-<seq>``, END never evicting data) and
 reading (the waker, the gap proof from ids alone) are two halves of one entry layout
@@ -272,7 +279,6 @@ class _Call:
         if by_text:
             return self.script.by_text((self.key,), self.args)
         return self.script.by_sha((self.key,), self.args)
-
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
