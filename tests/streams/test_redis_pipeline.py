@@ -116,11 +116,15 @@ async def test_a_follower_here_gets_a_publish_whose_caller_was_cancelled_after_s
     run = f"cancel-{uuid.uuid4().hex[:8]}"
     await here.publish(run, "v", 0)
     followers = [asyncio.ensure_future(_follow(b, run)) for b in (here, there)]
-    await asyncio.sleep(0.1)
+    for _ in range(1000):  # until the followers' own calls are done: the pipeline is idle
+        await asyncio.sleep(0.01)
+        if not here._inflight:
+            break
     sending = asyncio.ensure_future(here.publish(run, "v", 1))
     await asyncio.sleep(0)  # the publish is queued and the sender task started
     await asyncio.sleep(0)  # the sender task has taken the batch: the publish is out
-    assert here._inflight and not here._pending
+    sent = not any(call.publish for call in here._pending)
+    assert sent, "the test needs the publish sent before it is cancelled"
     sending.cancel()
     queued = asyncio.ensure_future(here.publish(run, "v", 2))
     await asyncio.sleep(0)
