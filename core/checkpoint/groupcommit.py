@@ -16,7 +16,10 @@ Cancellation (the rule every saver built on this inherits):
   runs (fully absent).
 * A caller cancelled once its op was taken into a batch stops waiting, nothing
   more: the op commits or fails with its batch exactly as if the caller had
-  waited (fully committed or fully absent, never half).
+  waited (fully committed or fully absent, never half). With
+  ``settle_on_cancel=True`` the cancelled caller first waits for that batch to end
+  (a second cancel stops this wait), so when the cancellation reaches the caller
+  nothing of its op is still in flight: the event store promises that.
 
 With a ``kind`` function, a batch holds only ops of one kind: the kind of the oldest
 queued op, all of its queued ops in arrival order; the others wait for the next
@@ -49,13 +52,15 @@ Outcome = tuple[bool, Any]
 
 
 class _Pending(Generic[Op]):
-    """One queued op and the future its caller waits on (compared by identity)."""
+    """One queued op, the future its caller waits on (compared by identity) and, once
+    taken into a batch, a future done when that batch has ended."""
 
-    __slots__ = ("future", "op")
+    __slots__ = ("batch", "future", "op")
 
     def __init__(self, op: Op, future: asyncio.Future[Any]) -> None:
         self.op = op
         self.future = future
+        self.batch: asyncio.Future[None] | None = None
 
 
 class GroupCommit(Generic[Op]):
@@ -72,9 +77,11 @@ class GroupCommit(Generic[Op]):
         run_batch: Callable[[list[Op]], Awaitable[Sequence[Outcome]]],
         *,
         kind: Callable[[Op], Hashable] | None = None,
+        settle_on_cancel: bool = False,
     ) -> None:
         self._run_batch = run_batch
         self._kind = kind
+        self._settle_on_cancel = settle_on_cancel
         self._queue: list[_Pending[Op]] = []
         self._drainer: asyncio.Task[None] | None = None
 
@@ -93,6 +100,8 @@ class GroupCommit(Generic[Op]):
             # Already taken: the batch goes on; only the outcome is dropped.
             if pending.future.done() and not pending.future.cancelled():
                 pending.future.exception()  # retrieved: no "never retrieved" warning
+            if self._settle_on_cancel and pending.batch is not None:
+                await asyncio.shield(pending.batch)
             raise
 
     @property
@@ -121,6 +130,15 @@ class GroupCommit(Generic[Op]):
             self._drainer = None
 
     async def _run(self, batch: list[_Pending[Op]]) -> None:
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for p in batch:
+            p.batch = ended
+        try:
+            await self._run_ops(batch)
+        finally:
+            ended.set_result(None)
+
+    async def _run_ops(self, batch: list[_Pending[Op]]) -> None:
         try:
             outcomes = list(await self._run_batch([p.op for p in batch]))
             if len(outcomes) != len(batch):

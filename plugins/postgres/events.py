@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.errors import InvalidURLError, StaleFenceError
+from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.errors import BackendUnavailableError, InvalidURLError, StaleFenceError
 from runstore.events import HIDDEN_CALLER_PREFIX
 from runstore.options import BackendOptions
 from runstore.sql.events import (
@@ -68,6 +69,17 @@ class PostgresEventDriver(SqlEventDriver):
     other writers committed, which a statement sees only if it starts after the
     lock is granted. Writes are not idempotent (seqs, created flags, delete counts),
     so a lost connection is retried only if the ``COMMIT`` was never sent.
+
+    Unfenced appends (``put``, ``put_batch``) of concurrent callers share those three
+    round trips and one commit (`GroupCommit`): the appends that arrive while one
+    transaction runs go out together in the next, each caller's rows still one
+    contiguous block per thread and each call still whole or absent. If that
+    transaction fails on a statement, its appends run again one call at a time, so
+    only the bad call fails. A caller cancelled while its append is in flight
+    returns once that transaction has ended (committed with it or rolled back).
+    The price: appends of one process to different threads wait for each other's
+    thread locks (a ``delete_by_thread`` of another process holding one delays the
+    appends batched with it).
     """
 
     #: Leased connections kept between calls (each counts against the shared pool).
@@ -85,11 +97,11 @@ class PostgresEventDriver(SqlEventDriver):
         f"coalesce((SELECT max(e.seq) FROM {TABLE} e WHERE e.thread_id = u.thread_id), 0) "
         "+ row_number() OVER (PARTITION BY u.thread_id ORDER BY u.ord), "
         "u.run_id, u.event_type, u.category, u.content, u.content_json, u.metadata, "
-        "u.created_at, $9, u.task_id, u.visible_ai "
+        "u.created_at, u.user_id, u.task_id, u.visible_ai "
         "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], "
-        "$7::text[], $8::text[], $10::text[], $11::bool[]) WITH ORDINALITY "
+        "$7::text[], $8::text[], $9::text[], $10::text[], $11::bool[]) WITH ORDINALITY "
         "AS u(thread_id, run_id, event_type, category, content, content_json, metadata, "
-        "created_at, task_id, visible_ai, ord) "
+        "created_at, user_id, task_id, visible_ai, ord) "
         "RETURNING thread_id, seq"
     )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
@@ -100,11 +112,15 @@ class PostgresEventDriver(SqlEventDriver):
         self._leases = Leases(
             engine, self.MAX_IDLE_CONNECTIONS, backend="postgres event store", timeouts=timeouts
         )
+        self._appends: GroupCommit[list[list[Any]]] = GroupCommit(
+            self._append_batch, settle_on_cancel=True
+        )
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
+        await self._appends.wait_idle()
         await self._leases.aclose()
 
     def in_list(self, column: str, values: Sequence[str], params: list[Any]) -> str:
@@ -144,8 +160,45 @@ class PostgresEventDriver(SqlEventDriver):
                 raise StaleFenceError(thread_id, fence, int(current))
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
+        if fence is not None:  # its fence check and StaleFenceError are the call's own
+            return await self._insert(rows, fence)
+        seqs: list[int] = await self._appends.submit(rows)
+        return seqs
+
+    async def _append_batch(self, batch: list[list[list[Any]]]) -> list[Outcome]:
+        """Insert the rows of several unfenced calls in one transaction; one outcome per call
+        (the group-commit callback; module docstring of `runstore.checkpoint.groupcommit`)."""
+        if len(batch) > 1:
+            try:
+                seqs = await self._insert([row for rows in batch for row in rows], None)
+            except BackendUnavailableError as exc:
+                return [(False, exc)] * len(batch)
+            except Exception:  # a statement failed: each call on its own, below
+                pass
+            else:
+                outcomes: list[Outcome] = []
+                for rows in batch:
+                    outcomes.append((True, seqs[: len(rows)]))
+                    seqs = seqs[len(rows) :]
+                return outcomes
+        outcomes = []
+        unavailable: BackendUnavailableError | None = None
+        for rows in batch:
+            if unavailable is not None:  # the database is gone: not one call per deadline
+                outcomes.append((False, unavailable))
+                continue
+            try:
+                outcomes.append((True, await self._insert(rows, None)))
+            except BackendUnavailableError as exc:
+                unavailable = exc
+                outcomes.append((False, exc))
+            except Exception as exc:
+                outcomes.append((False, exc))
+        return outcomes
+
+    async def _insert(self, rows: list[list[Any]], fence: int | None) -> list[int]:
+        """Insert ``rows`` in one transaction of their own (`SqlEventDriver.insert`)."""
         columns = list(zip(*rows, strict=True))
-        owner = rows[0][9]
         threads = list({r[0] for r in rows})
 
         async def work(raw: Any) -> list[Any]:
@@ -161,7 +214,7 @@ class PostgresEventDriver(SqlEventDriver):
                     columns[6],
                     columns[7],
                     columns[8],
-                    owner,
+                    columns[9],
                     columns[10],
                     columns[11],
                 )
@@ -193,7 +246,7 @@ class PostgresEventDriver(SqlEventDriver):
             inserted = await raw.fetchrow(
                 self._INSERT,
                 [row[0]], [row[2]], [row[3]], [row[4]], [row[5]], [row[6]], [row[7]],
-                [row[8]], row[9], [row[10]], [row[11]],
+                [row[8]], [row[9]], [row[10]], [row[11]],
             )  # fmt: skip
             return None, int(inserted[1])
 

@@ -164,6 +164,36 @@ async def test_a_wrong_outcome_count_is_an_error_for_every_op() -> None:
         await queue.submit("a")
 
 
+@pytest.mark.parametrize("settle", [False, True])
+async def test_a_caller_cancelled_in_its_batch_waits_for_it_only_when_asked(settle: bool) -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, settle_on_cancel=settle)
+    backend.gate.clear()
+    caller = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    caller.cancel()
+    await asyncio.sleep(0.01)
+    assert caller.done() is not settle, "settle_on_cancel: back only when the batch has ended"
+    backend.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await queue.wait_idle()
+    assert backend.committed == ["a"], "taken into a batch: committed with it"
+    # Withdrawn while queued: back at once either way, never run.
+    backend.gate.clear()
+    blocker = asyncio.ensure_future(queue.submit("b"))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(queue.submit("c"))
+    await asyncio.sleep(0)
+    queued.cancel()
+    await asyncio.sleep(0)
+    assert queued.done()
+    backend.gate.set()
+    assert await blocker == "B"
+    await queue.wait_idle()
+    assert "c" not in backend.committed
+
+
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
     store = PrefetchStore()
     key = ("t", "", "c1")

@@ -470,3 +470,132 @@ async def test_a_write_waits_for_its_threads_advisory_lock(
         assert [(r["thread_id"], r["seq"]) for r in records] == [(t, 1) for t in threads]
     finally:
         await conn.close()
+
+
+async def _raw(db_url: str) -> Any:
+    """A raw asyncpg session in the store's schema (PostgreSQL only)."""
+    import asyncpg
+
+    from runstore.urls import BackendURL
+
+    parsed = BackendURL.parse(db_url)
+    return await asyncpg.connect(
+        parsed.without_query(*parsed.query).render(hide_password=False),
+        server_settings={"search_path": parsed.option("schema") or "public"},
+    )
+
+
+def _events(thread: str, run: str, n: int) -> list[dict[str, Any]]:
+    return [
+        {"thread_id": thread, "run_id": run, "event_type": "e", "category": "message", "content": f"{run}-{i}"}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.postgres
+async def test_concurrent_appends_share_one_transaction(open_store: Opener, db_url: str) -> None:
+    """Appends queued while none runs go out as one transaction; each call still gets its
+    own records, one contiguous block per thread, other owners' rows kept apart."""
+    import asyncio
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("the PostgreSQL driver groups appends")
+    store = await open_store()
+    driver: Any = store._driver
+    transactions = 0
+    real = driver._insert
+
+    async def counting(rows: Any, fence: Any) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real(rows, fence)
+
+    driver._insert = counting
+    a, b = ids()
+    calls = [
+        store.put_batch(_events(a if i % 2 else b, f"r{i}", 3), user_id=f"u{i % 3}") for i in range(12)
+    ]
+    results = await asyncio.gather(*calls)
+    assert transactions == 1, "the twelve calls queued before the first batch started"
+    for i, records in enumerate(results):
+        assert [r["content"] for r in records] == [f"r{i}-{k}" for k in range(3)]
+        seqs = [r["seq"] for r in records]
+        assert seqs == list(range(seqs[0], seqs[0] + 3))
+    for thread in (a, b):
+        stored = await store.list_messages(thread, limit=100, user_id=None)
+        assert [r["seq"] for r in stored] == list(range(1, 19))
+        for i in range(12):
+            mine = await store.list_events(thread, f"r{i}", user_id=f"u{i % 3}")
+            assert len(mine) == (3 if (a if i % 2 else b) == thread else 0)
+
+
+@pytest.mark.postgres
+async def test_an_append_the_database_refuses_fails_alone(open_store: Opener, db_url: str) -> None:
+    """One call of a shared transaction refused by the server: the others commit, the
+    refused one raises and wrote nothing."""
+    import asyncio
+
+    from runstore.errors import BackendRefusedError
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("the PostgreSQL driver groups appends")
+    store = await open_store()
+    conn = await _raw(db_url)
+    try:
+        await conn.execute(
+            "CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'refused'; END $$; "
+            "CREATE TRIGGER refuse_bad BEFORE INSERT ON runstore_events "
+            "FOR EACH ROW WHEN (NEW.run_id = 'bad') EXECUTE FUNCTION refuse_bad()"
+        )
+        thread, _ = ids()
+        results = await asyncio.gather(
+            store.put_batch(_events(thread, "ok1", 2), user_id=None),
+            store.put_batch(_events(thread, "bad", 2), user_id=None),
+            store.put_batch(_events(thread, "ok2", 2), user_id=None),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], BackendRefusedError), results[1]
+        stored = await store.list_messages(thread, limit=100, user_id=None)
+        assert [r["content"] for r in stored] == ["ok1-0", "ok1-1", "ok2-0", "ok2-1"]
+        assert [r["seq"] for r in stored] == [1, 2, 3, 4]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+async def test_a_caller_cancelled_in_flight_returns_once_its_transaction_ended(
+    open_store: Opener, db_url: str
+) -> None:
+    """Cancelled while its append waits inside the shared transaction, the caller returns
+    only when that transaction has ended: then no session is left in it."""
+    import asyncio
+
+    from runstore.plugins.postgres.events import PG_LOCK_NAMESPACE
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("the PostgreSQL driver groups appends")
+    store = await open_store()
+    thread, _ = ids()
+    conn = await _raw(db_url)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(f"SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, hashtext($1))", thread)
+        call = asyncio.ensure_future(store.put_batch(_events(thread, "r", 2), user_id=None))
+        await asyncio.sleep(0.3)  # its transaction waits for the lock
+        call.cancel()
+        await asyncio.sleep(0.3)
+        assert not call.done(), "returned while its transaction was still open"
+        await tx.rollback()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(call, 10)
+        busy = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND datname = current_database() AND xact_start IS NOT NULL AND query LIKE '%runstore_events%'"
+        )
+        assert not busy, "a session is still inside the append's transaction"
+        stored = await store.list_messages(thread, limit=100, user_id=None)
+        assert [r["content"] for r in stored] == ["r-0", "r-1"], "taken into a transaction: committed whole"
+    finally:
+        await conn.close()
