@@ -14,7 +14,7 @@ row-level decisions that are not batched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -42,10 +42,7 @@ class FileCommits:
         self._users = 0
         self._opening = asyncio.Lock()
         #: The queue every store's write op joins (tests reach in to cancel a batch).
-        self.queue: GroupCommit[ops.WriteOp] = GroupCommit(self._run_batch)
-        # The batch on the worker thread now, and a future done when it has ended.
-        self._running: Sequence[ops.WriteOp] = ()
-        self._ran: asyncio.Future[None] | None = None
+        self.queue: GroupCommit[ops.WriteOp] = GroupCommit(self._run_batch, settle_on_cancel=True)
 
     async def acquire(self) -> None:
         """Count a store as a user, checking the writer out for the first."""
@@ -69,42 +66,21 @@ class FileCommits:
         """Run ``fn(conn, *args)`` in the next batch; return its result once committed.
 
         A caller cancelled while its op is queued withdraws it (it never runs); one
-        cancelled once its batch runs stops waiting, and the op commits or fails
-        with the batch (`GroupCommit`).
+        cancelled once its batch runs gets its cancellation when that batch has ended
+        (the op committed or failed with it), so a returned or cancelled call is over:
+        nothing of it lands afterwards and no write lock is held for it (`GroupCommit`
+        with ``settle_on_cancel``).
         """
         return await self.queue.submit((fn, args))
-
-    async def submit_settled(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`submit`, except that a caller cancelled once its op's batch runs returns
-        only when that batch has ended: returned or raised means over (nothing lands
-        after a cancelled call, no write lock held)."""
-        op: ops.WriteOp = (fn, args)
-        try:
-            return await self.queue.submit(op)
-        except asyncio.CancelledError:
-            ran = self._ran
-            if ran is not None and any(o is op for o in self._running):
-                while not ran.done():
-                    try:
-                        await asyncio.shield(ran)
-                    except asyncio.CancelledError:
-                        continue  # the first cancellation is the one re-raised
-            raise
 
     async def _run_batch(self, batch: list[ops.WriteOp]) -> list[Outcome]:
         writer = self._writer
         if writer is None:
             raise RuntimeError("the sqlite file's writer is closed")
-        ran: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._running, self._ran = batch, ran
-        try:
-            if self._lock is None:
-                return await writer.run(ops.write_batch, batch)
-            async with self._lock:
-                return await writer.run(ops.write_batch, batch)
-        finally:
-            self._running, self._ran = (), None
-            ran.set_result(None)
+        if self._lock is None:
+            return await writer.run(ops.write_batch, batch)
+        async with self._lock:
+            return await writer.run(ops.write_batch, batch)
 
 
 def file_commits(engine: AsyncEngine) -> FileCommits:

@@ -5,7 +5,7 @@ the file's group commit (`runstore.plugins.sqlite.commits`), on the writer it sh
 with the sqlite saver: concurrent appends of every thread, and the saver's writes,
 commit in one transaction. Each operation is one function call on a connection's
 worker thread against the stdlib ``sqlite3`` connection. A cancelled write returns
-once it is over (`FileCommits.submit_settled`).
+once it is over (`FileCommits.submit`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class SqliteEventDriver(SqlEventDriver):
         if not self._writing:
             raise RuntimeError(_CLOSED)
         with unavailable_errors(BACKEND, operation):
-            return await self._commits.submit_settled(fn, *args)
+            return await self._commits.submit(fn, *args)
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
         seqs: list[int] = await self._write("put", _insert, rows, fence)
