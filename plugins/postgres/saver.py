@@ -9,7 +9,9 @@ connection leasing in `runstore.plugins.postgres.connections`. The round-trip bu
   Writes that arrive while another commits go out together in the next commit
   (`runstore.checkpoint.groupcommit`).
 * ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query; the head
-  comes with its delta history (`runstore.checkpoint.prefetch`).
+  comes with its delta history (`runstore.checkpoint.prefetch`). ``aget_tuple`` calls
+  that arrive while another read runs go out together in the next round trip (one
+  pipelined ``fetchmany``), through a `GroupCommit` of their own.
 * ``aget_delta_channel_history`` is one query (`runstore.plugins.postgres.history`).
 
 Design notes and measurements: docs/savers.md, section "PostgreSQL".
@@ -43,7 +45,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.groupcommit import GroupCommit
+from runstore.checkpoint.groupcommit import GroupCommit, Outcome
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.retention import (
     CheckpointGraph,
@@ -78,7 +80,7 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
-from runstore.errors import StaleFenceError, ThreadDeletedError
+from runstore.errors import BackendUnavailableError, StaleFenceError, ThreadDeletedError
 from runstore.runs import Clock, system_clock
 from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
@@ -145,6 +147,11 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         self._commits: GroupCommit[Statement] = GroupCommit(
             functools.partial(run_statement_batch, self._leases), kind=operator.itemgetter(0)
         )
+        # Reads too: the heads concurrent callers ask for while one read runs go out
+        # together as one pipelined fetchmany (one round trip, rows told apart by key).
+        self._reads: GroupCommit[Statement] = GroupCommit(
+            self._read_batch, kind=operator.itemgetter(0)
+        )
         self._prefetch = PrefetchStore()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
 
@@ -184,6 +191,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         """Finish queued writes and give leased connections back to the shared engine
         (the engine closes with its options)."""
         await self._commits.wait_idle()
+        await self._reads.wait_idle()
         await self._leases.aclose()
 
     def __repr__(self) -> str:
@@ -257,11 +265,8 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         else:
             statement, args = sql.GET_LATEST_SQL, (thread_id, ns)
 
-        async def go(conn: Any) -> Any:
-            return await conn.fetchrow(statement, *args)
-
         generation = self._prefetch.generation
-        row = await self._leases.run(go, operation="get_tuple")
+        row = await self._reads.submit((statement, args))
         if row is None:
             return None
         need = None if checkpoint_id else row["h_need"]
@@ -271,6 +276,44 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                 key = (thread_id, ns, row["checkpoint_id"])
                 self._prefetch.store(key, generation, need, rows)
         return self._decode_row(row)
+
+    async def _read_batch(self, batch: list[Statement]) -> list[Outcome]:
+        """Run the `aget_tuple` reads of one statement for several callers; one outcome
+        (the row or ``None``) per read, rows matched by address (the group-commit callback).
+
+        Several reads go out as one ``fetchmany``: pipelined in one round trip, read in
+        one snapshot. If that fails on a statement, each read runs alone, so only a
+        read the server refuses fails; if the database is unavailable, every read gets
+        that error.
+        """
+        statement = batch[0][0]
+        if len(batch) > 1:
+            many = [args for _, args in batch]
+
+            async def together(conn: Any) -> list[Any]:
+                return list(await conn.fetchmany(statement, many))
+
+            try:
+                rows = await self._leases.run(together, operation="get_tuple")
+            except BackendUnavailableError as exc:
+                return [(False, exc)] * len(batch)
+            except Exception:  # each read on its own, below
+                pass
+            else:
+                width = len(many[0])
+                found = {tuple(row[c] for c in _ADDRESS[:width]): row for row in rows}
+                return [(True, found.get(tuple(args))) for args in many]
+        outcomes: list[Outcome] = []
+        for _, args in batch:
+
+            async def one(conn: Any, a: Sequence[Any] = args) -> Any:
+                return await conn.fetchrow(statement, *a)
+
+            try:
+                outcomes.append((True, await self._leases.run(one, operation="get_tuple")))
+            except Exception as exc:
+                outcomes.append((False, exc))
+        return outcomes
 
     async def _list_rows(
         self,
@@ -838,6 +881,10 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Next channel version: the stock savers' zero-padded counter plus a random fraction."""
         return codec.next_version(current)
+
+
+#: The columns of a read's row that name what it read, in the order of its arguments.
+_ADDRESS = ("thread_id", "checkpoint_ns", "checkpoint_id")
 
 
 def _flat(statement: tuple[str, list[Any]]) -> list[Any]:

@@ -887,3 +887,51 @@ async def test_delta_history_by_id_range_falls_back_to_parent_links(
     )
     assert got["a"]["seed"] == ["seed"]
     assert outcomes[-1] is False, "a sibling's newer holder: parent links answer"
+
+
+async def test_concurrent_reads_share_one_round_trip(opened: PostgresSaver) -> None:
+    """aget_tuple calls queued together go out as one pipelined read, each caller
+    getting its own checkpoint (or None for a thread without one)."""
+    saver = opened
+    heads = {}
+    for n in range(4):
+        ids = await put_chain(saver, f"t-many-{n}", [{"a": f"v{n}-0"}, {"a": f"v{n}-1"}])
+        heads[f"t-many-{n}"] = ids
+    trips = CountRoundTrips(saver)
+    configs = [cfg(t) for t in heads] + [cfg("t-many-none"), cfg("t-many-0")]
+    got = await asyncio.gather(*(saver.aget_tuple(c) for c in configs))
+    assert trips.calls == 1, "queued before the first read started: one round trip"
+    for n, thread in enumerate(heads):
+        one = got[n]
+        assert one is not None and one.config["configurable"]["checkpoint_id"] == heads[thread][-1]
+        assert one.checkpoint["channel_values"] == {"a": f"v{n}-1"}
+    assert got[4] is None, "a thread without checkpoints"
+    assert got[5] is not None and got[5] == got[0] and got[5] is not got[0], "each caller decodes its own"
+    # By id: the same, keyed by the checkpoint id too.
+    trips.calls = 0
+    by_id = [cfg(t, ids[0]) for t, ids in heads.items()] + [cfg("t-many-0", "no-such-id")]
+    got = await asyncio.gather(*(saver.aget_tuple(c) for c in by_id))
+    assert trips.calls == 1
+    assert [g.checkpoint["channel_values"] if g else None for g in got] == [
+        {"a": f"v{n}-0"} for n in range(4)
+    ] + [None]
+
+
+async def test_reads_refused_together_run_again_alone(
+    opened: PostgresSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the shared read fails on a statement, each read runs on its own and answers."""
+    import asyncpg
+
+    saver = opened
+    for n in range(3):
+        await put_chain(saver, f"t-alone-{n}", [{"a": f"v{n}"}])
+
+    async def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.exceptions.InsufficientPrivilegeError("permission denied")
+
+    monkeypatch.setattr(asyncpg.Connection, "fetchmany", refused)
+    trips = CountRoundTrips(saver)
+    got = await asyncio.gather(*(saver.aget_tuple(cfg(f"t-alone-{n}")) for n in range(3)))
+    assert [g.checkpoint["channel_values"] if g else None for g in got] == [{"a": f"v{n}"} for n in range(3)]
+    assert trips.calls == 4, "the shared read, then one per caller"
