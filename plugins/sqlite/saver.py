@@ -124,6 +124,11 @@ class _State:
         # (`runstore.plugins.sqlite.commits`): set by `SqliteSaver.open`.
         self.file: FileCommits | None = None
         self.commits: GroupCommit[ops.WriteOp] | None = None
+        # This saver's writes submitted and not yet answered: closing waits for these
+        # only (the shared queue may stay busy with the event store's appends).
+        self.writes = 0
+        self.writes_done = asyncio.Event()
+        self.writes_done.set()
         # The engine's in-process write lock, shared with the event store: writers
         # queue on it instead of polling sqlite's busy_timeout.
         self.write_lock: asyncio.Lock | None = None
@@ -220,8 +225,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         if state.closed:
             return
         state.closed = True  # new calls fail; writes already queued still commit
-        if state.commits is not None:
-            await state.commits.wait_idle()
+        await state.writes_done.wait()
         if state.file is not None:
             file, state.file = state.file, None
             await file.release()
@@ -253,8 +257,15 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         state = self._state
         if state.closed or state.file is None:
             raise RuntimeError("SqliteSaver is closed")
-        with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing(thread):
-            return await state.file.submit(fn, *args)
+        state.writes += 1
+        state.writes_done.clear()
+        try:
+            with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing(thread):
+                return await state.file.submit(fn, *args)
+        finally:
+            state.writes -= 1
+            if not state.writes:
+                state.writes_done.set()
 
     def _sync_read(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._state.loop, method, type(self).__name__)

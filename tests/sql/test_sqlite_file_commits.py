@@ -153,3 +153,32 @@ async def test_the_writer_goes_back_to_the_pool_with_its_last_store(tmp_path: Pa
         await stores.events.put_batch(_events("t-after", 1), user_id=None)
         await stores.events.close()
         assert commits._writer is None
+
+
+async def test_closing_the_saver_waits_for_its_own_writes_only(tmp_path: Path) -> None:
+    """The queue is shared: closing the saver while the event store keeps appending must
+    not wait for the queue to go idle (under steady appends it never does)."""
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        saver, events = stores.checkpointer, stores.events
+        stop = asyncio.Event()
+        appended = [0]
+
+        async def appender(name: str) -> None:
+            while not stop.is_set():
+                await events.put_batch(_events(name, 1), user_id=None)
+                appended[0] += 1
+
+        appenders = [asyncio.ensure_future(appender(f"t-app-{i}")) for i in range(4)]
+        await asyncio.sleep(0.05)
+        checkpoint = empty_checkpoint()
+        saved = await saver.aput(_cfg("t-closing"), checkpoint, {}, {})
+        await asyncio.wait_for(saver.aclose(), 10)
+        assert not any(a.done() for a in appenders), "the appends went on meanwhile"
+        stop.set()
+        await asyncio.gather(*appenders)
+        assert appended[0] > 0
+        assert (await stores.events.list_events("t-app-0", "r", user_id=None))
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        got = await stores.checkpointer.aget_tuple(saved)
+        assert got is not None and got.checkpoint["id"] == checkpoint["id"]
