@@ -3,8 +3,8 @@
 Every call goes through `RedisCalls.run`, which holds the rules the bridge and the
 history cache share:
 
-- Bounded. Connecting waits at most ``socket_connect_timeout``, each reply at most
-  ``socket_timeout``, and a whole call, retries included, at most
+- Bounded. Connecting waits at most ``socket_connect_timeout``, the replies of one
+  round trip at most ``socket_timeout``, and a whole call, retries included, at most
   ``operation_timeout`` (settings ``redis.*_seconds``; URL options of the same names
   without ``_seconds``). A pooled connection idle longer than
   ``health_check_interval`` is PINGed before it carries a command.
@@ -178,16 +178,15 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes | None:
         for arg in command:
             kind = type(arg)
             if kind is bytes:
-                data = arg
+                append(b"$%d\r\n%b\r\n" % (len(arg), arg))
             elif kind is str:
                 data = arg.encode()
+                append(b"$%d\r\n%b\r\n" % (len(data), data))
             elif kind is int:
                 data = b"%d" % arg
+                append(b"$%d\r\n%b\r\n" % (len(data), data))
             else:
                 return None
-            append(b"$%d\r\n" % len(data))
-            append(data)
-            append(b"\r\n")
     return b"".join(out)
 
 
@@ -377,11 +376,7 @@ class RedisCalls:
             progress.sent = True
             try:
                 await conn.send_packed_command(packed, check_health=False)
-                for _ in commands:
-                    try:
-                        replies.append(await self._read(conn, read_timeout))
-                    except ResponseError as exc:
-                        replies.append(exc)
+                await self._read(conn, len(commands), replies, read_timeout)
             except errors as exc:
                 raise _Failed(exc, sent=True, replies=replies) from exc
             clean = True
@@ -451,18 +446,24 @@ class RedisCalls:
         task.add_done_callback(self._cleanups.discard)
 
     # A timed-out read must drop its connection before raising (ASYNC109).
-    async def _read(self, conn: Any, timeout: float | None) -> Any:  # noqa: ASYNC109
-        if timeout is None:
-            return await conn.read_response()
+    async def _read(self, conn: Any, count: int, replies: list[Any], timeout: float | None) -> None:  # noqa: ASYNC109
+        """Read ``count`` replies into ``replies`` (error replies as objects), all within
+        ``timeout`` (``socket_timeout`` if None): one timer per round trip, not one per reply."""
+        from redis.exceptions import ResponseError
         from redis.exceptions import TimeoutError as RedisTimeoutError
 
+        bound = self.timeouts.socket_timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(timeout):
-                return await conn.read_response(timeout=math.inf)
+            async with asyncio.timeout(bound):
+                for _ in range(count):
+                    try:
+                        replies.append(await conn.read_response(timeout=math.inf))
+                    except ResponseError as exc:
+                        replies.append(exc)
         except TimeoutError:
             # The read was cancelled mid-reply: the connection is unusable (redis-py drops it).
             await conn.disconnect(nowait=True)
-            raise RedisTimeoutError(f"no reply within {timeout:g}s") from None
+            raise RedisTimeoutError(f"no reply within {bound:g}s") from None
 
     async def close(self) -> None:
         """Close every connection of the pool."""
