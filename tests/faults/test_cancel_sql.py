@@ -147,6 +147,57 @@ async def test_put_batch_and_put_cancelled_at_every_suspension(
             assert tally.lost == tally.duplicated == 0
 
 
+async def test_postgres_appends_cancelled_at_every_suspension_of_their_transaction(
+    request: pytest.FixtureRequest, tmp_path: Path, fault_report: Any
+) -> None:
+    """put_batch on PostgreSQL runs in the event store's shared append transaction: its
+    caller, cancelled at each suspension of that transaction (next to another caller's
+    append), returns only once the transaction has ended, and the call is whole in it."""
+    async with _stack("postgres", request, tmp_path) as stack:
+        driver = stack.store._driver
+        appends = driver._appends
+        real_run_batch = appends._run_batch
+        tally = Tally()
+
+        async def trial(k: int) -> Outcome[Any]:
+            thread, other = f"a{next(_ids)}", f"b{next(_ids)}"
+            mine = [ev(thread, "r", f"m{i}") for i in range(3)]
+            theirs = [ev(other, "r", f"o{i}") for i in range(2)]
+            batches: list[Outcome[Any]] = []
+            caller = asyncio.ensure_future(stack.store.put_batch(mine, user_id=None))
+            other_call = asyncio.ensure_future(stack.store.put_batch(theirs, user_id=None))
+
+            async def run_batch(ops: list[Any]) -> Any:
+                out = await act_at(lambda: real_run_batch(ops), k, caller.cancel)
+                batches.append(out)
+                if out.error is not None:
+                    raise out.error
+                return out.result
+
+            appends._run_batch = run_batch
+            try:
+                result = (await asyncio.gather(caller, return_exceptions=True))[0]
+                await stack.assert_settled()  # at once: the transaction has ended
+            finally:
+                await appends.wait_idle()
+                appends._run_batch = real_run_batch
+            assert len(batches) == 1, "both appends went out in one transaction"
+            cancelled = isinstance(result, asyncio.CancelledError)
+            assert cancelled == (k <= batches[0].suspensions)
+            await other_call
+            seen = await stack.events(thread, "r")
+            assert list(seen.values()) == ["m0", "m1", "m2"], "taken into the transaction: committed whole"
+            assert list((await stack.events(other, "r")).values()) == ["o0", "o1"]
+            tally.trials += 1
+            tally.completed += not cancelled
+            tally.acknowledged += 2 + (not cancelled) * 3
+            return Outcome(cancelled=False, suspensions=batches[0].suspensions)
+
+        await _sweep(stack, trial)
+        tally.report(fault_report, "postgres: event store put_batch cancelled (its append transaction running)")
+        assert tally.lost == tally.duplicated == 0
+
+
 async def test_put_if_absent_cancelled_at_every_suspension(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path, fault_report: Any
 ) -> None:
