@@ -304,13 +304,20 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                 found = {tuple(row[c] for c in _ADDRESS[:width]): row for row in rows}
                 return [(True, found.get(tuple(args))) for args in many]
         outcomes: list[Outcome] = []
+        unavailable: BackendUnavailableError | None = None
         for _, args in batch:
+            if unavailable is not None:  # the database is gone: not one read per deadline
+                outcomes.append((False, unavailable))
+                continue
 
             async def one(conn: Any, a: Sequence[Any] = args) -> Any:
                 return await conn.fetchrow(statement, *a)
 
             try:
                 outcomes.append((True, await self._leases.run(one, operation="get_tuple")))
+            except BackendUnavailableError as exc:
+                unavailable = exc
+                outcomes.append((False, exc))
             except Exception as exc:
                 outcomes.append((False, exc))
         return outcomes

@@ -935,3 +935,32 @@ async def test_reads_refused_together_run_again_alone(
     got = await asyncio.gather(*(saver.aget_tuple(cfg(f"t-alone-{n}")) for n in range(3)))
     assert [g.checkpoint["channel_values"] if g else None for g in got] == [{"a": f"v{n}"} for n in range(3)]
     assert trips.calls == 4, "the shared read, then one per caller"
+
+
+async def test_reads_run_alone_stop_at_an_unavailable_database(
+    opened: PostgresSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a read run alone finds the database unavailable, the rest of its batch get
+    that error without a deadline each."""
+    import asyncpg
+
+    from runstore.errors import BackendUnavailableError
+
+    saver = opened
+    for n in range(3):
+        await put_chain(saver, f"t-gone-{n}", [{"a": f"v{n}"}])
+
+    async def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.exceptions.InsufficientPrivilegeError("permission denied")
+
+    async def cancelled(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(asyncpg.Connection, "fetchmany", refused)
+    monkeypatch.setattr(asyncpg.Connection, "fetchrow", cancelled)
+    trips = CountRoundTrips(saver)
+    got = await asyncio.gather(
+        *(saver.aget_tuple(cfg(f"t-gone-{n}")) for n in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(g, BackendUnavailableError) for g in got), got
+    assert trips.calls == 2, "the shared read, then the first read alone"
