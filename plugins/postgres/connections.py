@@ -424,6 +424,28 @@ async def _invalidate(sa_conn: AsyncConnection) -> None:
         pass
 
 
+async def one_at_a_time(
+    items: Sequence[Any], run: Callable[[Any], Awaitable[Any]]
+) -> list[Outcome]:
+    """``run(item)`` for each item in order, one `Outcome` each: how a batch that failed as a
+    whole is re-run so only the bad call fails. Once the database is unavailable the rest
+    get that error without a call each (not one deadline per call)."""
+    outcomes: list[Outcome] = []
+    unavailable: BackendUnavailableError | None = None
+    for item in items:
+        if unavailable is not None:
+            outcomes.append((False, unavailable))
+            continue
+        try:
+            outcomes.append((True, await run(item)))
+        except BackendUnavailableError as exc:
+            unavailable = exc
+            outcomes.append((False, exc))
+        except Exception as exc:
+            outcomes.append((False, exc))
+    return outcomes
+
+
 async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Outcome]:
     """Run a batch of write statements; one `Outcome` per statement.
 
@@ -468,19 +490,16 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
                 for i in positions:
                     outcomes[i] = (True, None)
                 continue
-        for i in positions:
-            args = batch[i][1]
 
-            async def one(conn: Any, s: str = statement, a: Sequence[Any] = args) -> Any:
-                return await conn.execute(s, *a)
+        async def alone(args: Sequence[Any], s: str = statement) -> None:
+            async def one(conn: Any) -> Any:
+                return await conn.execute(s, *args)
 
-            try:
-                await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
-            except BackendUnavailableError as exc:
-                unavailable = exc
-                outcomes[i] = (False, exc)
-            except Exception as exc:
-                outcomes[i] = (False, exc)
-            else:
-                outcomes[i] = (True, None)
+            await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
+
+        alone_outcomes = await one_at_a_time([batch[i][1] for i in positions], alone)
+        for i, outcome in zip(positions, alone_outcomes, strict=True):
+            outcomes[i] = outcome
+            if not outcome[0] and isinstance(outcome[1], BackendUnavailableError):
+                unavailable = outcome[1]
     return outcomes

@@ -28,7 +28,7 @@ from runstore.sql.migrations import Migration
 from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
-from .connections import Leases
+from .connections import Leases, one_at_a_time
 from .engine import POSTGRES, SCHEMES, URL_OPTIONS, FromEngine, shared_engine
 from .settings import PostgresSettings, PostgresTimeouts
 
@@ -181,20 +181,7 @@ class PostgresEventDriver(SqlEventDriver):
                     outcomes.append((True, seqs[: len(rows)]))
                     seqs = seqs[len(rows) :]
                 return outcomes
-        outcomes = []
-        unavailable: BackendUnavailableError | None = None
-        for rows in batch:
-            if unavailable is not None:  # the database is gone: not one call per deadline
-                outcomes.append((False, unavailable))
-                continue
-            try:
-                outcomes.append((True, await self._insert(rows, None)))
-            except BackendUnavailableError as exc:
-                unavailable = exc
-                outcomes.append((False, exc))
-            except Exception as exc:
-                outcomes.append((False, exc))
-        return outcomes
+        return await one_at_a_time(batch, lambda rows: self._insert(rows, None))
 
     async def _insert(self, rows: list[list[Any]], fence: int | None) -> list[int]:
         """Insert ``rows`` in one transaction of their own (`SqlEventDriver.insert`)."""

@@ -86,7 +86,7 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from . import sql
-from .connections import Leases, Statement, import_asyncpg, run_statement_batch
+from .connections import Leases, Statement, import_asyncpg, one_at_a_time, run_statement_batch
 from .engine import FromEngine
 from .history import walk_range
 from .settings import PostgresTimeouts
@@ -303,24 +303,14 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                 width = len(many[0])
                 found = {tuple(row[c] for c in _ADDRESS[:width]): row for row in rows}
                 return [(True, found.get(tuple(args))) for args in many]
-        outcomes: list[Outcome] = []
-        unavailable: BackendUnavailableError | None = None
-        for _, args in batch:
-            if unavailable is not None:  # the database is gone: not one read per deadline
-                outcomes.append((False, unavailable))
-                continue
 
-            async def one(conn: Any, a: Sequence[Any] = args) -> Any:
-                return await conn.fetchrow(statement, *a)
+        async def alone(args: Sequence[Any]) -> Any:
+            async def one(conn: Any) -> Any:
+                return await conn.fetchrow(statement, *args)
 
-            try:
-                outcomes.append((True, await self._leases.run(one, operation="get_tuple")))
-            except BackendUnavailableError as exc:
-                unavailable = exc
-                outcomes.append((False, exc))
-            except Exception as exc:
-                outcomes.append((False, exc))
-        return outcomes
+            return await self._leases.run(one, operation="get_tuple")
+
+        return await one_at_a_time([args for _, args in batch], alone)
 
     async def _list_rows(
         self,
