@@ -31,7 +31,6 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.groupcommit import GroupCommit
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.retention import (
     Compaction,
@@ -120,10 +119,9 @@ class _State:
         self.worker: WorkerConnection | None = None
         self.sync = sync
         self.prefetch = PrefetchStore()
-        # The file's write queue, shared with the event store on the same engine
-        # (`runstore.plugins.sqlite.commits`): set by `SqliteSaver.open`.
+        # The file's writer and write queue, shared with the event store on the same
+        # engine (`runstore.plugins.sqlite.commits`): set by `SqliteSaver.open`.
         self.file: FileCommits | None = None
-        self.commits: GroupCommit[ops.WriteOp] | None = None
         # This saver's writes submitted and not yet answered: closing waits for these
         # only (the shared queue may stay busy with the event store's appends).
         self.writes = 0
@@ -208,7 +206,6 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         except BaseException:
             await state.worker.close()
             raise
-        state.commits = state.file.queue
         state.engine, state.write_lock = engine, sqlite_write_lock(engine)
         state.loop = asyncio.get_running_loop()
         options.on_close(saver.aclose)

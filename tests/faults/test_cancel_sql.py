@@ -285,7 +285,7 @@ async def test_deletes_cancelled_at_every_suspension(
 
 def _commits(saver: Any) -> Any:
     """The saver's group-commit queue."""
-    return saver._commits if hasattr(saver, "_commits") else saver._state.commits
+    return saver._commits if hasattr(saver, "_commits") else saver._state.file.queue
 
 
 async def _carried_value_survives(saver: Any, reader: Any, thread: str, version: str) -> None:

@@ -872,7 +872,7 @@ async def test_cancelled_writers_leave_all_or_nothing(opened: tuple[SqliteSaver,
     company_ck, v2 = checkpoint("company")
     company = asyncio.ensure_future(saver.aput(cfg("t-cx-company"), company_ck, {}, {"a": v2}))
     await asyncio.sleep(0.05)  # both taken into one batch, waiting behind the blocker
-    assert not saver._state.commits._queue, "both ops were taken into the running batch"
+    assert not saver._state.file.queue._queue, "both ops were taken into the running batch"
     queued_ck, v3 = checkpoint("queued")
     queued = asyncio.ensure_future(saver.aput(cfg("t-cx-queued"), queued_ck, {}, {"a": v3}))
     await asyncio.sleep(0.05)
@@ -884,7 +884,7 @@ async def test_cancelled_writers_leave_all_or_nothing(opened: tuple[SqliteSaver,
         with pytest.raises(asyncio.CancelledError):
             await task
     await asyncio.wait_for(company, 10)
-    await saver._state.commits.wait_idle()
+    await saver._state.file.queue.wait_idle()
     got = await saver.aget_tuple(cfg("t-cx-run"))
     assert got is not None and got.checkpoint["channel_values"] == {"a": "running"}
     assert await saver.aget_tuple(cfg("t-cx-queued")) is None, "a withdrawn op never runs"
@@ -951,7 +951,7 @@ async def test_close_commits_writes_already_queued(sqlite_url: str) -> None:
         checkpoint = empty_checkpoint()
         queued = asyncio.ensure_future(saver.aput(cfg("t-close"), checkpoint, {}, {}))
         await asyncio.sleep(0.05)
-        assert saver._state.commits._queue, "the second write waits in the queue"
+        assert saver._state.file.queue._queue, "the second write waits in the queue"
         closing = asyncio.ensure_future(saver.aclose())
         await asyncio.sleep(0.05)
         release.set()
