@@ -131,6 +131,24 @@ async def act_at(call: Callable[[], Awaitable[T]], k: int, action: Callable[[], 
     return await _drive(call, k, action)
 
 
+def batch_acting_at(
+    run_batch: Callable[[list[Any]], Awaitable[Any]], k: int, action: Callable[[], Any],
+    seen: list[Outcome[Any]],
+) -> Callable[[list[Any]], Awaitable[Any]]:
+    """A group-commit batch callback that runs ``run_batch`` and calls ``action()`` at its
+    k-th suspension (`act_at`), recording each batch's `Outcome` in ``seen`` and handing
+    on its result or error."""
+
+    async def acting(ops: list[Any]) -> Any:
+        out = await act_at(lambda: run_batch(ops), k, action)
+        seen.append(out)
+        if out.error is not None:
+            raise out.error
+        return out.result
+
+    return acting
+
+
 async def every_cancel_point(trial: Callable[[int], Awaitable[Outcome[Any]]], *, limit: int = 500) -> int:
     """Run ``trial(k)`` for k = 1, 2, ... until one ends before its k-th suspension; return how many ran.
 

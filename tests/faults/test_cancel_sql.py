@@ -32,7 +32,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from runstore.conformance.harness import service_unavailable
 
-from .cancel import Outcome, act_at, cancel_at, every_cancel_point
+from .cancel import Outcome, batch_acting_at, cancel_at, every_cancel_point
 from .servers import PostgresServer, ServerUnavailable
 from .sqlstacks import Stack, Tally, cfg, checkpoint_args, ev, open_stack, put_chain, snapshot
 
@@ -167,14 +167,7 @@ async def test_postgres_appends_cancelled_at_every_suspension_of_their_transacti
             caller = asyncio.ensure_future(stack.store.put_batch(mine, user_id=None))
             other_call = asyncio.ensure_future(stack.store.put_batch(theirs, user_id=None))
 
-            async def run_batch(ops: list[Any]) -> Any:
-                out = await act_at(lambda: real_run_batch(ops), k, caller.cancel)
-                batches.append(out)
-                if out.error is not None:
-                    raise out.error
-                return out.result
-
-            appends._run_batch = run_batch
+            appends._run_batch = batch_acting_at(real_run_batch, k, caller.cancel, batches)
             try:
                 result = (await asyncio.gather(caller, return_exceptions=True))[0]
                 await stack.assert_settled()  # at once: the transaction has ended
@@ -401,14 +394,9 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
                             else saver.aput(*checkpoint_args(saver, cfg(other), "theirs", "run", 0))
                         )
 
-                        async def run_batch(ops: list[Any]) -> Any:
-                            out = await act_at(lambda: real_run_batch(ops), k, caller.cancel)
-                            batch_outcome.append(out)
-                            if out.error is not None:
-                                raise out.error
-                            return out.result
-
-                        commits._run_batch = run_batch
+                        commits._run_batch = batch_acting_at(
+                            real_run_batch, k, caller.cancel, batch_outcome
+                        )
                         try:
                             result = await asyncio.gather(caller, return_exceptions=True)
                             await commits.wait_idle()
