@@ -21,6 +21,16 @@ Cancellation (the rule every saver built on this inherits):
   (a second cancel stops this wait), so when the cancellation reaches the caller
   nothing of its op is still in flight: the event store promises that.
 
+With ``inline_when_idle=True``, an op that arrives while nothing is queued or running
+is a batch of one and runs in its caller's task, without the hop to the batch task
+and back (each hop waits behind whatever else the event loop has ready: in a LangGraph
+run, the graph's own work, on the critical path of the chained ``aput`` calls). Such
+a batch holds no other caller's op, so a cancellation may interrupt it: the backend
+callback must then leave the op whole or absent, as a single call does (the PostgreSQL
+saver's `Leases` roll the statement back, or it committed whole before the cancel
+arrived). Ops that arrive meanwhile queue for the next batch, which starts when the
+inline one ends, however it ends.
+
 With a ``kind`` function, a batch holds only ops of one kind: the kind of the oldest
 queued op, all of its queued ops in arrival order; the others wait for the next
 batch, where the ops that arrive meanwhile join them. The PostgreSQL saver gives
@@ -68,8 +78,9 @@ class GroupCommit(Generic[Op]):
 
     ``run_batch(ops)`` must run every op in one transaction (or each alone, its
     choice) and return one `Outcome` per op, in order. It is never cancelled by a
-    caller; it is cancelled only if its task is (the event loop shutting down).
-    With ``kind``, each batch holds ops of one kind only (module docstring).
+    caller, except a batch of one run inline (``inline_when_idle``); otherwise it is
+    cancelled only if its task is (the event loop shutting down). With ``kind``, each
+    batch holds ops of one kind only (module docstring).
     """
 
     def __init__(
@@ -78,19 +89,24 @@ class GroupCommit(Generic[Op]):
         *,
         kind: Callable[[Op], Hashable] | None = None,
         settle_on_cancel: bool = False,
+        inline_when_idle: bool = False,
     ) -> None:
         self._run_batch = run_batch
         self._kind = kind
         self._settle_on_cancel = settle_on_cancel
+        self._inline_when_idle = inline_when_idle
         self._queue: list[_Pending[Op]] = []
         self._drainer: asyncio.Task[None] | None = None
+        self._inline: asyncio.Future[None] | None = None
 
     async def submit(self, op: Op) -> Any:
         """Queue ``op`` for the next batch and return its result once it has committed."""
         loop = asyncio.get_running_loop()
+        if self._inline_when_idle and self._drainer is None and self._inline is None:
+            return await self._run_inline(op, loop)
         pending = _Pending(op, loop.create_future())
         self._queue.append(pending)
-        if self._drainer is None:
+        if self._drainer is None and self._inline is None:
             self._drainer = loop.create_task(self._drain())
         try:
             return await pending.future
@@ -104,15 +120,36 @@ class GroupCommit(Generic[Op]):
                 await asyncio.shield(pending.batch)
             raise
 
+    async def _run_inline(self, op: Op, loop: asyncio.AbstractEventLoop) -> Any:
+        """Run ``op`` as a batch of one in the caller's task (module docstring)."""
+        self._inline = loop.create_future()
+        try:
+            outcomes = await self._run_batch([op])
+        finally:
+            self._inline.set_result(None)
+            self._inline = None
+            if self._queue and self._drainer is None:
+                self._drainer = loop.create_task(self._drain())
+        if len(outcomes) != 1:
+            raise RuntimeError(f"run_batch returned {len(outcomes)} outcomes for 1 op")
+        ok, value = outcomes[0]
+        if ok:
+            return value
+        raise value
+
     @property
     def busy(self) -> bool:
         """Whether a batch is running or queued."""
-        return self._drainer is not None
+        return self._drainer is not None or self._inline is not None
 
     async def wait_idle(self) -> None:
         """Wait until every queued op has been run and answered (for closing a saver)."""
-        while self._drainer is not None:
-            await asyncio.shield(self._drainer)
+        while self._drainer is not None or self._inline is not None:
+            if self._inline is not None:
+                await asyncio.shield(self._inline)
+            else:
+                assert self._drainer is not None
+                await asyncio.shield(self._drainer)
 
     async def _drain(self) -> None:
         try:

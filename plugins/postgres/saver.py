@@ -145,12 +145,14 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         )
         # One statement kind per batch: one executemany, one round trip, one commit.
         self._commits: GroupCommit[Statement] = GroupCommit(
-            functools.partial(run_statement_batch, self._leases), kind=operator.itemgetter(0)
+            functools.partial(run_statement_batch, self._leases),
+            kind=operator.itemgetter(0),
+            inline_when_idle=True,
         )
         # Reads too: the heads concurrent callers ask for while one read runs go out
         # together as one pipelined fetchmany (one round trip, rows told apart by key).
         self._reads: GroupCommit[Statement] = GroupCommit(
-            self._read_batch, kind=operator.itemgetter(0)
+            self._read_batch, kind=operator.itemgetter(0), inline_when_idle=True
         )
         self._prefetch = PrefetchStore()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()

@@ -194,6 +194,70 @@ async def test_a_caller_cancelled_in_its_batch_waits_for_it_only_when_asked(sett
     assert "c" not in backend.committed
 
 
+async def test_inline_when_idle_runs_a_lone_op_in_its_callers_task() -> None:
+    tasks: list[asyncio.Task[Any] | None] = []
+    backend = Backend()
+
+    async def run(ops: list[str]) -> list[Outcome]:
+        tasks.append(asyncio.current_task())
+        return await backend.run(ops)
+
+    queue: GroupCommit[str] = GroupCommit(run, inline_when_idle=True)
+    assert await queue.submit("a") == "A"
+    assert tasks == [asyncio.current_task()], "a lone op on an idle queue: no batch task"
+    assert not queue.busy
+    # Ops that arrive while it runs queue and share the next batch, in a task of its own.
+    backend.gate.clear()
+    backend.started.clear()
+    first = asyncio.ensure_future(queue.submit("b"))
+    await backend.started.wait()
+    assert queue.busy
+    later = [asyncio.ensure_future(queue.submit(op)) for op in ("c", "bad-d")]
+    await asyncio.sleep(0)
+    backend.gate.set()
+    assert await first == "B"
+    assert await later[0] == "C"
+    with pytest.raises(ValueError, match="bad-d"):
+        await later[1]
+    assert backend.batches == [["a"], ["b"], ["c", "bad-d"]]
+    assert tasks[2] not in (tasks[1], asyncio.current_task())
+    await queue.wait_idle()
+    assert not queue.busy
+
+
+async def test_an_inline_op_cancelled_still_lets_the_queued_ops_run() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, inline_when_idle=True)
+    backend.gate.clear()
+    alone = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    queued = asyncio.ensure_future(queue.submit("b"))
+    await asyncio.sleep(0)
+    alone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await alone
+    assert backend.cancelled, "run in its caller's task, the lone op's batch is interrupted"
+    assert "a" not in backend.committed
+    backend.gate.set()
+    assert await queued == "B", "the op queued behind it runs in the next batch"
+    await queue.wait_idle()
+    assert backend.batches == [["a"], ["b"]]
+
+
+async def test_wait_idle_waits_for_an_inline_op() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, inline_when_idle=True)
+    backend.gate.clear()
+    alone = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    idle = asyncio.ensure_future(queue.wait_idle())
+    await asyncio.sleep(0.01)
+    assert not idle.done()
+    backend.gate.set()
+    await idle
+    assert alone.done() and backend.committed == ["a"]
+
+
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
     store = PrefetchStore()
     key = ("t", "", "c1")

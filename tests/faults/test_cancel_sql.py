@@ -353,13 +353,16 @@ async def test_saver_deletes_copy_and_prune_cancelled_at_every_suspension(
 async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path, fault_report: Any
 ) -> None:
-    """aput and aput_writes: the caller is cancelled at each of its own suspensions (its
-    op still queued: withdrawn, absent) and at each suspension of the batch running its
-    op next to another caller's (committed whole, with the other's)."""
+    """aput and aput_writes: the caller is cancelled at each of its own suspensions and at
+    each suspension of the batch running its op next to another caller's (committed
+    whole, with the other's). Alone on an idle saver, its op is either queued (withdrawn
+    when cancelled: absent) or, where the queue runs a lone op inline in its caller's
+    task (PostgreSQL), run there: a cancel leaves it whole or absent."""
     async with _stack(kind, request, tmp_path) as stack:
         saver, reader = stack.saver, stack.saver_reader
         commits = _commits(saver)
         real_run_batch = commits._run_batch
+        inline = commits._inline_when_idle
         for writes in (False, True):
             for in_batch in (False, True):
                 tally = Tally()
@@ -387,20 +390,39 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
                         other_head = None
                         if writes:
                             [other_head] = await put_chain(saver, other, ["o0"])
-                        caller = asyncio.ensure_future(mine())
-                        theirs = asyncio.ensure_future(
-                            saver.aput_writes(cfg(other, other_head), [("a", "theirs")], "t3", "")
-                            if writes
-                            else saver.aput(*checkpoint_args(saver, cfg(other), "theirs", "run", 0))
-                        )
+                        # A third caller's op holds the queue (its batch waits on a gate),
+                        # so mine and theirs queue behind it and go out in one batch.
+                        gate = asyncio.Event()
 
-                        commits._run_batch = batch_acting_at(
-                            real_run_batch, k, caller.cancel, batch_outcome
-                        )
+                        async def gated(ops: list[Any]) -> Any:
+                            await gate.wait()
+                            return await real_run_batch(ops)
+
+                        commits._run_batch = gated
                         try:
+                            blocker = asyncio.ensure_future(
+                                saver.aput(*checkpoint_args(saver, cfg(f"{thread}-blocker"), "b", "run", 0))
+                            )
+                            # Polled: the queue's state has no event to wait on.
+                            while (not commits.busy or commits._queue) and not blocker.done():  # noqa: ASYNC110
+                                await asyncio.sleep(0)
+                            caller = asyncio.ensure_future(mine())
+                            theirs = asyncio.ensure_future(
+                                saver.aput_writes(cfg(other, other_head), [("a", "theirs")], "t3", "")
+                                if writes
+                                else saver.aput(*checkpoint_args(saver, cfg(other), "theirs", "run", 0))
+                            )
+                            while len(commits._queue) < 2 and not (caller.done() or theirs.done()):  # noqa: ASYNC110
+                                await asyncio.sleep(0)
+                            commits._run_batch = batch_acting_at(
+                                real_run_batch, k, caller.cancel, batch_outcome
+                            )
+                            gate.set()
+                            await blocker
                             result = await asyncio.gather(caller, return_exceptions=True)
                             await commits.wait_idle()
                         finally:
+                            gate.set()
                             commits._run_batch = real_run_batch
                         assert len(batch_outcome) == 1, "both ops went out in one batch"
                         cancelled = isinstance(result[0], asyncio.CancelledError)
@@ -432,11 +454,11 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
                             assert theirs_got.checkpoint["channel_values"] == {"a": "theirs"}
                     elif done:
                         assert present, "a call that returned has committed"
-                    else:
+                    elif not inline:
                         assert not present, "an op withdrawn while queued never runs"
                     tally.trials += 1
                     tally.completed += done
-                    tally.acknowledged += 2 + done + in_batch + 2 * (in_batch and writes)
+                    tally.acknowledged += 2 + done + 2 * in_batch + 2 * (in_batch and writes)
                     tally.lost += done and not present
                     ids = await put_chain(saver, f"{thread}-next", ["n0"])
                     assert (await reader.aget_tuple(cfg(f"{thread}-next", ids[0]))) is not None
@@ -444,7 +466,7 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
 
                 await _sweep(stack, trial)
                 name = "aput_writes" if writes else "aput"
-                where = "its batch running" if in_batch else "queued"
+                where = "its batch running" if in_batch else ("run alone" if inline else "queued")
                 tally.report(fault_report, f"{kind}: saver {name} cancelled ({where})")
                 assert tally.lost == 0
 
