@@ -143,16 +143,18 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             timeouts=timeouts or PostgresTimeouts(),
             synchronous_commit=synchronous_commit,
         )
-        # One statement kind per batch: one executemany, one round trip, one commit.
+        # One statement kind per batch: one executemany, one round trip, one commit. A
+        # thread's writes that find the queue idle right after its own batch run at once in
+        # the caller's task (every statement's first argument is its thread id).
         self._commits: GroupCommit[Statement] = GroupCommit(
             functools.partial(run_statement_batch, self._leases),
             kind=operator.itemgetter(0),
-            inline_when_idle=True,
+            inline_key=_thread_of,
         )
         # Reads too: the heads concurrent callers ask for while one read runs go out
         # together as one pipelined fetchmany (one round trip, rows told apart by key).
         self._reads: GroupCommit[Statement] = GroupCommit(
-            self._read_batch, kind=operator.itemgetter(0), inline_when_idle=True
+            self._read_batch, kind=operator.itemgetter(0), inline_key=_thread_of
         )
         self._prefetch = PrefetchStore()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
@@ -884,6 +886,11 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
 
 #: The columns of a read's row that name what it read, in the order of its arguments.
 _ADDRESS = ("thread_id", "checkpoint_ns", "checkpoint_id")
+
+
+def _thread_of(statement: Statement) -> Any:
+    """The thread a write or head read is about: its statement's first argument."""
+    return statement[1][0]
 
 
 def _flat(statement: tuple[str, list[Any]]) -> list[Any]:

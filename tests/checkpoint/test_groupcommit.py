@@ -194,7 +194,12 @@ async def test_a_caller_cancelled_in_its_batch_waits_for_it_only_when_asked(sett
     assert "c" not in backend.committed
 
 
-async def test_inline_when_idle_runs_a_lone_op_in_its_callers_task() -> None:
+def _thread(op: str) -> str:
+    """The key of a test op: its text up to the first dash ("t1-a" is thread t1's)."""
+    return op.split("-")[0]
+
+
+async def test_a_callers_next_op_on_an_idle_queue_runs_in_its_task() -> None:
     tasks: list[asyncio.Task[Any] | None] = []
     backend = Backend()
 
@@ -202,60 +207,83 @@ async def test_inline_when_idle_runs_a_lone_op_in_its_callers_task() -> None:
         tasks.append(asyncio.current_task())
         return await backend.run(ops)
 
-    queue: GroupCommit[str] = GroupCommit(run, inline_when_idle=True)
-    assert await queue.submit("a") == "A"
-    assert tasks == [asyncio.current_task()], "a lone op on an idle queue: no batch task"
+    queue: GroupCommit[str] = GroupCommit(run, inline_key=_thread)
+    me = asyncio.current_task()
+    assert await queue.submit("t1-a") == "T1-A"
+    assert tasks[-1] is not me, "no batch yet: through the batch task"
+    assert await queue.submit("t1-b") == "T1-B"
+    assert tasks[-1] is me, "the last batch was this thread's alone: run inline"
     assert not queue.busy
-    # Ops that arrive while it runs queue and share the next batch, in a task of its own.
+    assert await queue.submit("t2-a") == "T2-A"
+    assert tasks[-1] is not me, "another key than the last batch's: through the queue"
+    # Ops that arrive while an inline op runs queue and share the next batch.
     backend.gate.clear()
     backend.started.clear()
-    first = asyncio.ensure_future(queue.submit("b"))
+    first = asyncio.ensure_future(queue.submit("t2-b"))
     await backend.started.wait()
-    assert queue.busy
-    later = [asyncio.ensure_future(queue.submit(op)) for op in ("c", "bad-d")]
+    assert queue.busy and tasks[-1] is first
+    later = [asyncio.ensure_future(queue.submit(op)) for op in ("t2-c", "bad-x")]
     await asyncio.sleep(0)
     backend.gate.set()
-    assert await first == "B"
-    assert await later[0] == "C"
-    with pytest.raises(ValueError, match="bad-d"):
+    assert await first == "T2-B"
+    assert await later[0] == "T2-C"
+    with pytest.raises(ValueError, match="bad-x"):
         await later[1]
-    assert backend.batches == [["a"], ["b"], ["c", "bad-d"]]
-    assert tasks[2] not in (tasks[1], asyncio.current_task())
+    assert backend.batches[-2:] == [["t2-b"], ["t2-c", "bad-x"]]
     await queue.wait_idle()
-    assert not queue.busy
+    # The last batch held two keys: even that thread's next op queues.
+    assert await queue.submit("t2-d") == "T2-D"
+    assert tasks[-1] is not me
+
+
+async def test_concurrent_callers_on_an_idle_queue_share_one_batch() -> None:
+    """A burst of callers: none of them runs alone, even the first one's thread."""
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
+    await queue.submit("t1-a")
+    await asyncio.gather(*(queue.submit(f"t{n}-b") for n in range(1, 5)))
+    assert backend.batches == [["t1-a"], ["t1-b"], ["t2-b", "t3-b", "t4-b"]], (
+        "t1's op ran inline (the queue was idle after its own batch), the rest queued"
+    )
+    await asyncio.gather(*(queue.submit(f"t{n}-c") for n in range(1, 5)))
+    assert backend.batches[-1] == ["t1-c", "t2-c", "t3-c", "t4-c"], "after a mixed batch: one batch"
 
 
 async def test_an_inline_op_cancelled_still_lets_the_queued_ops_run() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, inline_when_idle=True)
+    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
+    await queue.submit("t1-a")
     backend.gate.clear()
-    alone = asyncio.ensure_future(queue.submit("a"))
+    backend.started.clear()
+    alone = asyncio.ensure_future(queue.submit("t1-b"))
     await backend.started.wait()
-    queued = asyncio.ensure_future(queue.submit("b"))
+    queued = asyncio.ensure_future(queue.submit("t1-c"))
     await asyncio.sleep(0)
     alone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await alone
     assert backend.cancelled, "run in its caller's task, the lone op's batch is interrupted"
-    assert "a" not in backend.committed
+    assert "t1-b" not in backend.committed
     backend.gate.set()
-    assert await queued == "B", "the op queued behind it runs in the next batch"
+    assert await queued == "T1-C", "the op queued behind it runs in the next batch"
     await queue.wait_idle()
-    assert backend.batches == [["a"], ["b"]]
+    assert backend.batches == [["t1-a"], ["t1-b"], ["t1-c"]]
 
 
 async def test_wait_idle_waits_for_an_inline_op() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, inline_when_idle=True)
+    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
+    await queue.submit("t1-a")
     backend.gate.clear()
-    alone = asyncio.ensure_future(queue.submit("a"))
+    backend.started.clear()
+    alone = asyncio.ensure_future(queue.submit("t1-b"))
     await backend.started.wait()
     idle = asyncio.ensure_future(queue.wait_idle())
     await asyncio.sleep(0.01)
     assert not idle.done()
     backend.gate.set()
     await idle
-    assert alone.done() and backend.committed == ["a"]
+    assert alone.done() and backend.committed == ["t1-a", "t1-b"]
 
 
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:

@@ -362,7 +362,7 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
         saver, reader = stack.saver, stack.saver_reader
         commits = _commits(saver)
         real_run_batch = commits._run_batch
-        inline = commits._inline_when_idle
+        inline = commits._inline_key is not None
         for writes in (False, True):
             for in_batch in (False, True):
                 tally = Tally()
