@@ -249,14 +249,20 @@ async def test_concurrent_callers_on_an_idle_queue_share_one_batch() -> None:
     assert backend.batches[-1] == ["t1-c", "t2-c", "t3-c", "t4-c"], "after a mixed batch: one batch"
 
 
-async def test_an_inline_op_cancelled_still_lets_the_queued_ops_run() -> None:
-    backend = Backend()
+async def _inline_op_held(backend: Backend) -> tuple[GroupCommit[str], asyncio.Future[Any]]:
+    """A queue whose op "t1-b" runs inline, held inside its batch callback."""
     queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
     await queue.submit("t1-a")
     backend.gate.clear()
     backend.started.clear()
     alone = asyncio.ensure_future(queue.submit("t1-b"))
     await backend.started.wait()
+    return queue, alone
+
+
+async def test_an_inline_op_cancelled_still_lets_the_queued_ops_run() -> None:
+    backend = Backend()
+    queue, alone = await _inline_op_held(backend)
     queued = asyncio.ensure_future(queue.submit("t1-c"))
     await asyncio.sleep(0)
     alone.cancel()
@@ -272,12 +278,7 @@ async def test_an_inline_op_cancelled_still_lets_the_queued_ops_run() -> None:
 
 async def test_wait_idle_waits_for_an_inline_op() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
-    await queue.submit("t1-a")
-    backend.gate.clear()
-    backend.started.clear()
-    alone = asyncio.ensure_future(queue.submit("t1-b"))
-    await backend.started.wait()
+    queue, alone = await _inline_op_held(backend)
     idle = asyncio.ensure_future(queue.wait_idle())
     await asyncio.sleep(0.01)
     assert not idle.done()
