@@ -575,8 +575,11 @@ async def test_a_caller_cancelled_in_flight_returns_once_its_transaction_ended(
 
     if not db_url.startswith("postgres"):
         pytest.skip("the PostgreSQL driver groups appends")
-    store = await open_store()
     thread, _ = ids()
+    # The store's sessions carry their own name: the check below must not see another
+    # test's sessions on the same database (tests run in parallel).
+    app = f"cancel-{thread}"[:63]
+    store = await open_store(postgres={"application_name": app})
     conn = await _raw(db_url)
     try:
         tx = conn.transaction()
@@ -587,13 +590,12 @@ async def test_a_caller_cancelled_in_flight_returns_once_its_transaction_ended(
         call.cancel()
         await asyncio.sleep(0.3)
         assert not call.done(), "returned while its transaction was still open"
+        in_transaction = "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL"
+        assert await conn.fetch(in_transaction, app), "the check sees the store's waiting session"
         await tx.rollback()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(call, 10)
-        busy = await conn.fetch(
-            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND datname = current_database() AND xact_start IS NOT NULL AND query LIKE '%runstore_events%'"
-        )
+        busy = await conn.fetch(in_transaction, app)
         assert not busy, "a session is still inside the append's transaction"
         stored = await store.list_messages(thread, limit=100, user_id=None)
         assert [r["content"] for r in stored] == ["r-0", "r-1"], "taken into a transaction: committed whole"
