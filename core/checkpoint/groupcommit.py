@@ -137,15 +137,12 @@ class GroupCommit(Generic[Op]):
         """Run ``op`` as a batch of one in the caller's task (module docstring)."""
         self._inline = loop.create_future()
         try:
-            outcomes = await self._run_batch([op])
+            [(ok, value)] = await self._outcomes([op])
         finally:
             self._inline.set_result(None)
             self._inline = None
             if self._queue and self._drainer is None:
                 self._drainer = loop.create_task(self._drain())
-        if len(outcomes) != 1:
-            raise RuntimeError(f"run_batch returned {len(outcomes)} outcomes for 1 op")
-        ok, value = outcomes[0]
         if ok:
             return value
         raise value
@@ -163,12 +160,8 @@ class GroupCommit(Generic[Op]):
 
     async def wait_idle(self) -> None:
         """Wait until every queued op has been run and answered (for closing a saver)."""
-        while self._drainer is not None or self._inline is not None:
-            if self._inline is not None:
-                await asyncio.shield(self._inline)
-            else:
-                assert self._drainer is not None
-                await asyncio.shield(self._drainer)
+        while (running := self._inline or self._drainer) is not None:
+            await asyncio.shield(running)
 
     async def _drain(self) -> None:
         try:
@@ -195,13 +188,16 @@ class GroupCommit(Generic[Op]):
         finally:
             ended.set_result(None)
 
+    async def _outcomes(self, ops: list[Op]) -> list[Outcome]:
+        """``run_batch(ops)``, checked to answer every op."""
+        outcomes = list(await self._run_batch(ops))
+        if len(outcomes) != len(ops):
+            raise RuntimeError(f"run_batch returned {len(outcomes)} outcomes for {len(ops)} ops")
+        return outcomes
+
     async def _run_ops(self, batch: list[_Pending[Op]]) -> None:
         try:
-            outcomes = list(await self._run_batch([p.op for p in batch]))
-            if len(outcomes) != len(batch):
-                raise RuntimeError(
-                    f"run_batch returned {len(outcomes)} outcomes for {len(batch)} ops"
-                )
+            outcomes = await self._outcomes([p.op for p in batch])
         except asyncio.CancelledError:
             # Only the drainer's own task is ever cancelled here (loop shutdown):
             # nobody is left to run the rest, so every waiter is cancelled too.
