@@ -6,6 +6,11 @@ which part is the password. Characters that end the host part (``/ ? #``), white
 and control characters must be percent-encoded in a user name or password; a URL that
 breaks this is an `InvalidURLError` that quotes none of it beyond the scheme.
 
+The host part may name a Unix-socket directory, percent-encoded
+(``postgresql://user@%2Fvar%2Frun%2Fpostgresql/db``; the path keeps its case), or list
+several servers (``postgresql://user@h1:5432,h2:5433/db``, in `BackendURL.hosts`);
+which backends accept these is each backend's business.
+
 A parsed URL becomes text in one place, `BackendURL.render`, which masks the password
 unless a driver asks for the real URL. Every password a URL carries is remembered for
 `runstore.redaction.redact`, which masks it in free text.
@@ -45,9 +50,14 @@ class BackendURL:
     port: int | None = None
     path: str = ""
     query: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Every ``(host, port)`` of an authority that lists several servers
+    #: (``h1:5432,h2:5433``), in order; `host` and `port` are then ``None``.
+    hosts: tuple[tuple[str, int | None], ...] = ()
 
     def __post_init__(self) -> None:
         remember_secret(self.password)
+        if self.hosts and (self.host is not None or self.port is not None):
+            raise ValueError("a BackendURL with hosts has no host or port of its own")
 
     @classmethod
     def parse(cls, raw: str | BackendURL) -> BackendURL:
@@ -71,7 +81,8 @@ class BackendURL:
             )
         try:
             parts = urlsplit(raw)
-            port = parts.port
+            # A list of servers has no one port; its items are read below.
+            port = None if "," in parts.netloc.rpartition("@")[2] else parts.port
         except ValueError:
             parts = None  # raised below: urlsplit's message quotes the text, the context too
         if parts is None:
@@ -81,7 +92,7 @@ class BackendURL:
             )
         if "#" in raw:
             raise InvalidURLError(f"backend URL {shown!r} holds a '#' (URLs here have no fragment); {_ENCODE_HINT}")
-        if parts.netloc and "@" not in parts.netloc and ("@" in parts.path or not parts.hostname):
+        if parts.netloc and "@" not in parts.netloc and ("@" in parts.path or not (parts.hostname or "," in parts.netloc)):
             # "user:pa/ss@host": the host part ended at the password's '/'.
             raise InvalidURLError(
                 f"malformed backend URL {shown!r}: an '@' after the host part, or no host; {_ENCODE_HINT}"
@@ -97,11 +108,25 @@ class BackendURL:
                 raise InvalidURLError(f"URL option {key!r} is given twice in {redact(raw)!r}")
             query[key] = value
         username = unquote(parts.username) if parts.username is not None else None
+        host = parts.hostname
+        hosts: tuple[tuple[str, int | None], ...] = ()
+        server = parts.netloc.rpartition("@")[2]
+        if "," in server:
+            if not all(server.split(",")):
+                raise InvalidURLError(
+                    f"backend URL {shown!r} has an empty entry in its host list {redact(server)!r}; "
+                    "list servers as host:port,host:port"
+                )
+            host, hosts = None, tuple(_server(item, shown) for item in server.split(","))
+        elif host and "%" in host and not server.startswith("["):
+            # urlsplit lowercases the encoded text; a socket directory's path must keep its case.
+            host = _server(server, shown)[0]
         return cls(
             scheme=scheme,
             username=username if username or password is not None else None,
             password=password,
-            host=parts.hostname,
+            host=host,
+            hosts=hosts,
             port=port,
             path=unquote(parts.path),
             query=MappingProxyType(query),
@@ -119,13 +144,14 @@ class BackendURL:
             if self.password is not None:
                 netloc += ":" + (REDACTED if hide_password else quote(self.password, safe=""))
             netloc += "@"
-        if self.host:
-            netloc += f"[{self.host}]" if ":" in self.host else self.host
-        if self.port is not None:
-            netloc += f":{self.port}"
+        if self.hosts:
+            netloc += ",".join(_render_server(host, port) for host, port in self.hosts)
+        else:
+            netloc += _render_server(self.host, self.port)
         text = f"{self.scheme}://{netloc}{quote(self.path, safe='/:~')}"
         if include_query and self.query:
-            text += "?" + urlencode(dict(self.query))
+            # Paths and lists stay readable (host=/var/run/postgresql, port=5432,5433).
+            text += "?" + urlencode(dict(self.query), safe="/:,")
         return text
 
     def with_query(self, **changes: str | None) -> BackendURL:
@@ -148,7 +174,7 @@ class BackendURL:
         ``sqlite:///data/app.db`` is the relative path ``data/app.db``;
         ``sqlite:////srv/app.db`` is the absolute ``/srv/app.db``; ``sqlite://`` has none.
         """
-        if self.host:
+        if self.host or self.hosts:
             raise InvalidURLError(
                 f"{self} names a host; file URLs look like {self.scheme}:///relative/path "
                 f"or {self.scheme}:////absolute/path"
@@ -176,6 +202,32 @@ class BackendURL:
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _server(item: str, shown: str) -> tuple[str, int | None]:
+    """One ``host[:port]`` of an authority, the host percent-decoded: an IPv6 address loses
+    its brackets, a host name is lowercased, a socket directory (``/...``) keeps its case."""
+    if item.startswith("["):
+        host, _, port_text = item[1:].partition("]")
+        if port_text and not port_text.startswith(":"):
+            raise InvalidURLError(f"backend URL {shown!r}: cannot read the host {redact(item)!r}")
+        port_text = port_text[1:]
+    else:
+        host, _, port_text = item.partition(":")
+        host = unquote(host)
+    if not host:
+        raise InvalidURLError(f"backend URL {shown!r}: {redact(item)!r} names no host; list servers as host:port")
+    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise InvalidURLError(
+            f"backend URL {shown!r}: the port of {redact(item)!r} must be a number from 1 to 65535"
+        )
+    return (host if host.startswith("/") else host.lower()), (int(port_text) if port_text else None)
+
+
+def _render_server(host: str | None, port: int | None) -> str:
+    """``host[:port]`` as an authority writes it (a socket directory percent-encoded)."""
+    text = "" if not host else f"[{host}]" if ":" in host and not host.startswith("/") else quote(host, safe="")
+    return text if port is None else f"{text}:{port}"
 
 
 def _likely_password(raw: str) -> str | None:

@@ -60,7 +60,9 @@ def merge_settings(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[st
 
 def is_file_url(url: BackendURL) -> bool:
     """Whether ``url`` names a file or directory (so each case needs its own copy)."""
-    return url.scheme in FILE_SCHEMES or (not url.host and bool(url.path.strip("/")))
+    if url.scheme in POSTGRES_SCHEMES:
+        return False  # a hostless one names a database on a socket (?host=/var/run/postgresql)
+    return url.scheme in FILE_SCHEMES or (not (url.host or url.hosts) and bool(url.path.strip("/")))
 
 
 def relocate(url: BackendURL, work_dir: Path, default_name: str) -> tuple[BackendURL, Path]:

@@ -79,3 +79,78 @@ def test_file_paths_may_hold_spaces() -> None:
     assert BackendURL.parse("sqlite:///my data/app.db").file_path() == Path("my data/app.db")
     with pytest.raises(InvalidURLError, match="whitespace"):
         BackendURL.parse("postgresql://u:a b@h/db")
+
+
+@pytest.mark.parametrize(
+    ("raw", "host", "port", "hosts"),
+    [
+        ("postgresql://u@/db?host=/var/run/postgresql", None, None, ()),
+        ("postgresql://u@%2Fvar%2Frun%2FPostgreSQL/db", "/var/run/PostgreSQL", None, ()),
+        ("postgresql://u@%2fvar%2frun%2fpostgresql:5433/db", "/var/run/postgresql", 5433, ()),
+        ("postgresql://u@%2Fcloudsql%2Fp%3Ar%3Ai/db", "/cloudsql/p:r:i", None, ()),
+        ("postgresql://u@H1:5432,h2:5433/db", None, None, (("h1", 5432), ("h2", 5433))),
+        ("postgresql://h1,[::1]:5433,%2Ftmp/db", None, None, (("h1", None), ("::1", 5433), ("/tmp", None))),
+    ],
+)
+def test_socket_directories_and_host_lists_parse_and_round_trip(
+    raw: str, host: str | None, port: int | None, hosts: tuple[tuple[str, int | None], ...]
+) -> None:
+    url = BackendURL.parse(raw)
+    assert (url.host, url.port, url.hosts) == (host, port, hosts)
+    assert BackendURL.parse(url.render(hide_password=False)) == url
+
+
+def test_rendered_option_values_keep_paths_and_lists_readable() -> None:
+    url = BackendURL.parse("postgresql://u@/db?host=/var/run/postgresql,h2&port=5432,5433&options=-c%20a%3D1")
+    assert str(url) == "postgresql://u@/db?host=/var/run/postgresql,h2&port=5432,5433&options=-c+a%3D1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("postgresql://u@h1,,h2/db", r"empty entry in its host list 'h1,,h2'"),
+        ("postgresql://,h2/db", r"empty entry in its host list ',h2'"),
+        ("postgresql://u@h1:x,h2/db", r"port of 'h1:x' must be a number from 1 to 65535"),
+        ("postgresql://u@h1:0,h2/db", r"port of 'h1:0' must be a number from 1 to 65535"),
+        ("postgresql://u@[::1]x,h2/db", r"cannot read the host '\[::1\]x'"),
+    ],
+)
+def test_bad_host_lists_are_clear(raw: str, message: str) -> None:
+    with pytest.raises(InvalidURLError, match=message):
+        BackendURL.parse(raw)
+
+
+def test_host_list_errors_and_renders_hide_the_password() -> None:
+    with pytest.raises(InvalidURLError) as info:
+        BackendURL.parse("postgresql://u:topsecret9@h1:x,h2/db")
+    assert "topsecret9" not in str(info.value)
+    url = BackendURL.parse("postgresql://u:topsecret9@h1:5432,h2:5433/db")
+    assert str(url) == "postgresql://u:***@h1:5432,h2:5433/db"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "postgresql://u:pw@/db?host=/var/run/postgresql",
+        "postgresql://u:pw@%2Fvar%2Frun%2Fpostgresql:5432/db",
+        "postgresql://u:pw@h1:5432,h2:5433/db",
+    ],
+)
+def test_redact_masks_socket_and_host_list_urls(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redaction, "_SECRETS", set())  # the URL shape alone, as above
+    assert redact(f"cannot connect to {raw}: refused") == f"cannot connect to {raw.replace(':pw@', ':***@')}: refused"
+
+
+def test_file_urls_refuse_a_host_list() -> None:
+    with pytest.raises(InvalidURLError, match="names a host"):
+        BackendURL.parse("sqlite://h1,h2/app.db").file_path()
+
+
+def test_a_hostless_postgres_url_is_not_a_file() -> None:
+    from runstore.bench.targets import is_file_url
+
+    assert not is_file_url(BackendURL.parse("postgresql://u@/db?host=/var/run/postgresql"))
+    assert not is_file_url(BackendURL.parse("postgres://u@/db"))
+    assert is_file_url(BackendURL.parse("sqlite:///app.db"))
+    assert is_file_url(BackendURL.parse("other:///data/dir"))
+    assert not is_file_url(BackendURL.parse("other://h1,h2/data"))
