@@ -215,9 +215,9 @@ def _check_markers(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def _host_port(url: Any) -> str:
-    port = url.port or _DEFAULT_PORTS.get(url.scheme.removeprefix("langgraph-"))
-    host = url.host or "localhost"
-    return f"{host}:{port}" if port else host
+    default = _DEFAULT_PORTS.get(url.scheme.removeprefix("langgraph-"))
+    servers = url.hosts or [(url.host or url.option("host") or "localhost", url.port or url.option("port"))]
+    return ", ".join(f"{host}:{port or default}" if port or default else host for host, port in servers)
 
 
 def _unreachable(exc: BaseException) -> BaseException | None:

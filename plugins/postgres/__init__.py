@@ -1,7 +1,9 @@
 """Built-in plugin ``postgres``: checkpoint saver, event store and run store on PostgreSQL via asyncpg.
 
 ``postgresql://user:password@host:5432/db?schema=app``; the optional ``schema``
-option keeps runstore's tables in their own schema. Needs ``runstore[postgres]``.
+option keeps runstore's tables in their own schema. A Unix socket or several servers are
+named as libpq names them (`runstore.plugins.postgres.connect_options`). Needs
+``runstore[postgres]``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,14 @@
-"""What a PostgreSQL URL and the ``postgres`` settings say about connecting: TLS, session
-parameters, the server kind to accept, and whether a transaction pooler sits in between.
+"""What a PostgreSQL URL and the ``postgres`` settings say about connecting: the servers,
+TLS, session parameters, the server kind to accept, and whether a transaction pooler
+sits in between.
+
+The servers are libpq's: the URL's host part (a name, an IP address, a Unix-socket
+directory percent-encoded as ``%2Fvar%2Frun%2Fpostgresql``, or several of these as
+``h1:5432,h2:5433``) or the ``host`` and ``port`` options (``?host=/var/run/postgresql``,
+``?host=h1,h2&port=5432,5433``: one port for all hosts or one per host). A directory
+means the socket file ``.s.PGSQL.<port>`` in it. Several servers are tried in order until
+one accepts and matches ``target_session_attrs``. No server at all leaves it to asyncpg's
+libpq defaults (``PGHOST``, then the usual socket directories, then localhost).
 
 The URL options use libpq's names and meanings (``sslmode``, ``sslrootcert``,
 ``sslcert``, ``sslkey``, ``application_name``, ``options``, ``target_session_attrs``)
@@ -28,7 +37,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from runstore.errors import ConfigError
+from runstore.errors import ConfigError, InvalidURLError
 from runstore.settings import with_url_options
 from runstore.tls import SYSTEM_ROOTS, check_tls_files
 
@@ -48,6 +57,8 @@ CONNECT_OPTIONS = (
     "target_session_attrs",
     "pooler",
 )
+#: The URL options naming the servers (libpq's; no setting of the same name).
+SERVER_OPTIONS = ("host", "port")
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
 POOLERS = ("none", "transaction")
@@ -67,10 +78,15 @@ class PostgresConnectOptions:
     server_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     target_session_attrs: str | None = None
     pooler: str = "none"
+    #: The servers to try, in order (names, addresses or socket directories); empty: asyncpg's default.
+    hosts: tuple[str, ...] = ()
+    #: One port for every host, or one per host; empty: ``PGPORT`` or 5432.
+    ports: tuple[int, ...] = ()
 
     @classmethod
     def resolve(cls, url: BackendURL, settings: PostgresSettings) -> PostgresConnectOptions:
         """The settings with ``url``'s options applied, checked (see the module docstring)."""
+        hosts, ports = servers(url)
         values = with_url_options(url, settings, "postgres", CONNECT_OPTIONS)
         problem = values.problem
 
@@ -123,6 +139,8 @@ class PostgresConnectOptions:
             server_settings=MappingProxyType(server_settings),
             target_session_attrs=attrs,
             pooler=pooler,
+            hosts=hosts,
+            ports=ports,
         )
 
     @property
@@ -134,6 +152,10 @@ class PostgresConnectOptions:
         """Keyword arguments for ``asyncpg.connect`` (through SQLAlchemy's ``connect_args``),
         except the time bounds and ``search_path``, which the engine adds."""
         args: dict[str, Any] = {"server_settings": dict(self.server_settings)}
+        if self.hosts:
+            args["host"] = list(self.hosts)
+        if self.ports:
+            args["port"] = list(self.ports) if len(self.ports) > 1 else self.ports[0]
         if self.target_session_attrs is not None:
             args["target_session_attrs"] = self.target_session_attrs
         if not self.prepared_statements:
@@ -167,6 +189,69 @@ class PostgresConnectOptions:
         if self.sslcert is not None:
             context.load_cert_chain(self.sslcert, keyfile=self.sslkey)
         return context
+
+
+def servers(url: BackendURL) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The hosts and ports ``url`` names (see the module docstring), checked; `InvalidURLError`
+    says what is wrong and what is accepted."""
+    in_authority = url.hosts or (((url.host, url.port),) if url.host else ())
+    host_option, port_option = url.option("host"), url.option("port")
+    if host_option is not None and in_authority:
+        raise InvalidURLError(
+            f"{url} names its server twice, in the host part and in the host option; give one: "
+            "postgresql://user@host:5432/db or postgresql://user@/db?host=/var/run/postgresql"
+        )
+    if port_option is not None and (url.port is not None or any(port for _, port in url.hosts)):
+        raise InvalidURLError(f"{url} gives a port both in the host part and in the port option; give one")
+    if host_option is None:
+        hosts = tuple(host for host, _ in in_authority)
+        given = [port for _, port in in_authority] if in_authority else [url.port]
+        # libpq's default for a host whose port is not written; asyncpg needs them all.
+        ports = () if not any(given) else tuple(port or 5432 for port in given)
+    else:
+        hosts = tuple(host_option.split(","))
+        ports = () if url.port is None else (url.port,)
+    for host in hosts:
+        _check_host(url, host)
+    if port_option is not None:
+        ports = tuple(_port(url, item) for item in port_option.split(","))
+        if len(ports) > 1 and len(ports) != max(len(hosts), 1):
+            raise InvalidURLError(
+                f"{url} gives {len(ports)} ports for {len(hosts) or 'the default'} host(s); give one "
+                "port for all hosts or one per host, in the same order (host=h1,h2&port=5432,5433)"
+            )
+    return hosts, ports
+
+
+def _check_host(url: BackendURL, host: str) -> None:
+    if not host.strip():
+        raise InvalidURLError(
+            f"{url} has an empty host in its host list; give names, addresses or socket "
+            "directories separated by commas, e.g. host=h1,h2 or host=/var/run/postgresql"
+        )
+    if host.startswith("@"):
+        raise InvalidURLError(
+            f"{url}: host {host!r} is an abstract Unix socket, which asyncpg cannot reach; "
+            "give the socket's directory as an absolute path"
+        )
+    if "/" in host and not host.startswith("/"):
+        raise InvalidURLError(
+            f"{url}: host {host!r} looks like a relative socket directory; a Unix-socket directory "
+            "must be an absolute path, e.g. host=/var/run/postgresql"
+        )
+    if not host.startswith("/") and (any(ch.isspace() for ch in host) or re.fullmatch(r"[^:]+:\d*", host)):
+        raise InvalidURLError(
+            f"{url}: cannot read host {host!r}; give host names or addresses without ports, and "
+            "the ports in the port option (host=h1,h2&port=5432,5433)"
+        )
+
+
+def _port(url: BackendURL, text: str) -> int:
+    if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) < 65536):
+        raise InvalidURLError(
+            f"{url}: port {text!r} must be a number from 1 to 65535 (several: port=5432,5433, one per host)"
+        )
+    return int(text)
 
 
 def _unique_statement_name() -> str:

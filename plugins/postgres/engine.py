@@ -48,7 +48,7 @@ from runstore.sql.dialect import (
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 
-from .connect_options import CONNECT_OPTIONS, PostgresConnectOptions
+from .connect_options import CONNECT_OPTIONS, SERVER_OPTIONS, PostgresConnectOptions
 from .settings import TIMEOUT_OPTIONS, PostgresSettings, PostgresTimeouts
 
 if TYPE_CHECKING:
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
 SCHEMES = frozenset({"postgresql", "postgres"})
 
 #: URL options the postgres backends accept (``schema``: the search_path, created if
-#: missing; the timeouts in seconds and the connect options override the ``postgres``
-#: settings). runstore reads every one of them itself and hands asyncpg keyword arguments.
-URL_OPTIONS = frozenset({"schema", *TIMEOUT_OPTIONS, *CONNECT_OPTIONS})
+#: missing; ``host`` and ``port``: the servers, libpq style; the timeouts in seconds and
+#: the connect options override the ``postgres`` settings). runstore reads every one of them itself and hands asyncpg keyword arguments.
+URL_OPTIONS = frozenset({"schema", *SERVER_OPTIONS, *TIMEOUT_OPTIONS, *CONNECT_OPTIONS})
 
 #: Advisory lock key taken around schema creation and migrations (any constant works).
 SCHEMA_LOCK_KEY = zlib.crc32(b"runstore.schema") - 2**31
@@ -164,12 +164,12 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
     connect = PostgresConnectOptions.resolve(url, cfg)
     pool_size, max_overflow = pool_sizes(cfg)
     schema = postgres_schema(url)
+    # The servers go to asyncpg as keyword arguments (`PostgresConnectOptions.connect_args`):
+    # a list of hosts and ports, socket directories among them, exactly as checked.
     sa_url = URL.create(
         "postgresql+asyncpg",
         username=url.username,
         password=url.password,
-        host=url.host,
-        port=url.port,
         database=url.path.lstrip("/") or None,
     )
     connect_args = connect.connect_args()

@@ -135,6 +135,11 @@ def open_pool(url: BackendURL, settings: RedisSettings, timeouts: RedisTimeouts,
     """
     import redis.asyncio as aioredis
 
+    if url.hosts:
+        raise InvalidURLError(
+            f"{url} lists several servers; a Redis URL names one (a cluster's seed nodes: "
+            "redis+cluster://host:port?nodes=host:port,host:port)"
+        )
     database_number(url)
     extra: dict[str, Any] = tls_arguments(url, settings)
     try:

@@ -44,7 +44,10 @@ Address = tuple[str, int]
 def seed_nodes(url: BackendURL) -> list[Address]:
     """The URL's host:port followed by its ``nodes`` option (``host:port,host:port``)."""
     if url.host is None:
-        raise InvalidURLError(f"{url}: a cluster URL needs a host: redis+cluster://host:port")
+        raise InvalidURLError(
+            f"{url}: a cluster URL needs one host, more seed nodes going in the nodes option: "
+            "redis+cluster://host:port?nodes=host:port,host:port"
+        )
     seeds: list[Address] = [(url.host, url.port or 6379)]
     for part in filter(None, (url.option("nodes") or "").split(",")):
         host, sep, port = part.strip().rpartition(":")
