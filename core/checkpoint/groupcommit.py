@@ -102,21 +102,32 @@ class GroupCommit(Generic[Op]):
         self._inline_key = inline_key
         self._queue: list[_Pending[Op]] = []
         self._drainer: asyncio.Task[None] | None = None
-        self._inline: asyncio.Future[None] | None = None
+        # Whether an inline op runs, and the future `wait_idle` waits on meanwhile (made
+        # only then: most inline ops end with nobody waiting).
+        self._inline = False
+        self._inline_ended: asyncio.Future[None] | None = None
         # The key every op of the last batch had (None: several, or no batch yet).
         self._last_key: Hashable | None = None
 
     async def submit(self, op: Op) -> Any:
         """Queue ``op`` for the next batch and return its result once it has committed."""
-        loop = asyncio.get_running_loop()
-        idle = self._drainer is None and self._inline is None
+        idle = self._drainer is None and not self._inline
         if (
             idle
-            and self._inline_key is not None
             and self._last_key is not None
+            and self._inline_key is not None
             and self._inline_key(op) == self._last_key
         ):
-            return await self._run_inline(op, loop)
+            # A batch of one in the caller's task (module docstring).
+            self._inline = True
+            try:
+                [(ok, value)] = _checked(await self._run_batch([op]), 1)
+            finally:
+                self._inline_ended_now()
+            if ok:
+                return value
+            raise value
+        loop = asyncio.get_running_loop()
         pending = _Pending(op, loop.create_future())
         self._queue.append(pending)
         if idle:
@@ -133,84 +144,106 @@ class GroupCommit(Generic[Op]):
                 await asyncio.shield(pending.batch)
             raise
 
-    async def _run_inline(self, op: Op, loop: asyncio.AbstractEventLoop) -> Any:
-        """Run ``op`` as a batch of one in the caller's task (module docstring)."""
-        self._inline = loop.create_future()
-        try:
-            [(ok, value)] = await self._outcomes([op])
-        finally:
-            self._inline.set_result(None)
-            self._inline = None
-            if self._queue and self._drainer is None:
-                self._drainer = loop.create_task(self._drain())
-        if ok:
-            return value
-        raise value
+    def _inline_ended_now(self) -> None:
+        """An inline op ended, however: wake `wait_idle`, start the ops queued meanwhile."""
+        self._inline = False
+        if self._inline_ended is not None:
+            self._inline_ended.set_result(None)
+            self._inline_ended = None
+        if self._queue and self._drainer is None:
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
-    def _batch_key(self, ops: list[Op]) -> Hashable | None:
-        if self._inline_key is None:
+    def _batch_key(self, batch: list[_Pending[Op]]) -> Hashable | None:
+        """The key every op of ``batch`` has, or ``None`` (several, or no ``inline_key``)."""
+        inline_key = self._inline_key
+        if inline_key is None:
             return None
-        keys = {self._inline_key(op) for op in ops}
-        return keys.pop() if len(keys) == 1 else None
+        key = inline_key(batch[0].op)
+        for p in batch[1:]:
+            if inline_key(p.op) != key:
+                return None
+        return key
 
     @property
     def busy(self) -> bool:
         """Whether a batch is running or queued."""
-        return self._drainer is not None or self._inline is not None
+        return self._drainer is not None or self._inline
 
     async def wait_idle(self) -> None:
         """Wait until every queued op has been run and answered (for closing a saver)."""
-        while (running := self._inline or self._drainer) is not None:
+        while True:
+            if self._inline:
+                if self._inline_ended is None:
+                    self._inline_ended = asyncio.get_running_loop().create_future()
+                running: asyncio.Future[None] = self._inline_ended
+            elif self._drainer is not None:
+                running = self._drainer
+            else:
+                return
             await asyncio.shield(running)
 
     async def _drain(self) -> None:
+        # One coroutine for the whole batch (no helper coroutine around `run_batch`): the
+        # event loop resumes every coroutine of the chain at each of its suspensions.
+        loop = asyncio.get_running_loop()
         try:
             while self._queue:
-                batch = [p for p in self._queue if not p.future.done()]
-                self._queue = []
-                if batch and self._kind is not None:
-                    first = self._kind(batch[0].op)
-                    kinds = [self._kind(p.op) == first for p in batch]
-                    self._queue = [p for p, same in zip(batch, kinds, strict=True) if not same]
-                    batch = [p for p, same in zip(batch, kinds, strict=True) if same]
-                if batch:
-                    await self._run(batch)
-                    self._last_key = self._batch_key([p.op for p in batch])
+                batch = self._take_batch()
+                if not batch:
+                    continue
+                ended: asyncio.Future[None] = loop.create_future()
+                for p in batch:
+                    p.batch = ended
+                try:
+                    try:
+                        ops = [p.op for p in batch]
+                        outcomes = _checked(await self._run_batch(ops), len(ops))
+                    except asyncio.CancelledError:
+                        # Only the drainer's own task is ever cancelled here (loop shutdown):
+                        # nobody is left to run the rest, so every waiter is cancelled too.
+                        for p in [*batch, *self._queue]:
+                            p.future.cancel()
+                        self._queue = []
+                        raise
+                    except Exception as exc:
+                        outcomes = [(False, exc)] * len(batch)
+                    for p, (ok, value) in zip(batch, outcomes, strict=True):
+                        if p.future.done():  # its caller was cancelled while the batch ran
+                            continue
+                        if ok:
+                            p.future.set_result(value)
+                        else:
+                            p.future.set_exception(value)
+                finally:
+                    ended.set_result(None)
+                self._last_key = self._batch_key(batch)
         finally:
             self._drainer = None
 
-    async def _run(self, batch: list[_Pending[Op]]) -> None:
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for p in batch:
-            p.batch = ended
-        try:
-            await self._run_ops(batch)
-        finally:
-            ended.set_result(None)
-
-    async def _outcomes(self, ops: list[Op]) -> list[Outcome]:
-        """``run_batch(ops)``, checked to answer every op."""
-        outcomes = list(await self._run_batch(ops))
-        if len(outcomes) != len(ops):
-            raise RuntimeError(f"run_batch returned {len(outcomes)} outcomes for {len(ops)} ops")
-        return outcomes
-
-    async def _run_ops(self, batch: list[_Pending[Op]]) -> None:
-        try:
-            outcomes = await self._outcomes([p.op for p in batch])
-        except asyncio.CancelledError:
-            # Only the drainer's own task is ever cancelled here (loop shutdown):
-            # nobody is left to run the rest, so every waiter is cancelled too.
-            for p in [*batch, *self._queue]:
-                p.future.cancel()
-            self._queue = []
-            raise
-        except Exception as exc:
-            outcomes = [(False, exc)] * len(batch)
-        for p, (ok, value) in zip(batch, outcomes, strict=True):
-            if p.future.done():  # its caller was cancelled while the batch ran
+    def _take_batch(self) -> list[_Pending[Op]]:
+        """Take the next batch off the queue: the ops not withdrawn of the oldest one's
+        kind, in arrival order; the others stay queued, in order."""
+        queue, self._queue = self._queue, []
+        kind = self._kind
+        batch: list[_Pending[Op]] = []
+        first: Hashable = None
+        for p in queue:
+            if p.future.done():  # withdrawn: its caller was cancelled while queued
                 continue
-            if ok:
-                p.future.set_result(value)
-            else:
-                p.future.set_exception(value)
+            if kind is not None:
+                if not batch:
+                    first = kind(p.op)
+                elif kind(p.op) != first:
+                    self._queue.append(p)
+                    continue
+            batch.append(p)
+        return batch
+
+
+def _checked(outcomes: Sequence[Outcome], ops: int) -> list[Outcome]:
+    """What ``run_batch`` returned for ``ops`` ops, checked to answer every op (the inline
+    op and a drained batch alike)."""
+    answered = list(outcomes)
+    if len(answered) != ops:
+        raise RuntimeError(f"run_batch returned {len(answered)} outcomes for {ops} ops")
+    return answered

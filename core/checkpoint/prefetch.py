@@ -51,13 +51,15 @@ class PrefetchStore:
     def writing(self, thread_id: str | None = None) -> Iterator[None]:
         """Mark a write of ``thread_id`` (``None``: of any thread) in progress: answers
         about that thread read before its end are never used."""
-        self._moved(thread_id)
+        self.moved(thread_id)
         try:
             yield
         finally:
-            self._moved(thread_id)
+            self.moved(thread_id)
 
-    def _moved(self, thread_id: str | None) -> None:
+    def moved(self, thread_id: str | None = None) -> None:
+        """Count a start or an end of a write of ``thread_id`` (``None``: of any thread);
+        `writing` does both, a hot path may call this before and after instead."""
         self.generation += 1
         if thread_id is None:
             self._everything = self.generation

@@ -191,6 +191,9 @@ class Leases:
         self._setup = None if synchronous_commit else "SET synchronous_commit = off"
         self._reset = None if synchronous_commit else "RESET synchronous_commit"
         self._server_error: type[BaseException] = import_asyncpg().PostgresError
+        # A `query`'s first attempt on an idle connection has no deadline of its own:
+        # its statement's timeout also stops it at the operation's end.
+        self._first_timeout = min(timeouts.command, timeouts.operation)
         self._idle: list[_Lease] = []
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
@@ -214,23 +217,87 @@ class Leases:
         """
         if self._closed:
             raise RuntimeError(f"this {self.backend} is closed")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeouts.operation
+        deadline = asyncio.get_running_loop().time() + self.timeouts.operation
+        return await self._retried(fn, operation, write, idempotent, begin, deadline, None)
+
+    async def query(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        *,
+        operation: str,
+        write: bool = False,
+        idempotent: bool = False,
+    ) -> Any:
+        """``connection.<method>(*args)``, one asyncpg statement call (``execute``,
+        ``executemany``, ``fetchrow``, ``fetchmany``), under the rules of `run`.
+
+        The same call as ``run`` with a function making it, for less work on the hot
+        path: when a leased connection is idle, the first attempt needs no deadline of
+        its own, since nothing in it waits but the statement, whose timeout is cut to
+        the operation's (``min(command_timeout, operation_timeout)``); only a failed
+        first attempt goes on to `run`'s retries under the operation deadline.
+        """
+        if self._closed:
+            raise RuntimeError(f"this {self.backend} is closed")
+        deadline = asyncio.get_running_loop().time() + self.timeouts.operation
+        failed: _Failed | None = None
+        idle = self._idle
+        if idle:
+            lease = idle.pop()
+            if lease.clean:
+                try:
+                    result = await getattr(lease.conn, method)(*args, timeout=self._first_timeout)
+                except BaseException as exc:
+                    # An autocommit statement commits as it runs: sent.
+                    error = await self._failure(lease, exc, operation, deadline, sent=True)
+                    if error is None:
+                        raise
+                    if not isinstance(error, _Failed):
+                        raise error from exc
+                    failed = error
+                else:
+                    self._give_back(lease)
+                    return result
+            else:
+                self._in_background(self._drop(lease))
+        timeout = self.timeouts.command
+
+        async def call(conn: Any) -> Any:
+            return await getattr(conn, method)(*args, timeout=timeout)
+
+        return await self._retried(call, operation, write, idempotent, None, deadline, failed)
+
+    async def _retried(
+        self,
+        fn: Callable[[Any], Awaitable[R]],
+        operation: str,
+        write: bool,
+        idempotent: bool,
+        begin: str | None,
+        deadline: float,
+        failed: _Failed | None,
+    ) -> R:
+        """`run`'s attempts until one succeeds or ``deadline``; ``failed``: the first
+        attempt was made (by `query`) and lost its connection."""
         may_have_written = False
         failures = 0
         last: BaseException | None = None
         try:
             async with asyncio.timeout_at(deadline):
                 while True:
-                    try:
-                        return await self._attempt(fn, operation, begin, deadline)
-                    except _Failed as failed:
-                        last = failed.cause
-                        if write and failed.sent:
-                            may_have_written = True
-                            if not idempotent:
-                                error = self._unavailable(operation, True, failed.cause)
-                                raise error from error.__cause__
+                    if failed is None:
+                        try:
+                            return await self._attempt(fn, operation, begin, deadline)
+                        except _Failed as exc:
+                            failed = exc
+                    last = failed.cause
+                    if write and failed.sent:
+                        may_have_written = True
+                        if not idempotent:
+                            error = self._unavailable(operation, True, failed.cause)
+                            raise error from error.__cause__
+                    failed = None
                     delay = RETRY_BACKOFF[min(failures, len(RETRY_BACKOFF) - 1)]
                     (log.warning if failures == 0 else log.debug)(
                         "%s: %s lost its connection (%s); retrying on a fresh one for up to %gs",
@@ -284,21 +351,32 @@ class Leases:
                 sent = True  # from here the transaction may commit
                 await conn.execute("COMMIT")
         except BaseException as exc:
-            lost = isinstance(exc, Exception) and connection_lost(exc, conn)
-            refused = isinstance(exc, self._server_error) and not lost
-            if refused and lease.clean:
-                # The server refused a statement outside any transaction and said so
-                # (its reply is complete): the connection is as good as before.
-                self._give_back(lease)
-                raise self._refused(operation, exc) from exc
-            await self._settle(lease, deadline)
-            if lost:
-                raise _Failed(exc, sent=sent) from exc
-            if refused:  # its transaction was rolled back by _settle
-                raise self._refused(operation, exc) from exc
-            raise
+            instead = await self._failure(lease, exc, operation, deadline, sent)
+            if instead is None:
+                raise
+            raise instead from exc
         self._give_back(lease)
         return result
+
+    async def _failure(
+        self, lease: _Lease, exc: BaseException, operation: str, deadline: float, sent: bool
+    ) -> BaseException | None:
+        """After a call on ``lease`` raised ``exc``: give the connection back, or roll it
+        back or close it, and return what to raise instead (`_Failed` if the connection
+        was lost), or ``None`` to raise ``exc`` itself (a cancellation, say)."""
+        lost = isinstance(exc, Exception) and connection_lost(exc, lease.conn)
+        refused = isinstance(exc, self._server_error) and not lost
+        if refused and lease.clean:
+            # The server refused a statement outside any transaction and said so
+            # (its reply is complete): the connection is as good as before.
+            self._give_back(lease)
+            return self._refused(operation, exc)
+        await self._settle(lease, deadline)
+        if lost:
+            return _Failed(exc, sent=sent)
+        if refused:  # its transaction was rolled back by _settle
+            return self._refused(operation, exc)
+        return None
 
     async def _take(self) -> _Lease:
         """An idle leased connection still open and clean, else a fresh one from the pool."""
@@ -446,6 +524,10 @@ async def one_at_a_time(
     return outcomes
 
 
+#: How errors name `run_statement_batch`'s calls.
+_WRITES = "write checkpoints"
+
+
 async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Outcome]:
     """Run a batch of write statements; one `Outcome` per statement.
 
@@ -461,6 +543,16 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
     bad one fails; if the database is unavailable, every statement not yet committed
     gets that error.
     """
+    if len(batch) == 1:
+        # The lone caller's batch (group commit's inline op): one statement, no grouping.
+        statement, args = batch[0]
+        try:
+            await leases.query(
+                "execute", (statement, *args), operation=_WRITES, write=True, idempotent=True
+            )
+        except Exception as exc:
+            return [(False, exc)]
+        return [(True, None)]
     groups: dict[str, list[int]] = {}
     for i, (statement, _) in enumerate(batch):
         groups.setdefault(statement, []).append(i)
@@ -473,12 +565,10 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
             continue
         if len(positions) > 1:
             many = [batch[i][1] for i in positions]
-
-            async def together(conn: Any, s: str = statement, m: list[Any] = many) -> None:
-                await conn.executemany(s, m)
-
             try:
-                await leases.run(together, operation="write checkpoints", write=True, idempotent=True)
+                await leases.query(
+                    "executemany", (statement, many), operation=_WRITES, write=True, idempotent=True
+                )
             except BackendUnavailableError as exc:
                 unavailable = exc
                 for i in positions:
@@ -492,10 +582,7 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
                 continue
 
         async def alone(args: Sequence[Any], s: str = statement) -> None:
-            async def one(conn: Any) -> Any:
-                return await conn.execute(s, *args)
-
-            await leases.run(one, operation="write checkpoints", write=True, idempotent=True)
+            await leases.query("execute", (s, *args), operation=_WRITES, write=True, idempotent=True)
 
         alone_outcomes = await one_at_a_time([batch[i][1] for i in positions], alone)
         for i, outcome in zip(positions, alone_outcomes, strict=True):

@@ -25,7 +25,6 @@ history walk live in `sql`, `connections` and `history`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import operator
 from collections import OrderedDict
@@ -217,13 +216,6 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             # and a blob believed stored would never be written again.
             self._known.clear()
 
-    def _remember(self, key: tuple[str, str, str, str]) -> None:
-        known = self._known
-        known[key] = None
-        known.move_to_end(key)
-        if len(known) > self.KNOWN_BLOBS_MAX:
-            known.popitem(last=False)
-
     def _decode_row(self, row: Any) -> CheckpointTuple:
         thread_id = row["thread_id"]
         ns = row["checkpoint_ns"]
@@ -275,7 +267,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             return None
         need = None if checkpoint_id else row["h_need"]
         if need:
-            rows = walk_range(lambda name: row["h_" + name], row["checkpoint_id"], need)
+            rows = walk_range(row, row["checkpoint_id"], need, prefix="h_")
             if rows is not None:
                 key = (thread_id, ns, row["checkpoint_id"])
                 self._prefetch.store(key, generation, need, rows)
@@ -291,30 +283,30 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         that error.
         """
         statement = batch[0][0]
-        if len(batch) > 1:
-            many = [args for _, args in batch]
-
-            async def together(conn: Any) -> list[Any]:
-                return list(await conn.fetchmany(statement, many))
-
+        leases = self._leases
+        if len(batch) == 1:
+            # The lone caller's read (group commit's inline op).
             try:
-                rows = await self._leases.run(together, operation="get_tuple")
-            except BackendUnavailableError as exc:
-                return [(False, exc)] * len(batch)
-            except Exception:  # each read on its own, below
-                pass
-            else:
-                width = len(many[0])
-                found = {tuple(row[c] for c in _ADDRESS[:width]): row for row in rows}
-                return [(True, found.get(tuple(args))) for args in many]
+                row = await leases.query("fetchrow", (statement, *batch[0][1]), operation=_READ)
+            except Exception as exc:
+                return [(False, exc)]
+            return [(True, row)]
+        many = [args for _, args in batch]
+        try:
+            rows = await leases.query("fetchmany", (statement, many), operation=_READ)
+        except BackendUnavailableError as exc:
+            return [(False, exc)] * len(batch)
+        except Exception:  # each read on its own, below
+            pass
+        else:
+            width = len(many[0])
+            found = {tuple(row[c] for c in _ADDRESS[:width]): row for row in rows}
+            return [(True, found.get(tuple(args))) for args in many]
 
         async def alone(args: Sequence[Any]) -> Any:
-            async def one(conn: Any) -> Any:
-                return await conn.fetchrow(statement, *args)
+            return await leases.query("fetchrow", (statement, *args), operation=_READ)
 
-            return await self._leases.run(one, operation="get_tuple")
-
-        return await one_at_a_time([args for _, args in batch], alone)
+        return await one_at_a_time(many, alone)
 
     async def _list_rows(
         self,
@@ -357,44 +349,51 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         enc = codec.encode_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
         row = enc.row
         thread_id, ns = row.thread_id, row.checkpoint_ns
+        known = self._known
         carried = []
         for channel, version in enc.carried.items():
             key = (thread_id, ns, channel, version)
-            if key in self._known:
-                self._known.move_to_end(key)  # still in use: keep it from eviction
+            if key in known:
+                known.move_to_end(key)  # still in use: keep it from eviction
             else:
                 carried.append(
                     codec.encode_blob(
                         self.serde, thread_id, ns, channel, version, enc.carried_values[channel]
                     )
                 )
+        blobs = enc.blobs
+        *new_columns, new_bytes = _blob_columns(blobs)
+        *carried_columns, carried_bytes = _blob_columns(carried)
         args = (
             *row[:7],
             row.metadata,
             row.value_versions,
-            [b.channel for b in enc.blobs],
-            [b.version for b in enc.blobs],
-            [b.type for b in enc.blobs],
-            [b.blob for b in enc.blobs],
-            [b.channel for b in carried],
-            [b.version for b in carried],
-            [b.type for b in carried],
-            [b.blob for b in carried],
+            *new_columns,
+            *carried_columns,
             row.channel_versions,
             clock_micros(self.clock),
-            len(row.checkpoint)
-            + len(row.metadata)
-            + sum(len(b.blob) for b in enc.blobs)
-            + sum(len(b.blob) for b in carried),
+            len(row.checkpoint) + len(row.metadata) + new_bytes + carried_bytes,
             fence,
         )
-
-        with self._prefetch.writing(thread_id), _refused(thread_id, fence):
+        # `PrefetchStore.writing` and `_refused` spelled out (in `aput_writes` too): they
+        # are on the path of every write, and so is each layer of calls around it.
+        prefetch = self._prefetch
+        prefetch.moved(thread_id)
+        try:
             await self._commits.submit((sql.PUT_SQL, args))
-        for b in enc.blobs:
-            self._remember((thread_id, ns, b.channel, b.version))
-        for b in carried:
-            self._remember((thread_id, ns, b.channel, b.version))
+        except Exception as exc:
+            error = _refused(exc, thread_id, fence)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            prefetch.moved(thread_id)
+        for b in (*blobs, *carried):
+            key = (thread_id, ns, b.channel, b.version)
+            known[key] = None
+            known.move_to_end(key)
+        while len(known) > self.KNOWN_BLOBS_MAX:
+            known.popitem(last=False)
         return enc.config
 
     async def aput_writes(
@@ -416,24 +415,35 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             rows.setdefault(w.idx, w)
         for w in enc.last_wins:
             rows[w.idx] = w
-        first = next(iter(rows.values()))
-        vals = list(rows.values())
+        # Every row of one call has the same thread, namespace, checkpoint, task and path.
+        threads, namespaces, ids, tasks, idxs, paths, channels, types, blobs = zip(
+            *rows.values(), strict=True
+        )
+        thread_id = threads[0]
         args = (
-            first.thread_id,
-            first.checkpoint_ns,
-            first.checkpoint_id,
-            first.task_id,
-            first.task_path,
-            [w.idx for w in vals],
-            [w.channel for w in vals],
-            [w.type for w in vals],
-            [w.blob for w in vals],
+            thread_id,
+            namespaces[0],
+            ids[0],
+            tasks[0],
+            paths[0],
+            idxs,
+            channels,
+            types,
+            blobs,
             clock_micros(self.clock),
             fence,
         )
-
-        with self._prefetch.writing(first.thread_id), _refused(first.thread_id, fence):
+        prefetch = self._prefetch
+        prefetch.moved(thread_id)
+        try:
             await self._commits.submit((sql.PUT_WRITES_SQL, args))
+        except Exception as exc:
+            error = _refused(exc, thread_id, fence)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            prefetch.moved(thread_id)
 
     async def adelete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Delete every checkpoint, value and write of ``thread_id`` (all namespaces); the
@@ -732,7 +742,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                 return await conn.fetchrow(sql.RANGE_HISTORY_SQL, thread_id, ns, target, wanted)
 
             found = await self._leases.run(by_range, operation="get_delta_channel_history")
-            rows = walk_range(found.__getitem__, found["target_id"], wanted)
+            rows = walk_range(found, found["target_id"], wanted)
         if rows is None:
 
             async def by_parent_links(conn: Any) -> list[Any]:
@@ -884,6 +894,8 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         return codec.next_version(current)
 
 
+#: How errors name `aget_tuple`'s reads.
+_READ = "get_tuple"
 #: The columns of a read's row that name what it read, in the order of its arguments.
 _ADDRESS = ("thread_id", "checkpoint_ns", "checkpoint_id")
 
@@ -891,6 +903,19 @@ _ADDRESS = ("thread_id", "checkpoint_ns", "checkpoint_id")
 def _thread_of(statement: Statement) -> Any:
     """The thread a write or head read is about: its statement's first argument."""
     return statement[1][0]
+
+
+#: `_blob_columns` of no blobs: NULL arrays, which unnest to no rows like empty ones and
+#: spare asyncpg its checks of an array parameter.
+_NO_BLOBS: tuple[Any, ...] = (None, None, None, None, 0)
+
+
+def _blob_columns(blobs: Sequence[codec.BlobRow]) -> tuple[Any, ...]:
+    """The channel, version, type and blob arrays of a put's ``blobs`` and their bytes."""
+    if not blobs:
+        return _NO_BLOBS
+    _, _, channels, versions, types, data = zip(*blobs, strict=True)
+    return channels, versions, types, data, sum(map(len, data))
 
 
 def _flat(statement: tuple[str, list[Any]]) -> list[Any]:
@@ -918,20 +943,17 @@ async def _fence(conn: Any, thread_id: str, now: int, fence: int) -> None:
         raise StaleFenceError(thread_id, fence, int(current))
 
 
-@contextlib.contextmanager
-def _refused(thread_id: str, fence: int | None = None) -> Iterator[None]:
-    """Turn the database's refusal of a write into the runstore error: `ThreadDeletedError`
-    (a tombstone refused it) or `StaleFenceError` (its token ``fence`` was stale)."""
-    try:
-        yield
-    except Exception as exc:
-        cause: BaseException | None = exc
-        while cause is not None:
-            state = getattr(cause, "sqlstate", None)
-            if state == sql.THREAD_DELETED_SQLSTATE:
-                raise ThreadDeletedError(thread_id) from exc
-            if state == sql.STALE_FENCE_SQLSTATE and fence is not None:
-                current = int(getattr(cause, "detail", None) or 0)
-                raise StaleFenceError(thread_id, fence, current) from exc
-            cause = cause.__cause__
-        raise
+def _refused(exc: Exception, thread_id: str, fence: int | None) -> Exception | None:
+    """The runstore error a write's ``exc`` stands for when the database refused it:
+    `ThreadDeletedError` (a tombstone refused it) or `StaleFenceError` (its token ``fence``
+    was stale); ``None`` for any other error."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        state = getattr(cause, "sqlstate", None)
+        if state == sql.THREAD_DELETED_SQLSTATE:
+            return ThreadDeletedError(thread_id)
+        if state == sql.STALE_FENCE_SQLSTATE and fence is not None:
+            current = int(getattr(cause, "detail", None) or 0)
+            return StaleFenceError(thread_id, fence, current)
+        cause = cause.__cause__
+    return None

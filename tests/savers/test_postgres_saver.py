@@ -770,13 +770,18 @@ class CountRoundTrips:
 
     def __init__(self, saver: PostgresSaver) -> None:
         self.calls = 0
-        real_run = saver._leases.run
+        real_run, real_query = saver._leases.run, saver._leases.query
 
         async def counting(fn: Any, **kwargs: Any) -> Any:
             self.calls += 1
             return await real_run(fn, **kwargs)
 
+        async def counting_query(method: str, args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await real_query(method, args, **kwargs)
+
         saver._leases.run = counting  # type: ignore[method-assign]
+        saver._leases.query = counting_query  # type: ignore[method-assign]
 
 
 async def test_delta_history_is_prefetched_with_the_checkpoint(opened: PostgresSaver) -> None:
@@ -850,8 +855,8 @@ async def test_delta_history_by_id_range_falls_back_to_parent_links(
     outcomes: list[bool] = []
     real_walk = module.walk_range
 
-    def spying(get: Any, target_id: Any, wanted: Any) -> Any:
-        rows = real_walk(get, target_id, wanted)
+    def spying(row: Any, target_id: Any, wanted: Any, prefix: str = "") -> Any:
+        rows = real_walk(row, target_id, wanted, prefix)
         outcomes.append(rows is not None)
         return rows
 
