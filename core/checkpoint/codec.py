@@ -289,7 +289,8 @@ def encode_blob(
 ) -> BlobRow:
     """Serialize one channel value with the saver's serde."""
     type_, data = serde.dumps_typed(value)
-    return BlobRow(thread_id, checkpoint_ns, channel, version_text(version), type_, data)
+    text = version if type(version) is str else str(version)  # `version_text`, inline
+    return BlobRow(thread_id, checkpoint_ns, channel, text, type_, data)
 
 
 def encode_checkpoint(
@@ -316,6 +317,7 @@ def encode_checkpoint(
     value_versions: dict[str, str] = {}
     carried: dict[str, str] = {}
     carried_values: dict[str, Any] = {}
+    # `version_text` inline here and below: a put has a version per channel.
     for channel, value in values.items():
         version: str | int | float | None = new_versions.get(channel)
         if version is None:
@@ -326,9 +328,13 @@ def encode_checkpoint(
                 version = f"@{checkpoint_id}"
                 blobs.append(encode_blob(serde, thread_id, checkpoint_ns, channel, version, value))
             else:
-                carried[channel] = version_text(version)
+                carried[channel] = carried_version = (
+                    version if type(version) is str else str(version)
+                )
                 carried_values[channel] = value
-        value_versions[channel] = version_text(version)
+                value_versions[channel] = carried_version
+                continue
+        value_versions[channel] = version if type(version) is str else str(version)
 
     merged = merged_metadata(config, metadata)
     meta_text = metadata_text(merged)
@@ -343,7 +349,7 @@ def encode_checkpoint(
         data,
         meta_text,
         dump_json(value_versions),
-        dump_json({channel: version_text(v) for channel, v in versions.items()}),
+        dump_json({channel: v if type(v) is str else str(v) for channel, v in versions.items()}),
     )
     return EncodedCheckpoint(
         row=row,
@@ -373,21 +379,20 @@ def decode_checkpoint(
     (a saver joins on them, so only held channels come back). ``writes`` are rows
     as accepted by `decode_writes`.
     """
-    record = dict(serde.loads_typed((type, checkpoint)))
-    record["channel_values"] = {
-        channel: serde.loads_typed((btype, blob)) for channel, btype, blob in blobs
-    }
+    loads = serde.loads_typed
+    record: Checkpoint = dict(loads((type, checkpoint)))  # type: ignore[assignment]
+    record["channel_values"] = {channel: loads((btype, blob)) for channel, btype, blob in blobs}
     parent_config = (
         checkpoint_config(thread_id, checkpoint_ns, parent_checkpoint_id)
         if parent_checkpoint_id
         else None
     )
     return CheckpointTuple(
-        config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
-        checkpoint=cast(Checkpoint, record),
-        metadata=decode_metadata(metadata),
-        parent_config=parent_config,
-        pending_writes=decode_writes(serde, writes or ()),
+        checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
+        record,
+        orjson.loads(metadata) if metadata else {},  # `decode_metadata`, inline
+        parent_config,
+        decode_writes(serde, writes) if writes else [],
     )
 
 

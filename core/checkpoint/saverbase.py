@@ -94,8 +94,14 @@ def checked_text(value: Any, field: str, *, empty_ok: bool = False) -> str:
     text = value if isinstance(value, str) else str(value)
     if not text and not empty_ok:
         raise InvalidSaverInputError(f"{field} must be a non-empty string")
-    check_text(text, field, InvalidSaverInputError)
+    if not text.isascii() or "\x00" in text:  # else `_plain`: nothing to check
+        check_text(text, field, InvalidSaverInputError)
     return text
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` is ASCII without NUL: storable by every saver, nothing to check."""
+    return text.isascii() and "\x00" not in text
 
 
 def check_channels(versions: Mapping[str, Any], where: str) -> None:
@@ -121,9 +127,21 @@ def check_put(
     """Check a ``put``'s ids and channels; ``(thread_id, checkpoint_ns, parent_id, checkpoint_id)``."""
     thread_id, checkpoint_ns, parent_id = config_address(config)
     checkpoint_id = checked_text(checkpoint.get("id"), "checkpoint id")
-    check_channels(checkpoint.get("channel_versions") or {}, "channel_versions")
-    check_channels(new_versions, "new_versions")
-    check_channels(dict.fromkeys(checkpoint.get("channel_values") or {}, 0), "channel_values")
+    versions = checkpoint.get("channel_versions") or {}
+    values = checkpoint.get("channel_values") or {}
+    try:
+        # Every put checks a few dozen names and versions: one pass over all of them
+        # settles the usual case (str, ASCII without NUL); the rest is checked by name.
+        joined = "".join(
+            ["".join(versions), "".join(versions.values()), "".join(new_versions),
+             "".join(new_versions.values()), "".join(values)]
+        )
+    except TypeError:  # a non-str name or version
+        joined = None
+    if joined is None or not _plain(joined):
+        check_channels(versions, "channel_versions")
+        check_channels(new_versions, "new_versions")
+        check_channels(dict.fromkeys(values, 0), "channel_values")
     return thread_id, checkpoint_ns, parent_id, checkpoint_id
 
 
@@ -138,8 +156,13 @@ def check_put_writes(
             "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
             "writes belong to)"
         )
-    for channel, _ in writes:
-        checked_text(channel, "a write's channel", empty_ok=True)
+    try:
+        plain = _plain("".join([channel for channel, _ in writes]))
+    except TypeError:  # a non-str channel
+        plain = False
+    if not plain:
+        for channel, _ in writes:
+            checked_text(channel, "a write's channel", empty_ok=True)
     return (
         thread_id,
         checkpoint_ns,
@@ -180,10 +203,23 @@ def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
     ``thread_id`` is required; ``checkpoint_ns`` defaults to ``""`` (the root graph).
     """
     configurable = (config or {}).get("configurable") or {}
-    thread_id = checked_text(configurable.get("thread_id"), "config['configurable']['thread_id']")
+    thread_id = configurable.get("thread_id")
     ns = configurable.get("checkpoint_ns")
-    checkpoint_ns = "" if ns is None else checked_text(ns, "checkpoint_ns", empty_ok=True)
+    if ns is None:
+        ns = ""
     checkpoint_id = configurable.get("checkpoint_id")
+    if (
+        type(thread_id) is str
+        and type(ns) is str
+        and (checkpoint_id is None or type(checkpoint_id) is str)
+        and thread_id
+        and (text := thread_id + ns + (checkpoint_id or "")).isascii()
+        and "\x00" not in text
+    ):
+        # Every call names its checkpoint: the usual ids (`_plain`) settled in one pass.
+        return thread_id, ns, checkpoint_id or None
+    thread_id = checked_text(thread_id, "config['configurable']['thread_id']")
+    checkpoint_ns = checked_text(ns, "checkpoint_ns", empty_ok=True)
     return (
         thread_id,
         checkpoint_ns,
