@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import operator
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -94,14 +95,16 @@ def checked_text(value: Any, field: str, *, empty_ok: bool = False) -> str:
     text = value if isinstance(value, str) else str(value)
     if not text and not empty_ok:
         raise InvalidSaverInputError(f"{field} must be a non-empty string")
-    if not text.isascii() or "\x00" in text:  # else `_plain`: nothing to check
+    if not text.isascii() or "\x00" in text:  # plain text (below) needs no more checks
         check_text(text, field, InvalidSaverInputError)
     return text
 
 
-def _plain(text: str) -> bool:
-    """Whether ``text`` is ASCII without NUL: storable by every saver, nothing to check."""
-    return text.isascii() and "\x00" not in text
+# Plain text (ASCII without NUL) is storable by every saver and needs no more checks:
+# the checks on every call's path test that once, inline, on its ids or names joined.
+
+#: A write's channel (of ``(channel, value)``).
+_channel_of = operator.itemgetter(0)
 
 
 def check_channels(versions: Mapping[str, Any], where: str) -> None:
@@ -131,14 +134,13 @@ def check_put(
     values = checkpoint.get("channel_values") or {}
     try:
         # Every put checks a few dozen names and versions: one pass over all of them
-        # settles the usual case (str, ASCII without NUL); the rest is checked by name.
+        # settles the usual case (plain text); the rest is checked name by name.
         joined = "".join(
-            ["".join(versions), "".join(versions.values()), "".join(new_versions),
-             "".join(new_versions.values()), "".join(values)]
+            [*versions, *versions.values(), *new_versions, *new_versions.values(), *values]
         )
     except TypeError:  # a non-str name or version
         joined = None
-    if joined is None or not _plain(joined):
+    if joined is None or not (joined.isascii() and "\x00" not in joined):
         check_channels(versions, "channel_versions")
         check_channels(new_versions, "new_versions")
         check_channels(dict.fromkeys(values, 0), "channel_values")
@@ -157,10 +159,10 @@ def check_put_writes(
             "writes belong to)"
         )
     try:
-        plain = _plain("".join([channel for channel, _ in writes]))
+        joined = "".join(map(_channel_of, writes))
     except TypeError:  # a non-str channel
-        plain = False
-    if not plain:
+        joined = None
+    if joined is None or not (joined.isascii() and "\x00" not in joined):  # not plain
         for channel, _ in writes:
             checked_text(channel, "a write's channel", empty_ok=True)
     return (
@@ -216,7 +218,7 @@ def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
         and (text := thread_id + ns + (checkpoint_id or "")).isascii()
         and "\x00" not in text
     ):
-        # Every call names its checkpoint: the usual ids (`_plain`) settled in one pass.
+        # Every call names its checkpoint: the usual ids (plain text) settled in one pass.
         return thread_id, ns, checkpoint_id or None
     thread_id = checked_text(thread_id, "config['configurable']['thread_id']")
     checkpoint_ns = checked_text(ns, "checkpoint_ns", empty_ok=True)

@@ -1,4 +1,5 @@
-"""Every call of the PostgreSQL backends runs on a connection leased here (`Leases.run`).
+"""Every call of the PostgreSQL backends runs on a connection leased here (`Leases.run`,
+or `Leases.query` for one statement).
 
 The event store and the saver take raw asyncpg connections from the SQLAlchemy engine
 they share for a URL (one pool, one ``search_path``, one size limit) and keep a few
@@ -20,6 +21,11 @@ leased between calls. `Leases.run` holds the rules both inherit (docs/reliabilit
 - Reported as `BackendUnavailableError` (driver error as ``__cause__``), whose
   ``write_may_have_happened`` is true exactly when a write's commit may have been
   sent and its answer never came.
+
+`Leases.query` is `Leases.run` for one statement call, the saver's hot path: its first
+attempt on an idle leased connection is bounded by the statement's own timeout (cut to
+the operation's), so it needs no ``asyncio.timeout`` of its own; a failed first attempt
+goes on to the same retries under the same deadline.
 
 `run_statement_batch` is the saver's group-commit callback
 (`runstore.checkpoint.groupcommit`): a batch of write statements, one ``executemany``
@@ -191,8 +197,8 @@ class Leases:
         self._setup = None if synchronous_commit else "SET synchronous_commit = off"
         self._reset = None if synchronous_commit else "RESET synchronous_commit"
         self._server_error: type[BaseException] = import_asyncpg().PostgresError
-        # A `query`'s first attempt on an idle connection has no deadline of its own:
-        # its statement's timeout also stops it at the operation's end.
+        # A `query`'s first attempt on an idle connection has no deadline of its own: its
+        # statement's timeout, cut to the operation's, ends it by the deadline.
         self._first_timeout = min(timeouts.command, timeouts.operation)
         self._idle: list[_Lease] = []
         self._closed = False
@@ -230,14 +236,8 @@ class Leases:
         idempotent: bool = False,
     ) -> Any:
         """``connection.<method>(*args)``, one asyncpg statement call (``execute``,
-        ``executemany``, ``fetchrow``, ``fetchmany``), under the rules of `run`.
-
-        The same call as ``run`` with a function making it, for less work on the hot
-        path: when a leased connection is idle, the first attempt needs no deadline of
-        its own, since nothing in it waits but the statement, whose timeout is cut to
-        the operation's (``min(command_timeout, operation_timeout)``); only a failed
-        first attempt goes on to `run`'s retries under the operation deadline.
-        """
+        ``executemany``, ``fetchrow``, ``fetchmany``), under the rules of `run` with less
+        work per call (module docstring)."""
         if self._closed:
             raise RuntimeError(f"this {self.backend} is closed")
         deadline = asyncio.get_running_loop().time() + self.timeouts.operation
@@ -255,12 +255,18 @@ class Leases:
                         raise
                     if not isinstance(error, _Failed):
                         raise error from exc
+                    if asyncio.get_running_loop().time() >= deadline:
+                        # Cut at the deadline (its statement timeout): no time to retry.
+                        error = self._unavailable(operation, write and error.sent, error.cause)
+                        raise error from error.__cause__
                     failed = error
                 else:
                     self._give_back(lease)
                     return result
             else:
                 self._in_background(self._drop(lease))
+        # Explicit, as on the first attempt: a caller's engine (`from_engine`) may give its
+        # connections no command timeout.
         timeout = self.timeouts.command
 
         async def call(conn: Any) -> Any:

@@ -362,8 +362,8 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
                     )
                 )
         blobs = enc.blobs
-        *new_columns, new_bytes = _blob_columns(blobs)
-        *carried_columns, carried_bytes = _blob_columns(carried)
+        *new_columns, new_bytes = _blob_columns(blobs) if blobs else _NO_BLOBS
+        *carried_columns, carried_bytes = _blob_columns(carried) if carried else _NO_BLOBS
         args = (
             *row[:7],
             row.metadata,
@@ -911,9 +911,8 @@ _NO_BLOBS: tuple[Any, ...] = (None, None, None, None, 0)
 
 
 def _blob_columns(blobs: Sequence[codec.BlobRow]) -> tuple[Any, ...]:
-    """The channel, version, type and blob arrays of a put's ``blobs`` and their bytes."""
-    if not blobs:
-        return _NO_BLOBS
+    """The channel, version, type and blob arrays of a put's ``blobs`` (at least one) and
+    their bytes."""
     _, _, channels, versions, types, data = zip(*blobs, strict=True)
     return channels, versions, types, data, sum(map(len, data))
 
