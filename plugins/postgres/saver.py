@@ -375,19 +375,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             len(row.checkpoint) + len(row.metadata) + new_bytes + carried_bytes,
             fence,
         )
-        # `PrefetchStore.writing` and `_refused` spelled out (in `aput_writes` too): they
-        # are on the path of every write, and so is each layer of calls around it.
-        prefetch = self._prefetch
-        prefetch.moved(thread_id)
-        try:
-            await self._commits.submit((sql.PUT_SQL, args))
-        except Exception as exc:
-            error = _refused(exc, thread_id, fence)
-            if error is None:
-                raise
-            raise error from exc
-        finally:
-            prefetch.moved(thread_id)
+        await self._write(sql.PUT_SQL, args, thread_id, fence)
         for b in (*blobs, *carried):
             key = (thread_id, ns, b.channel, b.version)
             known[key] = None
@@ -433,10 +421,20 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             clock_micros(self.clock),
             fence,
         )
+        await self._write(sql.PUT_WRITES_SQL, args, thread_id, fence)
+
+    async def _write(
+        self, statement: str, args: tuple[Any, ...], thread_id: str, fence: int | None
+    ) -> None:
+        """Commit one write statement of ``thread_id`` through the group commit; a history
+        prefetched before or during it is never used (`PrefetchStore.moved` on both sides),
+        and a refusal by the database becomes runstore's error (`_refused`)."""
+        # `PrefetchStore.writing` spelled out: a context manager is two more calls on the
+        # path of every write.
         prefetch = self._prefetch
         prefetch.moved(thread_id)
         try:
-            await self._commits.submit((sql.PUT_WRITES_SQL, args))
+            await self._commits.submit((statement, args))
         except Exception as exc:
             error = _refused(exc, thread_id, fence)
             if error is None:
