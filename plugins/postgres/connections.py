@@ -164,6 +164,15 @@ def _sharing(engine: AsyncEngine) -> _Sharing:
     return sharing
 
 
+class _Progress:
+    """What one of `Leases.run`'s attempts has done so far, read when a deadline cuts it."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+
 class Leases:
     """Raw asyncpg connections borrowed from the shared SQLAlchemy engine; see the module docstring.
 
@@ -289,12 +298,16 @@ class Leases:
         may_have_written = False
         failures = 0
         last: BaseException | None = None
+        # Whether the attempt in progress has sent what may commit: a deadline that cuts
+        # it there leaves the write's outcome unknown.
+        progress = _Progress()
         try:
             async with asyncio.timeout_at(deadline):
                 while True:
                     if failed is None:
+                        progress.sent = False
                         try:
-                            return await self._attempt(fn, operation, begin, deadline)
+                            return await self._attempt(fn, operation, begin, deadline, progress)
                         except _Failed as exc:
                             failed = exc
                     last = failed.cause
@@ -316,8 +329,10 @@ class Leases:
             cause = last or exc
             if last is None:
                 cause = TimeoutError(f"no answer within {self.timeouts.operation:g}s")
-            # Timed out mid-attempt: a write may be waiting in a send buffer or a black hole.
-            error = self._unavailable(operation, write and may_have_written, cause)
+            # Cut mid-attempt after its commit was sent: the write may be waiting in a send
+            # buffer or a black hole, or committed with its answer lost.
+            may_have = write and (may_have_written or progress.sent)
+            error = self._unavailable(operation, may_have, cause)
             raise error from error.__cause__
 
     def _unavailable(
@@ -335,7 +350,12 @@ class Leases:
         return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None))
 
     async def _attempt(
-        self, fn: Callable[[Any], Awaitable[R]], operation: str, begin: str | None, deadline: float
+        self,
+        fn: Callable[[Any], Awaitable[R]],
+        operation: str,
+        begin: str | None,
+        deadline: float,
+        progress: _Progress,
     ) -> R:
         try:
             lease = await self._take()
@@ -349,12 +369,12 @@ class Leases:
         sent = False
         try:
             if begin is None:
-                sent = True  # an autocommit statement commits as it runs
+                sent = progress.sent = True  # an autocommit statement commits as it runs
                 result = await fn(conn)
             else:
                 await conn.execute(begin)
                 result = await fn(conn)
-                sent = True  # from here the transaction may commit
+                sent = progress.sent = True  # from here the transaction may commit
                 await conn.execute("COMMIT")
         except BaseException as exc:
             instead = await self._failure(lease, exc, operation, deadline, sent)

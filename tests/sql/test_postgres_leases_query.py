@@ -3,7 +3,8 @@
 Its first attempt on an idle leased connection runs without an ``asyncio.timeout`` of
 its own: the statement's timeout, cut to the operation's, must still end it by the
 operation deadline, and a failure or a cancellation must leave the connection rolled
-back or closed, as `Leases.run` does.
+back or closed, as `Leases.run` does. Both report a write cut at the deadline by what it
+had sent.
 """
 
 from __future__ import annotations
@@ -79,3 +80,24 @@ async def test_a_refused_statement_keeps_the_connection(leases: Leases) -> None:
     assert info.value.code == "22012", info.value
     assert [lease.conn for lease in leases._idle] == [conn]
     assert await leases.query("fetchval", ("SELECT 4",), operation="after") == 4
+
+
+@pytest.mark.parametrize(
+    ("begin", "sent"),
+    [(None, True), ("BEGIN", False)],
+    ids=["autocommit-statement-sent", "transaction-before-commit"],
+)
+async def test_run_reports_a_write_cut_at_the_deadline_by_what_it_sent(
+    leases: Leases, begin: str | None, sent: bool
+) -> None:
+    """`Leases.run` cut by the operation deadline mid-attempt: a write whose statement
+    commits as it runs was sent, so it may have happened; one cut inside its transaction,
+    before COMMIT went out, did not happen (the connection is rolled back)."""
+
+    async def slow(conn: object) -> None:
+        await conn.execute("SELECT pg_sleep(5)")  # type: ignore[attr-defined]
+
+    with pytest.raises(BackendUnavailableError) as info:
+        await leases.run(slow, operation="slow write", write=True, idempotent=True, begin=begin)
+    assert info.value.write_may_have_happened is sent, str(info.value)
+    assert await leases.query("fetchval", ("SELECT 5",), operation="after") == 5
