@@ -289,8 +289,7 @@ def encode_blob(
 ) -> BlobRow:
     """Serialize one channel value with the saver's serde."""
     type_, data = serde.dumps_typed(value)
-    text = version if type(version) is str else str(version)  # `version_text`, inline
-    return BlobRow(thread_id, checkpoint_ns, channel, text, type_, data)
+    return BlobRow(thread_id, checkpoint_ns, channel, version_text(version), type_, data)
 
 
 def encode_checkpoint(
@@ -317,7 +316,6 @@ def encode_checkpoint(
     value_versions: dict[str, str] = {}
     carried: dict[str, str] = {}
     carried_values: dict[str, Any] = {}
-    # `version_text` inline here and below: a put has a version per channel.
     for channel, value in values.items():
         version: str | int | float | None = new_versions.get(channel)
         if version is None:
@@ -328,13 +326,9 @@ def encode_checkpoint(
                 version = f"@{checkpoint_id}"
                 blobs.append(encode_blob(serde, thread_id, checkpoint_ns, channel, version, value))
             else:
-                carried[channel] = carried_version = (
-                    version if type(version) is str else str(version)
-                )
+                carried[channel] = version_text(version)
                 carried_values[channel] = value
-                value_versions[channel] = carried_version
-                continue
-        value_versions[channel] = version if type(version) is str else str(version)
+        value_versions[channel] = version_text(version)
 
     merged = merged_metadata(config, metadata)
     meta_text = metadata_text(merged)
@@ -349,7 +343,7 @@ def encode_checkpoint(
         data,
         meta_text,
         dump_json(value_versions),
-        dump_json({channel: v if type(v) is str else str(v) for channel, v in versions.items()}),
+        dump_json({channel: version_text(v) for channel, v in versions.items()}),
     )
     return EncodedCheckpoint(
         row=row,
@@ -390,7 +384,7 @@ def decode_checkpoint(
     return CheckpointTuple(
         checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
         record,
-        orjson.loads(metadata) if metadata else {},  # `decode_metadata`, inline
+        decode_metadata(metadata),
         parent_config,
         decode_writes(serde, writes) if writes else [],
     )
