@@ -100,8 +100,16 @@ def checked_text(value: Any, field: str, *, empty_ok: bool = False) -> str:
     return text
 
 
-# Plain text (ASCII without NUL) is storable by every saver and needs no more checks:
-# the checks on every call's path test that once, inline, on its ids or names joined.
+def _all_plain(texts: Iterable[Any]) -> bool:
+    """Whether every item is plain text (a str of ASCII without NUL), which every saver
+    stores as it is: one pass over their concatenation settles the usual case on every
+    call's path; anything else is checked item by item, with its own message."""
+    try:
+        joined = "".join(texts)
+    except TypeError:  # not a str
+        return False
+    return joined.isascii() and "\x00" not in joined
+
 
 #: A write's channel (of ``(channel, value)``).
 _channel_of = operator.itemgetter(0)
@@ -110,13 +118,7 @@ _channel_of = operator.itemgetter(0)
 def check_channels(versions: Mapping[str, Any], where: str) -> None:
     """Check the channel names and text versions of ``versions``: no NUL, no lone
     surrogate (`checked_text`; empty names and versions are allowed)."""
-    try:
-        # Every put checks a dozen names: one pass over their concatenation settles the
-        # usual case (ASCII without NUL); anything else is checked name by name.
-        joined = "".join(versions) + "".join(v for v in versions.values() if isinstance(v, str))
-    except TypeError:  # a non-str channel name
-        joined = None
-    if joined is not None and joined.isascii() and "\x00" not in joined:
+    if _all_plain([*versions, *(v for v in versions.values() if isinstance(v, str))]):
         return
     for channel, version in versions.items():
         checked_text(channel, f"a channel name in {where}", empty_ok=True)
@@ -132,15 +134,9 @@ def check_put(
     checkpoint_id = checked_text(checkpoint.get("id"), "checkpoint id")
     versions = checkpoint.get("channel_versions") or {}
     values = checkpoint.get("channel_values") or {}
-    try:
-        # Every put checks a few dozen names and versions: one pass over all of them
-        # settles the usual case (plain text); the rest is checked name by name.
-        joined = "".join(
-            [*versions, *versions.values(), *new_versions, *new_versions.values(), *values]
-        )
-    except TypeError:  # a non-str name or version
-        joined = None
-    if joined is None or not (joined.isascii() and "\x00" not in joined):
+    if not _all_plain(
+        [*versions, *versions.values(), *new_versions, *new_versions.values(), *values]
+    ):
         check_channels(versions, "channel_versions")
         check_channels(new_versions, "new_versions")
         check_channels(dict.fromkeys(values, 0), "channel_values")
@@ -158,11 +154,7 @@ def check_put_writes(
             "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
             "writes belong to)"
         )
-    try:
-        joined = "".join(map(_channel_of, writes))
-    except TypeError:  # a non-str channel
-        joined = None
-    if joined is None or not (joined.isascii() and "\x00" not in joined):  # not plain
+    if not _all_plain(map(_channel_of, writes)):
         for channel, _ in writes:
             checked_text(channel, "a write's channel", empty_ok=True)
     return (
@@ -210,15 +202,7 @@ def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:
     if ns is None:
         ns = ""
     checkpoint_id = configurable.get("checkpoint_id")
-    if (
-        type(thread_id) is str
-        and type(ns) is str
-        and (checkpoint_id is None or type(checkpoint_id) is str)
-        and thread_id
-        and (text := thread_id + ns + (checkpoint_id or "")).isascii()
-        and "\x00" not in text
-    ):
-        # Every call names its checkpoint: the usual ids (plain text) settled in one pass.
+    if thread_id and _all_plain((thread_id, ns, checkpoint_id or "")):
         return thread_id, ns, checkpoint_id or None
     thread_id = checked_text(thread_id, "config['configurable']['thread_id']")
     checkpoint_ns = checked_text(ns, "checkpoint_ns", empty_ok=True)
