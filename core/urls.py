@@ -204,6 +204,11 @@ class BackendURL:
         return self.render()
 
 
+def is_port(text: str) -> bool:
+    """Whether ``text`` is a TCP port number, 1 to 65535 (ASCII digits only)."""
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
+
+
 def _server(item: str, shown: str) -> tuple[str, int | None]:
     """One ``host[:port]`` of an authority, the host percent-decoded: an IPv6 address loses
     its brackets, a host name is lowercased, a socket directory (``/...``) keeps its case."""
@@ -217,7 +222,7 @@ def _server(item: str, shown: str) -> tuple[str, int | None]:
         host = unquote(host)
     if not host:
         raise InvalidURLError(f"backend URL {shown!r}: {redact(item)!r} names no host; list servers as host:port")
-    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+    if port_text and not is_port(port_text):
         raise InvalidURLError(
             f"backend URL {shown!r}: the port of {redact(item)!r} must be a number from 1 to 65535"
         )

@@ -40,6 +40,7 @@ from urllib.parse import urlencode
 from runstore.errors import ConfigError, InvalidURLError
 from runstore.settings import with_url_options
 from runstore.tls import SYSTEM_ROOTS, check_tls_files
+from runstore.urls import is_port
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -247,11 +248,11 @@ def _check_host(url: BackendURL, host: str) -> None:
 
 
 def _port(url: BackendURL, text: str) -> int:
-    if not (text.strip().isascii() and text.strip().isdigit() and 0 < int(text) < 65536):
+    if not is_port(text.strip()):
         raise InvalidURLError(
             f"{url}: port {text!r} must be a number from 1 to 65535 (several: port=5432,5433, one per host)"
         )
-    return int(text)
+    return int(text.strip())
 
 
 def _unique_statement_name() -> str:

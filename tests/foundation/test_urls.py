@@ -112,6 +112,8 @@ def test_rendered_option_values_keep_paths_and_lists_readable() -> None:
         ("postgresql://,h2/db", r"empty entry in its host list ',h2'"),
         ("postgresql://u@h1:x,h2/db", r"port of 'h1:x' must be a number from 1 to 65535"),
         ("postgresql://u@h1:0,h2/db", r"port of 'h1:0' must be a number from 1 to 65535"),
+        # Not ASCII digits: str.isdigit() accepts them, int() does not.
+        ("postgresql://u@h1:\u00b2,h2/db", r"port of 'h1:\u00b2' must be a number from 1 to 65535"),
         ("postgresql://u@[::1]x,h2/db", r"cannot read the host '\[::1\]x'"),
     ],
 )

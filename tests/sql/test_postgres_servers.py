@@ -131,6 +131,7 @@ async def test_a_list_of_dead_hosts_is_unavailable() -> None:
         ("postgresql://u@/db?port=5432,5433", r"2 ports for the default host\(s\)"),
         ("postgresql://u@/db?host=h1,h2&port=5432,", r"port '' must be a number from 1 to 65535"),
         ("postgresql://u@/db?host=h1&port=0", r"port '0' must be a number from 1 to 65535"),
+        ("postgresql://u@/db?host=h1&port=%C2%B2", r"port '\u00b2' must be a number from 1 to 65535"),
         ("postgresql://u@h1/db?host=/var/run/postgresql", r"names its server twice"),
         ("postgresql://u@h1:5432,h2/db?port=5432", r"port both in the host part and in the port option"),
         ("postgresql://u@/db?host=h1:5432", r"ports in the port option"),
