@@ -9,13 +9,21 @@ each per call and queued its transactions one behind the other on the file's wri
 lock anyway. Each op still runs in its own savepoint (`ops.write_batch`), so a failing
 op fails only its own caller. The run store keeps its own writer: its scripts hold
 row-level decisions that are not batched.
+
+A caller working alone (its op finds the queue idle right after a batch of ops of the
+same key, the thread the op writes) runs its op in its own task, the `GroupCommit`
+inline path: without it every write of a lone caller took two more event-loop hops (to
+the batch task and back), on the critical path of LangGraph's chained puts. Cancelling
+that caller cannot cut the op short: `WorkerConnection.run` lets the op end (its
+transaction commits or rolls back whole) before the cancellation is raised, which is
+what the queue promises its cancelled callers either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,6 +34,15 @@ from . import ops
 from .adapter import WorkerConnection
 from .connections import open_worker
 from .engine import SqliteDialect
+
+
+class _Queued(NamedTuple):
+    """A write op in the file's queue, with the key it may run inline under."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    #: The thread the op writes (``None``: several or none; never run inline).
+    key: Hashable
 
 
 class FileCommits:
@@ -42,7 +59,9 @@ class FileCommits:
         self._users = 0
         self._opening = asyncio.Lock()
         #: The queue every store's write op joins (tests reach in to cancel a batch).
-        self.queue: GroupCommit[ops.WriteOp] = GroupCommit(self._run_batch, settle_on_cancel=True)
+        self.queue: GroupCommit[_Queued] = GroupCommit(
+            self._run_batch, settle_on_cancel=True, inline_key=_key_of
+        )
 
     async def acquire(self) -> None:
         """Count a store as a user, checking the writer out for the first."""
@@ -62,8 +81,9 @@ class FileCommits:
             if writer is not None:
                 await writer.close()
 
-    async def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def submit(self, fn: Callable[..., Any], *args: Any, key: Hashable = None) -> Any:
         """Run ``fn(conn, *args)`` in the next batch; return its result once committed.
+        ``key``: the thread the op writes, if one (a lone caller's op then runs inline).
 
         A caller cancelled while its op is queued withdraws it (it never runs); one
         cancelled once its batch runs gets its cancellation when that batch has ended
@@ -71,16 +91,21 @@ class FileCommits:
         nothing of it lands afterwards and no write lock is held for it (`GroupCommit`
         with ``settle_on_cancel``).
         """
-        return await self.queue.submit((fn, args))
+        return await self.queue.submit(_Queued(fn, args, key))
 
-    async def _run_batch(self, batch: list[ops.WriteOp]) -> list[Outcome]:
+    async def _run_batch(self, batch: list[_Queued]) -> list[Outcome]:
         writer = self._writer
         if writer is None:
             raise RuntimeError("the sqlite file's writer is closed")
+        write_ops: list[ops.WriteOp] = [(op.fn, op.args) for op in batch]
         if self._lock is None:
-            return await writer.run(ops.write_batch, batch)
+            return await writer.run(ops.write_batch, write_ops)
         async with self._lock:
-            return await writer.run(ops.write_batch, batch)
+            return await writer.run(ops.write_batch, write_ops)
+
+
+def _key_of(op: _Queued) -> Hashable:
+    return op.key
 
 
 def file_commits(engine: AsyncEngine) -> FileCommits:

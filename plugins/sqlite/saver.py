@@ -258,7 +258,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         state.writes_done.clear()
         try:
             with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing(thread):
-                return await state.file.submit(fn, *args)
+                return await state.file.submit(fn, *args, key=thread)
         finally:
             state.writes -= 1
             if not state.writes:

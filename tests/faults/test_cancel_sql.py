@@ -357,7 +357,7 @@ async def test_saver_puts_cancelled_while_queued_or_in_their_batch(
     each suspension of the batch running its op next to another caller's (committed
     whole, with the other's). Alone on an idle saver, its op is either queued (withdrawn
     when cancelled: absent) or, where the queue runs a lone op inline in its caller's
-    task (PostgreSQL), run there: a cancel leaves it whole or absent."""
+    task (PostgreSQL, sqlite), run there: a cancel leaves it whole or absent."""
     async with _stack(kind, request, tmp_path) as stack:
         saver, reader = stack.saver, stack.saver_reader
         commits = _commits(saver)

@@ -182,3 +182,37 @@ async def test_closing_the_saver_waits_for_its_own_writes_only(tmp_path: Path) -
     async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
         got = await stores.checkpointer.aget_tuple(saved)
         assert got is not None and got.checkpoint["id"] == checkpoint["id"]
+
+
+async def test_a_lone_callers_writes_run_in_its_own_task(tmp_path: Path) -> None:
+    """A thread written by one caller at a time: after its first batch, each write runs in
+    the caller's task (no hop to the batch task and back); another thread's write in
+    between sends the next one through the queue again."""
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, streams="memory://") as stores:
+        saver = stores.checkpointer
+        queue = saver._state.file.queue
+        ran_in: list[asyncio.Task[Any] | None] = []
+        real = queue._run_batch
+
+        async def recording(ops: list[Any]) -> Any:
+            ran_in.append(asyncio.current_task())
+            return await real(ops)
+
+        queue._run_batch = recording  # type: ignore[method-assign]
+
+        async def put(thread: str) -> asyncio.Task[Any] | None:
+            await saver.aput(_cfg(thread), empty_checkpoint(), {}, {})
+            return asyncio.current_task()
+
+        first = await put("t-alone")
+        assert ran_in[-1] is not first, "the first write of the thread goes through the queue"
+        for _ in range(3):
+            caller = await put("t-alone")
+            assert ran_in[-1] is caller, "the same thread's next write runs in its caller's task"
+        await put("t-other")
+        caller = await put("t-alone")
+        assert ran_in[-1] is not caller, "after another thread's batch the write queues again"
+        assert len(ran_in) == 6
+        got = await saver.aget_tuple(_cfg("t-alone"))
+        assert got is not None
