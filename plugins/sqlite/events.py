@@ -92,26 +92,32 @@ class SqliteEventDriver(SqlEventDriver):
         with unavailable_errors(BACKEND, "read"):
             return await self._reader.run(_fetchall, sql, params)
 
-    async def _write(self, operation: str, fn: Any, *args: Any) -> Any:
+    async def _write(self, operation: str, thread: str | None, fn: Any, *args: Any) -> Any:
+        """Run ``fn`` in the file's next group commit; ``thread``: the one thread it writes,
+        if one (a lone caller's op then runs in its own task, `runstore.plugins.sqlite.commits`)."""
         if not self._writing:
             raise RuntimeError(_CLOSED)
         with unavailable_errors(BACKEND, operation):
-            return await self._commits.submit(fn, *args)
+            return await self._commits.submit(fn, *args, key=thread)
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
-        seqs: list[int] = await self._write("put", _insert, rows, fence)
+        # Row index 0 is the thread id (`runstore.sql.events.insert_row`).
+        thread = rows[0][0] if rows and all(row[0] == rows[0][0] for row in rows) else None
+        seqs: list[int] = await self._write("put", thread, _insert, rows, fence)
         return seqs
 
     async def insert_if_absent(
         self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
         found: tuple[Row | None, int] = await self._write(
-            "put_if_absent", _insert_if_absent, key, row, fence
+            "put_if_absent", row[0], _insert_if_absent, key, row, fence
         )
         return found
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
-        count: int = await self._write("delete", _delete, f"DELETE FROM {TABLE} WHERE {where}", params)
+        count: int = await self._write(
+            "delete", thread_id, _delete, f"DELETE FROM {TABLE} WHERE {where}", params
+        )
         return count
 
 

@@ -84,6 +84,9 @@ async def test_a_failing_append_fails_alone_in_a_shared_batch(tmp_path: Path) ->
     async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
         saver, events = stores.checkpointer, stores.events
         await events.put_batch(_events("t-fenced", 1), user_id=None, fence=5)
+        # Another thread's batch last: the fenced thread's next append queues (a lone
+        # caller right after its own thread's batch would run inline, alone).
+        await events.put_batch(_events("t-warm", 1), user_id=None)
         blocked = _Blocked(saver._state.file)
         checkpoint = empty_checkpoint()
         results = [
@@ -216,3 +219,31 @@ async def test_a_lone_callers_writes_run_in_its_own_task(tmp_path: Path) -> None
         assert len(ran_in) == 6
         got = await saver.aget_tuple(_cfg("t-alone"))
         assert got is not None
+
+
+async def test_a_lone_callers_appends_run_in_its_own_task(tmp_path: Path) -> None:
+    """The event store's appends of one thread, one caller at a time, run in the caller's
+    task after the thread's first batch, like the saver's writes; a batch of several
+    threads' events never does."""
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(events=url, streams="memory://") as stores:
+        events = stores.events
+        queue = events._driver._commits.queue
+        ran_in: list[asyncio.Task[Any] | None] = []
+        real = queue._run_batch
+
+        async def recording(ops: list[Any]) -> Any:
+            ran_in.append(asyncio.current_task())
+            return await real(ops)
+
+        queue._run_batch = recording  # type: ignore[method-assign]
+        me = asyncio.current_task()
+        await events.put_batch(_events("t-alone", 2), user_id=None)
+        assert ran_in[-1] is not me, "the thread's first append goes through the queue"
+        await events.put_batch(_events("t-alone", 2), user_id=None)
+        assert ran_in[-1] is me, "its next append runs in the caller's task"
+        await events.put_batch([*_events("t-alone", 1), *_events("t-other", 1)], user_id=None)
+        assert ran_in[-1] is not me, "events of two threads: no key, through the queue"
+        await events.put_batch(_events("t-alone", 1), user_id=None)
+        assert ran_in[-1] is not me, "after a batch without a key the append queues again"
+        assert len(await events.list_events("t-alone", "r", user_id=None)) == 6
