@@ -22,6 +22,7 @@ what the queue promises its cancelled callers either way.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
@@ -60,7 +61,7 @@ class FileCommits:
         self._opening = asyncio.Lock()
         #: The queue every store's write op joins (tests reach in to cancel a batch).
         self.queue: GroupCommit[_Queued] = GroupCommit(
-            self._run_batch, settle_on_cancel=True, inline_key=_key_of
+            self._run_batch, settle_on_cancel=True, inline_key=operator.attrgetter("key")
         )
 
     async def acquire(self) -> None:
@@ -102,10 +103,6 @@ class FileCommits:
             return await writer.run(ops.write_batch, write_ops)
         async with self._lock:
             return await writer.run(ops.write_batch, write_ops)
-
-
-def _key_of(op: _Queued) -> Hashable:
-    return op.key
 
 
 def file_commits(engine: AsyncEngine) -> FileCommits:
