@@ -187,6 +187,19 @@ async def test_closing_the_saver_waits_for_its_own_writes_only(tmp_path: Path) -
         assert got is not None and got.checkpoint["id"] == checkpoint["id"]
 
 
+def _batch_tasks(commits: FileCommits) -> list[asyncio.Task[Any] | None]:
+    """The task each batch of ``commits`` runs in, appended as batches start."""
+    ran_in: list[asyncio.Task[Any] | None] = []
+    real = commits.queue._run_batch
+
+    async def recording(ops: list[Any]) -> Any:
+        ran_in.append(asyncio.current_task())
+        return await real(ops)
+
+    commits.queue._run_batch = recording  # type: ignore[method-assign]
+    return ran_in
+
+
 async def test_a_lone_callers_writes_run_in_its_own_task(tmp_path: Path) -> None:
     """A thread written by one caller at a time: after its first batch, each write runs in
     the caller's task (no hop to the batch task and back); another thread's write in
@@ -194,15 +207,7 @@ async def test_a_lone_callers_writes_run_in_its_own_task(tmp_path: Path) -> None
     url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
     async with runstore.open(checkpointer=url, streams="memory://") as stores:
         saver = stores.checkpointer
-        queue = saver._state.file.queue
-        ran_in: list[asyncio.Task[Any] | None] = []
-        real = queue._run_batch
-
-        async def recording(ops: list[Any]) -> Any:
-            ran_in.append(asyncio.current_task())
-            return await real(ops)
-
-        queue._run_batch = recording  # type: ignore[method-assign]
+        ran_in = _batch_tasks(saver._state.file)
 
         async def put(thread: str) -> asyncio.Task[Any] | None:
             await saver.aput(_cfg(thread), empty_checkpoint(), {}, {})
@@ -228,15 +233,7 @@ async def test_a_lone_callers_appends_run_in_its_own_task(tmp_path: Path) -> Non
     url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
     async with runstore.open(events=url, streams="memory://") as stores:
         events = stores.events
-        queue = events._driver._commits.queue
-        ran_in: list[asyncio.Task[Any] | None] = []
-        real = queue._run_batch
-
-        async def recording(ops: list[Any]) -> Any:
-            ran_in.append(asyncio.current_task())
-            return await real(ops)
-
-        queue._run_batch = recording  # type: ignore[method-assign]
+        ran_in = _batch_tasks(events._driver._commits)
         me = asyncio.current_task()
         await events.put_batch(_events("t-alone", 2), user_id=None)
         assert ran_in[-1] is not me, "the thread's first append goes through the queue"
