@@ -305,7 +305,6 @@ class Leases:
             async with asyncio.timeout_at(deadline):
                 while True:
                     if failed is None:
-                        progress.sent = False
                         try:
                             return await self._attempt(fn, operation, begin, deadline, progress)
                         except _Failed as exc:
@@ -357,6 +356,7 @@ class Leases:
         deadline: float,
         progress: _Progress,
     ) -> R:
+        progress.sent = False
         try:
             lease = await self._take()
         except Exception as exc:
@@ -366,18 +366,17 @@ class Leases:
             error = self._unavailable(operation, False, exc)
             raise error from error.__cause__
         conn = lease.conn
-        sent = False
         try:
             if begin is None:
-                sent = progress.sent = True  # an autocommit statement commits as it runs
+                progress.sent = True  # an autocommit statement commits as it runs
                 result = await fn(conn)
             else:
                 await conn.execute(begin)
                 result = await fn(conn)
-                sent = progress.sent = True  # from here the transaction may commit
+                progress.sent = True  # from here the transaction may commit
                 await conn.execute("COMMIT")
         except BaseException as exc:
-            instead = await self._failure(lease, exc, operation, deadline, sent)
+            instead = await self._failure(lease, exc, operation, deadline, progress.sent)
             if instead is None:
                 raise
             raise instead from exc
