@@ -176,6 +176,41 @@ def test_updated_at_is_the_last_put_and_status_follows_the_head(saver_target: An
     saver_target.run(body)
 
 
+def test_a_new_head_takes_the_status_of_writes_stored_before_it(saver_target: Any) -> None:
+    """Pending writes may reach the saver before their checkpoint (LangGraph sends them
+    while the checkpoint's put is still on its way): when that checkpoint becomes the
+    head, the thread's status counts them, on a thread's first checkpoint and on later
+    ones, and a re-put of the head keeps it."""
+
+    async def body(saver: Saver) -> None:
+        _clock(saver)
+        thread = new_thread_id()
+        first = new_checkpoint_id()
+        await saver.aput_writes(config_for(thread, first), [(INTERRUPT, "ask")], "t", "")
+        await saver.aput(config_for(thread), make_checkpoint(first, {}, {}), as_metadata({}), {})
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "interrupted", (
+            "contract: a first checkpoint's status counts writes stored before it"
+        )
+        second = new_checkpoint_id()
+        await saver.aput_writes(config_for(thread, second), [(ERROR, "boom")], "u", "")
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "interrupted", (
+            "contract: writes on a checkpoint that is not the head leave the status alone"
+        )
+        config = config_for(thread, first)
+        await saver.aput(config, make_checkpoint(second, {}, {}), as_metadata({}), {})
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "error", (
+            "contract: a new head's status counts writes stored before it"
+        )
+        await saver.aput(config, make_checkpoint(second, {}, {}), as_metadata({}), {})
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "error", "contract: a re-put head keeps its status"
+
+    saver_target.run(body)
+
+
 def test_a_replayed_write_is_not_counted_again(saver_target: Any) -> None:
     """Re-putting a stored checkpoint and re-sending its pending writes (what a retry after
     a lost reply does) leaves the record's checkpoint, write and byte counts as they were."""

@@ -35,7 +35,7 @@ from runstore.checkpoint.saverbase import (
     missing_delta_channels,
     worth_prefetching,
 )
-from runstore.checkpoint.threads import Removed, status_of, stronger_status
+from runstore.checkpoint.threads import Removed, status_of
 from runstore.errors import StaleFenceError, ThreadDeletedError
 
 from . import sql
@@ -264,17 +264,13 @@ def put(
     """Store one encoded checkpoint (its record, its new blobs, and carried values whose
     blob is missing) and update its thread's record. A stale ``fence`` raises
     `StaleFenceError`; a checkpoint with a parent on a deleted thread is a late write
-    and raises `ThreadDeletedError`."""
+    and raises `ThreadDeletedError` (the caller's transaction then undoes the put)."""
     row = encoded.row
     if fence is not None:
         fence_thread(conn, row.thread_id, now, fence)
-    state = conn.execute(sql.THREAD_STATE, (row.thread_id,)).fetchone()
-    restart = state is not None and state[0] is not None
-    if restart and row.parent_checkpoint_id is not None:
-        raise ThreadDeletedError(row.thread_id)
-    key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-    added = conn.execute(sql.CHECKPOINT_EXISTS, key).fetchone() is None
-    conn.execute(sql.INSERT_CHECKPOINT, (*row, now))
+    added = conn.execute(sql.INSERT_CHECKPOINT, (*row, now)).rowcount == 1
+    if not added:
+        conn.execute(sql.REPLACE_CHECKPOINT, (*row[3:], *row[:3]))
     size = len(row.checkpoint) + len(row.metadata)
     if encoded.blobs:
         conn.executemany(sql.INSERT_BLOB, encoded.blobs)
@@ -297,29 +293,30 @@ def put(
             )
             conn.execute(sql.INSERT_BLOB, blob)
             size += len(blob.blob)
-    latest = None if state is None or restart else state[1]
-    head = row.checkpoint_ns == "" and (latest is None or row.checkpoint_id >= latest)
-    params = {
+    params: dict[str, Any] = {
         "thread_id": row.thread_id,
+        "ns": row.checkpoint_ns,
+        "checkpoint_id": row.checkpoint_id,
         "now": now,
         "added": int(added),
         # A replayed put replaces rows already counted.
         "bytes": size if added else 0,
-        "head": int(head),
-        "latest": row.checkpoint_id if head else None,
-        "metadata": row.metadata if head else "{}",
-        "status": _head_status(conn, row.thread_id, row.checkpoint_id) if head else "idle",
+        "metadata": row.metadata,
     }
-    if state is None or restart:
-        conn.execute(sql.START_THREAD, params)
-    else:
-        conn.execute(sql.PUT_THREAD, params)
-
-
-def _head_status(conn: sqlite3.Connection, thread_id: str, checkpoint_id: str) -> str:
-    """The status of a root checkpoint from its stored special writes (they may precede it)."""
-    rows = conn.execute(sql.HEAD_SPECIAL_CHANNELS, (thread_id, checkpoint_id)).fetchall()
-    return status_of(r[0] for r in rows)
+    if conn.execute(sql.PUT_THREAD, params).rowcount:
+        return
+    # The thread's first checkpoint, or one after its deletion.
+    state = conn.execute(sql.THREAD_STATE, (row.thread_id,)).fetchone()
+    if state is not None and state[0] is not None and row.parent_checkpoint_id is not None:
+        raise ThreadDeletedError(row.thread_id)
+    head = row.checkpoint_ns == ""
+    rows = conn.execute(sql.HEAD_SPECIAL_CHANNELS, (row.thread_id, row.checkpoint_id)).fetchall()
+    params.update(
+        latest=row.checkpoint_id if head else None,
+        metadata=row.metadata if head else "{}",
+        status=status_of(r[0] for r in rows) if head else "idle",
+    )
+    conn.execute(sql.START_THREAD, params)
 
 
 def put_writes(
@@ -327,16 +324,13 @@ def put_writes(
 ) -> None:
     """Store pending writes (first write wins, special slots last write wins) and count
     them in their thread's record; a stale ``fence`` raises `StaleFenceError`, writes to
-    a deleted thread `ThreadDeletedError`."""
+    a deleted thread `ThreadDeletedError` (the caller's transaction then undoes them)."""
     rows = [*encoded.first_wins, *encoded.last_wins]
     if not rows:
         return
     first = rows[0]
     if fence is not None:
         fence_thread(conn, first.thread_id, now, fence)
-    state = conn.execute(sql.THREAD_STATE, (first.thread_id,)).fetchone()
-    if state is not None and state[0] is not None:
-        raise ThreadDeletedError(first.thread_id)
     added = size = 0
     for w in encoded.first_wins:
         if conn.execute(sql.INSERT_WRITE_FIRST, w).rowcount:
@@ -348,13 +342,17 @@ def put_writes(
             added += 1
             size += len(w.blob or b"")
         conn.execute(sql.INSERT_WRITE_LAST, w)
-    status = "idle" if state is None else state[2]
-    if first.checkpoint_ns == "" and state is not None and first.checkpoint_id == state[1]:
-        status = stronger_status(status, status_of(w.channel for w in encoded.last_wins))
-    conn.execute(
-        sql.WRITES_THREAD,
-        {"thread_id": first.thread_id, "now": now, "added": added, "bytes": size, "status": status},
-    )
+    params = {
+        "thread_id": first.thread_id,
+        "ns": first.checkpoint_ns,
+        "checkpoint_id": first.checkpoint_id,
+        "now": now,
+        "added": added,
+        "bytes": size,
+        "status": status_of(w.channel for w in encoded.last_wins),
+    }
+    if not conn.execute(sql.WRITES_THREAD, params).rowcount:
+        raise ThreadDeletedError(first.thread_id)
 
 
 def purge_threads(

@@ -23,6 +23,8 @@ from runstore.checkpoint.threads import (
     backfill_sql,
     footprint_sql,
     refresh_sql,
+    status_case,
+    stronger_status_sql,
 )
 from runstore.runs import system_clock, to_micros
 from runstore.sql.migrations import Migration
@@ -175,19 +177,21 @@ SELECT_WRITES = (
 #: A checkpoint row's columns: the codec's, then ``created_at`` (the saver's clock at
 #: its first put; a re-put keeps it).
 CHECKPOINT_COLUMNS = (*codec.CheckpointRow._fields, "created_at")
+# A put inserts its checkpoint (`INSERT OR IGNORE`: the row count says whether it is new,
+# which the thread record's counters need) and only a re-put replaces the fields.
 INSERT_CHECKPOINT = (
-    f"INSERT INTO {CHECKPOINTS} ({', '.join(CHECKPOINT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(CHECKPOINT_COLUMNS))}) "
-    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in codec.CheckpointRow._fields[3:])
+    f"INSERT OR IGNORE INTO {CHECKPOINTS} ({', '.join(CHECKPOINT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(CHECKPOINT_COLUMNS))})"
+)
+REPLACE_CHECKPOINT = (
+    f"UPDATE {CHECKPOINTS} SET "
+    + ", ".join(f"{c} = ?" for c in codec.CheckpointRow._fields[3:])
+    + " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 CHECKPOINT_OF_THREAD = f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? LIMIT 1"
 WRITE_EXISTS = (
     f"SELECT 1 FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
     "AND task_id = ? AND idx = ?"
-)
-CHECKPOINT_EXISTS = (
-    f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 INSERT_BLOB = (
     f"INSERT OR REPLACE INTO {BLOBS} ({', '.join(codec.BlobRow._fields)}) "
@@ -349,7 +353,7 @@ THREAD_INFO_COLUMNS = (
 #: A thread as the index shows it: live (no tombstone) and holding a checkpoint.
 LIVE_THREAD = "deleted_at IS NULL AND checkpoints > 0"
 SELECT_THREAD = f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE thread_id = ? AND {LIVE_THREAD}"
-#: What a write needs to know about its thread: tombstone, latest root checkpoint, status.
+#: A thread's tombstone, latest root checkpoint and status.
 THREAD_STATE = f"SELECT deleted_at, latest_checkpoint_id, status FROM {THREADS} WHERE thread_id = ?"
 HEAD_SPECIAL_CHANNELS = (
     f"SELECT channel FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = '' "
@@ -369,24 +373,40 @@ ON CONFLICT (thread_id) DO UPDATE SET
     writes = 0, bytes = excluded.bytes, oldest_at = excluded.oldest_at, retention = NULL,
     swept_at = NULL, sweep_after = NULL, claimed_until = NULL, deleted_at = NULL
 """
-# A checkpoint of a live thread; :head says whether it is the thread's new latest root one.
+# A checkpoint of a live thread, in one statement (no read of the record first): the
+# checkpoint is the thread's new head when it is a root one not older than the latest,
+# and the head's status comes from its stored special writes (they may precede it).
+# No row changes when the thread has no record or a tombstone (`ops.put` then starts it).
+_IS_HEAD = "(:ns = '' AND (latest_checkpoint_id IS NULL OR :checkpoint_id >= latest_checkpoint_id))"
+_HEAD_STATUS = status_case(
+    lambda ch: (
+        f"EXISTS (SELECT 1 FROM {WRITES} x WHERE x.thread_id = :thread_id"
+        f" AND x.checkpoint_ns = '' AND x.checkpoint_id = :checkpoint_id AND x.idx < 0"
+        f" AND x.channel = '{ch}')"
+    )
+)
 PUT_THREAD = f"""
 UPDATE {THREADS} SET
     updated_at = max(updated_at, :now), touched_at = max(touched_at, :now),
     checkpoints = checkpoints + :added, bytes = bytes + :bytes,
     oldest_at = CASE WHEN :added THEN coalesce(min(oldest_at, :now), :now) ELSE oldest_at END,
-    latest_checkpoint_id = CASE WHEN :head THEN :latest ELSE latest_checkpoint_id END,
-    metadata = CASE WHEN :head THEN :metadata ELSE metadata END,
-    status = CASE WHEN :head THEN :status ELSE status END
-WHERE thread_id = :thread_id
+    latest_checkpoint_id = CASE WHEN {_IS_HEAD} THEN :checkpoint_id ELSE latest_checkpoint_id END,
+    metadata = CASE WHEN {_IS_HEAD} THEN :metadata ELSE metadata END,
+    status = CASE WHEN {_IS_HEAD} THEN {_HEAD_STATUS} ELSE status END
+WHERE thread_id = :thread_id AND deleted_at IS NULL
 """
 # Writes (possibly before their thread's first checkpoint: the row then starts empty).
+# Special writes on the latest root checkpoint can raise its status. No row changes
+# when the thread has a tombstone (the writes are then refused).
 WRITES_THREAD = f"""
 INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, writes, bytes, status)
-VALUES (:thread_id, :now, :now, :now, :added, :bytes, :status)
+VALUES (:thread_id, :now, :now, :now, :added, :bytes, 'idle')
 ON CONFLICT (thread_id) DO UPDATE SET
     writes = writes + excluded.writes, bytes = bytes + excluded.bytes,
-    touched_at = max(touched_at, excluded.touched_at), status = excluded.status
+    touched_at = max(touched_at, excluded.touched_at),
+    status = CASE WHEN :ns = '' AND latest_checkpoint_id = :checkpoint_id
+                  THEN {stronger_status_sql("status", ":status")} ELSE status END
+WHERE deleted_at IS NULL
 """
 # A fenced call's compare-and-set, first in its write transaction: the thread's fence
 # rises to :fence unless it is already higher (then no row changes: the call is refused
