@@ -28,12 +28,20 @@ def is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error) and name.startswith(UNAVAILABLE_CODES)
 
 
+def unavailable_error(exc: BaseException, backend: str, operation: str) -> BackendUnavailableError | None:
+    """The `BackendUnavailableError` (nothing written) ``exc`` becomes if it `is_unavailable`."""
+    if not is_unavailable(exc):
+        return None
+    return BackendUnavailableError(backend, operation, write_may_have_happened=False, cause=exc)
+
+
 @contextmanager
 def unavailable_errors(backend: str, operation: str) -> Iterator[None]:
-    """Raise `BackendUnavailableError` (nothing written) for an `is_unavailable` error in the block."""
+    """Raise `unavailable_error` for an `is_unavailable` error in the block."""
     try:
         yield
     except sqlite3.Error as exc:
-        if is_unavailable(exc):
-            raise BackendUnavailableError(backend, operation, write_may_have_happened=False, cause=exc) from exc
-        raise
+        error = unavailable_error(exc, backend, operation)
+        if error is None:
+            raise
+        raise error from exc

@@ -15,6 +15,7 @@ of `ops` on the worker or the sync connection.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -68,7 +69,7 @@ from . import ops, sql
 from .adapter import WorkerConnection
 from .commits import FileCommits, file_commits
 from .connections import SyncConnection, open_worker
-from .errors import unavailable_errors
+from .errors import unavailable_error, unavailable_errors
 from .sql import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -256,10 +257,19 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
             raise RuntimeError("SqliteSaver is closed")
         state.writes += 1
         state.writes_done.clear()
+        # `unavailable_errors` and `PrefetchStore.writing` spelled out: as context managers
+        # they are four more calls on the path of every write.
+        prefetch = state.prefetch
+        prefetch.moved(thread)
         try:
-            with unavailable_errors(BACKEND, fn.__name__), state.prefetch.writing(thread):
-                return await state.file.submit(fn, *args, key=thread)
+            return await state.file.submit(fn, *args, key=thread)
+        except sqlite3.Error as exc:
+            error = unavailable_error(exc, BACKEND, fn.__name__)
+            if error is None:
+                raise
+            raise error from exc
         finally:
+            prefetch.moved(thread)
             state.writes -= 1
             if not state.writes:
                 state.writes_done.set()
