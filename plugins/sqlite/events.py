@@ -1,11 +1,12 @@
 """The sqlite run event store: `runstore.sql.events.SqlEventStore` on aiosqlite.
 
-The store reads on a pooled connection it holds for its lifetime and writes through
-the file's group commit (`runstore.plugins.sqlite.commits`), on the writer it shares
-with the sqlite saver: concurrent appends of every thread, and the saver's writes,
-commit in one transaction. Each operation is one function call on a connection's
-worker thread against the stdlib ``sqlite3`` connection. A cancelled write returns
-once it is over (`FileCommits.submit`).
+The store writes through the file's group commit (`runstore.plugins.sqlite.commits`),
+on the writer it shares with the sqlite saver: concurrent appends of every thread, and
+the saver's writes, commit in one transaction. It reads on that writer too while no
+write is queued, else on a pooled connection it holds for its lifetime
+(`FileCommits.read`). Each operation is one function call on a connection's worker
+thread against the stdlib ``sqlite3`` connection. A cancelled write returns once it is
+over (`FileCommits.submit`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class SqliteEventDriver(SqlEventDriver):
         if self._reader is None:
             raise RuntimeError(_CLOSED)
         with unavailable_errors(BACKEND, "read"):
-            return await self._reader.run(_fetchall, sql, params)
+            return await self._commits.read(self._reader, _fetchall, sql, params)
 
     async def _write(self, operation: str, thread: str | None, fn: Any, *args: Any) -> Any:
         """Run ``fn`` in the file's next group commit; ``thread``: the one thread it writes,

@@ -241,10 +241,12 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
     # -- plumbing ----------------------------------------------------------------
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
-        if self._state.closed:
+        """Run read op ``fn`` on the file's idle writer or this saver's worker (`FileCommits.read`)."""
+        state = self._state
+        if state.closed or state.worker is None or state.file is None:
             raise RuntimeError("SqliteSaver is closed")
         with unavailable_errors(BACKEND, fn.__name__):
-            return await self._state.hop(fn, *args)
+            return await state.file.read(state.worker, fn, *args)
 
     async def _write(self, fn: Callable[..., Any], *args: Any, thread: str | None = None) -> Any:
         """Run write op ``fn`` in the next group commit; return once it has committed.

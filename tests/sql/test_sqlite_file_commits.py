@@ -11,6 +11,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 import runstore
+from runstore.plugins.sqlite import ops as saver_ops
 from runstore.plugins.sqlite.commits import FileCommits
 from runstore.urls import BackendURL
 
@@ -244,3 +245,45 @@ async def test_a_lone_callers_appends_run_in_its_own_task(tmp_path: Path) -> Non
         await events.put_batch(_events("t-alone", 1), user_id=None)
         assert ran_in[-1] is not me, "after a batch without a key the append queues again"
         assert len(await events.list_events("t-alone", "r", user_id=None)) == 6
+
+
+async def test_reads_use_the_idle_writer_and_never_wait_behind_a_batch(tmp_path: Path) -> None:
+    """With no write queued, the saver's and the event store's reads run on the file's
+    writer (whose page cache holds what it just wrote); while a batch is queued or running
+    they run on the store's own reader and answer without waiting for it."""
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db").render()
+    async with runstore.open(checkpointer=url, events=url, streams="memory://") as stores:
+        saver, events = stores.checkpointer, stores.events
+        commits = saver._state.file
+        await saver.aput(_cfg("t"), empty_checkpoint(), {}, {})
+        await events.put_batch(_events("t", 1), user_id=None)
+        assert commits._writer is not None
+        writer_thread = await commits._writer.run(lambda _conn: threading.get_ident())
+        ran_on: list[int] = []
+        real_get = saver_ops.get
+
+        def get(conn: Any, *args: Any) -> Any:
+            ran_on.append(threading.get_ident())
+            return real_get(conn, *args)
+
+        saver_ops.get = get
+        try:
+            assert await saver.aget_tuple(_cfg("t")) is not None
+            assert ran_on[-1] == writer_thread, "an idle file's writer serves the saver's read"
+            events_read_on = await commits.read(events._driver._reader, lambda _c: threading.get_ident())
+            assert events_read_on == writer_thread, "and the event store's"
+
+            blocked = _Blocked(commits)
+            write = asyncio.ensure_future(events.put_batch(_events("t", 1), user_id=None))
+            await asyncio.sleep(0.05)
+            assert commits.queue.busy and not write.done()
+            got = await asyncio.wait_for(saver.aget_tuple(_cfg("t")), 5)
+            assert got is not None
+            assert ran_on[-1] != writer_thread, "a read during a batch uses the saver's reader"
+            page = await asyncio.wait_for(events.list_events("t", "r", user_id=None), 5)
+            assert len(page) == 1, "the event store's read answers while the append waits"
+            await blocked.release()
+            await write
+            assert len(await events.list_events("t", "r", user_id=None)) == 2
+        finally:
+            saver_ops.get = real_get
