@@ -45,6 +45,14 @@ pay two of each (or ``BEGIN`` and ``COMMIT`` round trips around them). Ops still
 queued are concurrent (each caller waits for its op before sending another), so
 any order among them is one a caller could have seen.
 
+With ``gather_ready``, the batch task lets every task that is ready run once before it
+takes a batch, so ops being prepared in this pass of the event loop join the batch
+instead of waiting for the next one. The sqlite file's queue asks for it: its batch
+runs on a worker thread that needs the GIL, so a batch handed over while the loop is
+busy (LangGraph encoding the next checkpoint right after the previous put returned)
+waits for the loop anyway, and the op being encoded would then need a batch of its own.
+A PostgreSQL batch goes to the server at once and runs there while the loop works.
+
 The backend callback receives the ops in arrival order and returns one outcome per
 op, ``(True, result)`` or ``(False, exception)``, so a failing op fails only its own
 caller (the sqlite saver runs each op in a savepoint; the PostgreSQL saver re-runs a
@@ -95,11 +103,13 @@ class GroupCommit(Generic[Op]):
         kind: Callable[[Op], Hashable] | None = None,
         settle_on_cancel: bool = False,
         inline_key: Callable[[Op], Hashable] | None = None,
+        gather_ready: bool = False,
     ) -> None:
         self._run_batch = run_batch
         self._kind = kind
         self._settle_on_cancel = settle_on_cancel
         self._inline_key = inline_key
+        self._gather_ready = gather_ready
         self._queue: list[_Pending[Op]] = []
         self._drainer: asyncio.Task[None] | None = None
         # Whether an inline op runs, and the future `wait_idle` waits on meanwhile (made
@@ -188,6 +198,12 @@ class GroupCommit(Generic[Op]):
         loop = asyncio.get_running_loop()
         try:
             while self._queue:
+                if self._gather_ready:
+                    try:
+                        await asyncio.sleep(0)
+                    except asyncio.CancelledError:
+                        self._cancel_waiters([])
+                        raise
                 batch = self._take_batch()
                 if not batch:
                     continue
@@ -199,11 +215,7 @@ class GroupCommit(Generic[Op]):
                         ops = [p.op for p in batch]
                         outcomes = _checked(await self._run_batch(ops), len(ops))
                     except asyncio.CancelledError:
-                        # Only the drainer's own task is ever cancelled here (loop shutdown):
-                        # nobody is left to run the rest, so every waiter is cancelled too.
-                        for p in [*batch, *self._queue]:
-                            p.future.cancel()
-                        self._queue = []
+                        self._cancel_waiters(batch)
                         raise
                     except Exception as exc:
                         outcomes = [(False, exc)] * len(batch)
@@ -219,6 +231,13 @@ class GroupCommit(Generic[Op]):
                 self._last_key = self._batch_key(batch)
         finally:
             self._drainer = None
+
+    def _cancel_waiters(self, batch: list[_Pending[Op]]) -> None:
+        """The batch task itself was cancelled (only at loop shutdown): nobody is left to run
+        the rest, so the callers of ``batch`` and of every queued op are cancelled too."""
+        for p in [*batch, *self._queue]:
+            p.future.cancel()
+        self._queue = []
 
     def _take_batch(self) -> list[_Pending[Op]]:
         """Take the next batch off the queue: the ops not withdrawn of the oldest one's

@@ -71,7 +71,10 @@ class FileCommits:
         self._opening = asyncio.Lock()
         #: The queue every store's write op joins (tests reach in to cancel a batch).
         self.queue: GroupCommit[_Queued] = GroupCommit(
-            self._run_batch, settle_on_cancel=True, inline_key=operator.attrgetter("key")
+            self._run_batch,
+            settle_on_cancel=True,
+            inline_key=operator.attrgetter("key"),
+            gather_ready=True,
         )
 
     async def acquire(self) -> None:

@@ -287,6 +287,36 @@ async def test_wait_idle_waits_for_an_inline_op() -> None:
     assert alone.done() and backend.committed == ["t1-a", "t1-b"]
 
 
+@pytest.mark.parametrize("gather", [False, True])
+async def test_gather_ready_lets_an_op_prepared_in_the_same_pass_join_the_batch(gather: bool) -> None:
+    """An op submitted by a task that became ready just after the batch task was started
+    joins that batch with ``gather_ready``; without it, it waits for the next batch."""
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, gather_ready=gather)
+    first = asyncio.ensure_future(queue.submit("a"))
+    await asyncio.sleep(0)  # "a" is queued and the batch task is started
+    assert queue.busy and not backend.batches
+    second = asyncio.ensure_future(queue.submit("b"))  # ready after the batch task
+    assert await asyncio.gather(first, second) == ["A", "B"]
+    assert backend.batches == ([["a", "b"]] if gather else [["a"], ["b"]])
+
+
+async def test_a_batch_task_cancelled_while_gathering_cancels_the_queued_callers() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run, gather_ready=True)
+    caller = asyncio.ensure_future(queue.submit("a"))
+    await asyncio.sleep(0)  # "a" is queued and the batch task is created
+    await asyncio.sleep(0)  # the batch task runs up to its gathering pass
+    drainer = queue._drainer
+    assert drainer is not None and not backend.batches
+    drainer.cancel()  # as at loop shutdown, before the batch was taken
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    with pytest.raises(asyncio.CancelledError):
+        await drainer
+    assert backend.batches == [] and not queue.busy
+
+
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
     store = PrefetchStore()
     key = ("t", "", "c1")
