@@ -306,7 +306,7 @@ def put(
     if conn.execute(sql.PUT_THREAD, params).rowcount:
         return
     # The thread's first checkpoint, or one after its deletion.
-    state = conn.execute(sql.THREAD_STATE, (row.thread_id,)).fetchone()
+    state = conn.execute(sql.THREAD_DELETED_AT, (row.thread_id,)).fetchone()
     if state is not None and state[0] is not None and row.parent_checkpoint_id is not None:
         raise ThreadDeletedError(row.thread_id)
     head = row.checkpoint_ns == ""
@@ -573,7 +573,7 @@ def set_retention(
     conn: sqlite3.Connection, thread_id: str, retention: str | None, now: int
 ) -> None:
     """Store a thread's retention overrides (JSON text; ``None`` clears them)."""
-    state = conn.execute(sql.THREAD_STATE, (thread_id,)).fetchone()
+    state = conn.execute(sql.THREAD_DELETED_AT, (thread_id,)).fetchone()
     if state is not None and state[0] is not None:
         raise ThreadDeletedError(thread_id)
     conn.execute(sql.SET_RETENTION, {"thread_id": thread_id, "now": now, "retention": retention})

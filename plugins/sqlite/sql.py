@@ -353,8 +353,8 @@ THREAD_INFO_COLUMNS = (
 #: A thread as the index shows it: live (no tombstone) and holding a checkpoint.
 LIVE_THREAD = "deleted_at IS NULL AND checkpoints > 0"
 SELECT_THREAD = f"SELECT {THREAD_INFO_COLUMNS} FROM {THREADS} WHERE thread_id = ? AND {LIVE_THREAD}"
-#: A thread's tombstone, latest root checkpoint and status.
-THREAD_STATE = f"SELECT deleted_at, latest_checkpoint_id, status FROM {THREADS} WHERE thread_id = ?"
+#: A thread's tombstone time (NULL: live), if it has a record.
+THREAD_DELETED_AT = f"SELECT deleted_at FROM {THREADS} WHERE thread_id = ?"
 HEAD_SPECIAL_CHANNELS = (
     f"SELECT channel FROM {WRITES} WHERE thread_id = ? AND checkpoint_ns = '' "
     "AND checkpoint_id = ? AND idx < 0"
