@@ -99,14 +99,38 @@ class ServerUnavailable(RuntimeError):
     """A server binary (initdb, pg_ctl, redis-server) is missing or cannot run here."""
 
 
+_HANDED_OUT: set[int] = set()
+
+# How many times a server's first start picks new ports when the ones it was given
+# were taken before it bound them.
+PORT_ATTEMPTS = 5
+PORT_TAKEN = "Address already in use"
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process
+    has not handed out before (the kernel may offer a just-closed port again)."""
     while True:
         with socket.socket() as sock:
             sock.bind((HOST, 0))
             port = int(sock.getsockname()[1])
-        if port not in SHARED_PORTS:
+        if port not in SHARED_PORTS and port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
             return port
+
+
+def _first_start(start: Callable[[], None], repick: Callable[[], None]) -> None:
+    """Run a server's first `start`; when a port chosen for it was taken meanwhile, `repick`
+    and try again. A free port is only free when asked: another process (the other test
+    worker's clients, say) may bind it before the server does."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            start()
+            return
+        except RuntimeError as exc:
+            if attempt == PORT_ATTEMPTS - 1 or PORT_TAKEN not in str(exc):
+                raise
+        repick()
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_TIMEOUT) -> None:
@@ -115,6 +139,15 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_T
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.02)
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """What a server wrote to its log file after ``offset`` (nothing when there is no log)."""
+    if not path.exists():
+        return ""
+    with path.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -237,6 +270,7 @@ class PostgresServer:
         port: int | None = None,
     ) -> None:
         template = _pg_template()
+        self._choose_port = port is None
         self.port = port or free_port()
         self.host = HOST
         self.root = _scratch_dir("runstore-pg-", PG_USER if _as_root() else None)
@@ -317,7 +351,25 @@ class PostgresServer:
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections (after any crash recovery)."""
-        self._pg_ctl("start", "-w", "-t", str(int(START_TIMEOUT)), "-l", str(self.log_path))
+        if not self._choose_port:
+            self._start()
+            return
+        self._choose_port = False  # later starts keep the port clients know
+        _first_start(self._start, self._repick_port)
+
+    def _start(self) -> None:
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        try:
+            self._pg_ctl("start", "-w", "-t", str(int(START_TIMEOUT)), "-l", str(self.log_path))
+        except RuntimeError as exc:
+            # pg_ctl only says the server did not start; the reason is in the log.
+            raise RuntimeError(f"{exc}\n{_read_from(self.log_path, offset)}") from exc
+
+    def _repick_port(self) -> None:
+        old = f"port = '{self.port}'"
+        self.port = free_port()
+        conf = (self.data_dir / "postgresql.conf").read_text()
+        self._write("postgresql.conf", conf.replace(old, f"port = '{self.port}'"))
 
     def stop(self, mode: str = "fast") -> None:
         """``pg_ctl stop -m mode``: ``smart``, ``fast`` (default) or ``immediate``."""
@@ -424,6 +476,7 @@ class RedisServer:
             self.check_tls_support()
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
+        self._choose_port = port is None
         self.port = port or free_port()
         self.host = HOST
         self.persistent = persistent
@@ -481,6 +534,20 @@ class RedisServer:
         """Start the server and wait until its log says it accepts connections."""
         if self.running:
             return
+        if not self._choose_port:
+            self._start()
+            return
+        self._choose_port = False  # later starts keep the port clients know
+        _first_start(self._start, self._repick_ports)
+
+    def _repick_ports(self) -> None:
+        self.port = free_port()
+        # A cluster node's bus port came from `free_port` as well.
+        if "--cluster-port" in self.args:
+            at = self.args.index("--cluster-port") + 1
+            self.args[at] = str(free_port())
+
+    def _start(self) -> None:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._process = subprocess.Popen(
             self._command_line(), cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -490,18 +557,17 @@ class RedisServer:
 
         def ready() -> bool:
             if process.poll() is not None:
-                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                stderr = ""
+                if process.stderr:
+                    stderr = process.stderr.read().decode(errors="replace")
+                    process.stderr.close()
                 raise RuntimeError(f"redis-server exited ({process.returncode}): {stderr}{self._log_from(offset)}")
             return "Ready to accept connections" in self._log_from(offset)
 
         _wait_for(ready, f"redis-server on port {self.port}")
 
     def _log_from(self, offset: int) -> str:
-        if not self.log_path.exists():
-            return ""
-        with self.log_path.open("rb") as log:
-            log.seek(offset)
-            return log.read().decode(errors="replace")
+        return _read_from(self.log_path, offset)
 
     def _signal(self, sig: int) -> None:
         process = self._process

@@ -26,6 +26,55 @@ def test_free_port_never_hands_out_the_shared_ports() -> None:
         TcpProxy(6379)
 
 
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+
+
+def _taken(port: int) -> socket.socket:
+    """A socket listening on ``port``, as another process that got there first would be."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis", "redis-cluster-node"])
+def test_a_server_whose_chosen_port_was_taken_starts_on_another(kind: str) -> None:
+    server: PostgresServer | RedisServer
+    if kind == "postgres":
+        server = PostgresServer()
+    elif kind == "redis":
+        server = RedisServer()
+    else:
+        server = RedisServer(args=["--cluster-enabled", "yes", "--cluster-port", str(free_port())])
+    chosen = server.port
+    try:
+        with _taken(chosen):
+            server.start()
+            assert server.port != chosen
+            if isinstance(server, PostgresServer):
+                assert server.psql("SHOW port") == str(server.port)
+            else:
+                assert _ping(server.port) == b"+PONG\r\n"
+        # A restart keeps the port clients know.
+        server.stop()
+        server.start()
+        assert server.port != chosen and server.running
+    finally:
+        server.close()
+
+
+def test_a_server_given_a_taken_port_says_so() -> None:
+    with _taken(free_port()) as sock:
+        server = RedisServer(port=sock.getsockname()[1])
+        try:
+            with pytest.raises(RuntimeError, match="Address already in use"):
+                server.start()
+        finally:
+            server.close()
+
+
 def test_postgres_server_crashes_and_recovers_committed_data(postgres_server: PostgresServer) -> None:
     server = postgres_server
     assert server.port not in SHARED_PORTS
