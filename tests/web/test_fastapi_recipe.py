@@ -28,7 +28,7 @@ import pytest
 import runstore
 from runstore.urls import BackendURL
 
-from ..faults.servers import free_port
+from ..faults.servers import PORT_ATTEMPTS, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,8 +52,6 @@ class Served:
     """uvicorn running the recipe on a free port; its log goes to a file."""
 
     def __init__(self, tmp: Path, urls: dict[str, str]) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "server.log"
         config = tmp / "log.json"
         config.write_text(json.dumps(LOG_CONFIG))
@@ -65,12 +63,22 @@ class Served:
             "RUNSTORE_STREAMS_URL": urls["streams"],
             "RUNSTORE_STREAM_BRIDGE__HEARTBEAT_INTERVAL_SECONDS": "0.5",
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir", str(RECIPE.parent),
-             "--host", "127.0.0.1", "--port", str(self.port), "--log-config", str(config)],
-            cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=self.log_path.open("wb"),
-        )
-        self.wait_for_log("Application startup complete", 60)
+        # The free port may be bound by another process before uvicorn gets to it.
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = free_port()
+            self.base = f"http://127.0.0.1:{self.port}"
+            with self.log_path.open("wb") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir", str(RECIPE.parent),
+                     "--host", "127.0.0.1", "--port", str(self.port), "--log-config", str(config)],
+                    cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                )
+            try:
+                self.wait_for_log("Application startup complete", 60)
+                return
+            except AssertionError:
+                if attempt == PORT_ATTEMPTS - 1 or "address already in use" not in self.log().lower():
+                    raise
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
