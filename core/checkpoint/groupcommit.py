@@ -141,7 +141,7 @@ class GroupCommit(Generic[Op]):
         pending = _Pending(op, loop.create_future())
         self._queue.append(pending)
         if idle:
-            self._drainer = loop.create_task(self._drain())
+            self._start_drainer()
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -161,7 +161,21 @@ class GroupCommit(Generic[Op]):
             self._inline_ended.set_result(None)
             self._inline_ended = None
         if self._queue and self._drainer is None:
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+            self._start_drainer()
+
+    def _start_drainer(self) -> None:
+        """Start the batch task for the queued ops."""
+        drainer = asyncio.get_running_loop().create_task(self._drain())
+        drainer.add_done_callback(self._drainer_done)
+        self._drainer = drainer
+
+    def _drainer_done(self, drainer: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never runs `_drain` (nor its cleanup):
+        # its queued callers would wait forever. Only the loop shutting down does that.
+        if drainer.cancelled():
+            self._cancel_waiters([])
+        if self._drainer is drainer:
+            self._drainer = None
 
     def _batch_key(self, batch: list[_Pending[Op]]) -> Hashable | None:
         """The key every op of ``batch`` has, or ``None`` (several, or no ``inline_key``)."""
@@ -199,11 +213,7 @@ class GroupCommit(Generic[Op]):
         try:
             while self._queue:
                 if self._gather_ready:
-                    try:
-                        await asyncio.sleep(0)
-                    except asyncio.CancelledError:
-                        self._cancel_waiters([])
-                        raise
+                    await asyncio.sleep(0)  # cancelled here: `_drainer_done` cancels the queue
                 batch = self._take_batch()
                 if not batch:
                     continue

@@ -317,6 +317,20 @@ async def test_a_batch_task_cancelled_while_gathering_cancels_the_queued_callers
     assert backend.batches == [] and not queue.busy
 
 
+async def test_a_batch_task_cancelled_before_it_ran_cancels_the_queued_callers() -> None:
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    caller = asyncio.ensure_future(queue.submit("a"))
+    await asyncio.sleep(0)  # "a" is queued and the batch task is created, not yet run
+    drainer = queue._drainer
+    assert drainer is not None
+    drainer.cancel()  # as at loop shutdown: the task never takes a step
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(caller, 5)
+    assert backend.batches == [] and not queue.busy
+    assert await queue.submit("b") == "B", "the next op starts a new batch task"
+
+
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
     store = PrefetchStore()
     key = ("t", "", "c1")
