@@ -119,18 +119,33 @@ def free_port() -> int:
             return port
 
 
-def _first_start(start: Callable[[], None], repick: Callable[[], None]) -> None:
-    """Run a server's first `start`; when a port chosen for it was taken meanwhile, `repick`
-    and try again. A free port is only free when asked: another process (the other test
-    worker's clients, say) may bind it before the server does."""
-    for attempt in range(PORT_ATTEMPTS):
-        try:
-            start()
+class _OnChosenPorts:
+    """A server whose ports `free_port` chose. A free port is only free when asked:
+    another process (the other test worker's clients, say) may bind it before the server
+    does, so the first start picks new ports and tries again when one was taken. Later
+    starts keep the ports clients know; ports a test named are never changed."""
+
+    _choose_ports: bool
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _repick_ports(self) -> None:
+        raise NotImplementedError
+
+    def _start_on_ports(self) -> None:
+        if not self._choose_ports:
+            self._start()
             return
-        except RuntimeError as exc:
-            if attempt == PORT_ATTEMPTS - 1 or PORT_TAKEN not in str(exc):
-                raise
-        repick()
+        self._choose_ports = False
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._start()
+                return
+            except RuntimeError as exc:
+                if attempt == PORT_ATTEMPTS - 1 or PORT_TAKEN not in str(exc):
+                    raise
+            self._repick_ports()
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = START_TIMEOUT) -> None:
@@ -258,7 +273,7 @@ def _pg_template() -> Path:
     return root / "data"
 
 
-class PostgresServer:
+class PostgresServer(_OnChosenPorts):
     """A throwaway PostgreSQL cluster on a free port; see the module docstring."""
 
     def __init__(
@@ -270,7 +285,7 @@ class PostgresServer:
         port: int | None = None,
     ) -> None:
         template = _pg_template()
-        self._choose_port = port is None
+        self._choose_ports = port is None
         self.port = port or free_port()
         self.host = HOST
         self.root = _scratch_dir("runstore-pg-", PG_USER if _as_root() else None)
@@ -351,11 +366,7 @@ class PostgresServer:
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections (after any crash recovery)."""
-        if not self._choose_port:
-            self._start()
-            return
-        self._choose_port = False  # later starts keep the port clients know
-        _first_start(self._start, self._repick_port)
+        self._start_on_ports()
 
     def _start(self) -> None:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -365,7 +376,7 @@ class PostgresServer:
             # pg_ctl only says the server did not start; the reason is in the log.
             raise RuntimeError(f"{exc}\n{_read_from(self.log_path, offset)}") from exc
 
-    def _repick_port(self) -> None:
+    def _repick_ports(self) -> None:
         old = f"port = '{self.port}'"
         self.port = free_port()
         conf = (self.data_dir / "postgresql.conf").read_text()
@@ -456,7 +467,7 @@ class PostgresServer:
 # -- Redis --------------------------------------------------------------------------------
 
 
-class RedisServer:
+class RedisServer(_OnChosenPorts):
     """A throwaway ``redis-server`` on a free port; see the module docstring."""
 
     binary = os.environ.get("RUNSTORE_REDIS_SERVER", "redis-server")
@@ -476,7 +487,7 @@ class RedisServer:
             self.check_tls_support()
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
-        self._choose_port = port is None
+        self._choose_ports = port is None
         self.port = port or free_port()
         self.host = HOST
         self.persistent = persistent
@@ -532,13 +543,8 @@ class RedisServer:
 
     def start(self) -> None:
         """Start the server and wait until its log says it accepts connections."""
-        if self.running:
-            return
-        if not self._choose_port:
-            self._start()
-            return
-        self._choose_port = False  # later starts keep the port clients know
-        _first_start(self._start, self._repick_ports)
+        if not self.running:
+            self._start_on_ports()
 
     def _repick_ports(self) -> None:
         self.port = free_port()
