@@ -170,12 +170,14 @@ class GroupCommit(Generic[Op]):
         self._drainer = drainer
 
     def _drainer_done(self, drainer: asyncio.Task[None]) -> None:
-        # A task cancelled before its first step never runs `_drain` (nor its cleanup):
-        # its queued callers would wait forever. Only the loop shutting down does that.
-        if drainer.cancelled():
-            self._cancel_waiters([])
+        # A task cancelled before its first step never runs `_drain` (nor its cleanup, which
+        # clears `_drainer`): its queued callers would wait forever. Only the loop shutting
+        # down does that. Once `_drain` has run, it answered its callers itself, and the
+        # queue may already belong to a newer task.
         if self._drainer is drainer:
             self._drainer = None
+            if drainer.cancelled():
+                self._cancel_waiters([])
 
     def _batch_key(self, batch: list[_Pending[Op]]) -> Hashable | None:
         """The key every op of ``batch`` has, or ``None`` (several, or no ``inline_key``)."""
@@ -213,7 +215,11 @@ class GroupCommit(Generic[Op]):
         try:
             while self._queue:
                 if self._gather_ready:
-                    await asyncio.sleep(0)  # cancelled here: `_drainer_done` cancels the queue
+                    try:
+                        await asyncio.sleep(0)
+                    except asyncio.CancelledError:
+                        self._cancel_waiters([])
+                        raise
                 batch = self._take_batch()
                 if not batch:
                     continue

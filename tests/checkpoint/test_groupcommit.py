@@ -331,6 +331,28 @@ async def test_a_batch_task_cancelled_before_it_ran_cancels_the_queued_callers()
     assert await queue.submit("b") == "B", "the next op starts a new batch task"
 
 
+async def test_a_cancelled_batch_task_never_cancels_the_ops_of_the_next_one() -> None:
+    backend = Backend()
+    backend.gate.clear()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    first = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    old = queue._drainer
+    assert old is not None
+    old.cancel()  # as at loop shutdown, while its batch runs
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    backend.started.clear()
+    second = asyncio.ensure_future(queue.submit("b"))
+    await backend.started.wait()  # a new task runs "b"'s batch
+    third = asyncio.ensure_future(queue.submit("c"))
+    await asyncio.sleep(0)  # "c" is queued behind it
+    # The old task's done callback may run this late: it must leave the new queue alone.
+    queue._drainer_done(old)
+    backend.gate.set()
+    assert await asyncio.gather(second, third) == ["B", "C"]
+
+
 def test_prefetched_rows_are_used_once_and_only_without_a_write_since() -> None:
     store = PrefetchStore()
     key = ("t", "", "c1")
