@@ -104,7 +104,7 @@ _HANDED_OUT: set[int] = set()
 # How many times a server's first start picks new ports when the ones it was given
 # were taken before it bound them.
 PORT_ATTEMPTS = 5
-PORT_TAKEN = "Address already in use"
+PORT_TAKEN = "address already in use"  # as redis-server, PostgreSQL and uvicorn say it, case aside
 
 
 def free_port() -> int:
@@ -119,11 +119,14 @@ def free_port() -> int:
             return port
 
 
-class _OnChosenPorts:
+class OnChosenPorts:
     """A server whose ports `free_port` chose. A free port is only free when asked:
     another process (the other test worker's clients, say) may bind it before the server
     does, so the first start picks new ports and tries again when one was taken. Later
-    starts keep the ports clients know; ports a test named are never changed."""
+    starts keep the ports clients know; ports a test named are never changed.
+
+    A subclass sets ``_choose_ports``, and gives ``_start`` (raising an error whose text
+    carries the server's own words when it fails) and ``_repick_ports``."""
 
     _choose_ports: bool
 
@@ -142,8 +145,8 @@ class _OnChosenPorts:
             try:
                 self._start()
                 return
-            except RuntimeError as exc:
-                if attempt == PORT_ATTEMPTS - 1 or PORT_TAKEN not in str(exc):
+            except Exception as exc:
+                if attempt == PORT_ATTEMPTS - 1 or PORT_TAKEN not in str(exc).lower():
                     raise
             self._repick_ports()
 
@@ -273,7 +276,7 @@ def _pg_template() -> Path:
     return root / "data"
 
 
-class PostgresServer(_OnChosenPorts):
+class PostgresServer(OnChosenPorts):
     """A throwaway PostgreSQL cluster on a free port; see the module docstring."""
 
     def __init__(
@@ -467,7 +470,7 @@ class PostgresServer(_OnChosenPorts):
 # -- Redis --------------------------------------------------------------------------------
 
 
-class RedisServer(_OnChosenPorts):
+class RedisServer(OnChosenPorts):
     """A throwaway ``redis-server`` on a free port; see the module docstring."""
 
     binary = os.environ.get("RUNSTORE_REDIS_SERVER", "redis-server")

@@ -28,7 +28,7 @@ import pytest
 import runstore
 from runstore.urls import BackendURL
 
-from ..faults.servers import PORT_ATTEMPTS, free_port
+from ..faults.servers import OnChosenPorts, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -48,14 +48,15 @@ LOG_CONFIG = {
 }
 
 
-class Served:
+class Served(OnChosenPorts):
     """uvicorn running the recipe on a free port; its log goes to a file."""
 
     def __init__(self, tmp: Path, urls: dict[str, str]) -> None:
+        self.tmp = tmp
         self.log_path = tmp / "server.log"
-        config = tmp / "log.json"
-        config.write_text(json.dumps(LOG_CONFIG))
-        env = {
+        self.config = tmp / "log.json"
+        self.config.write_text(json.dumps(LOG_CONFIG))
+        self.env = {
             **os.environ,
             "RUNSTORE_CHECKPOINTER_URL": urls["db"],
             "RUNSTORE_EVENTS_URL": urls["db"],
@@ -63,22 +64,23 @@ class Served:
             "RUNSTORE_STREAMS_URL": urls["streams"],
             "RUNSTORE_STREAM_BRIDGE__HEARTBEAT_INTERVAL_SECONDS": "0.5",
         }
-        # The free port may be bound by another process before uvicorn gets to it.
-        for attempt in range(PORT_ATTEMPTS):
-            self.port = free_port()
-            self.base = f"http://127.0.0.1:{self.port}"
-            with self.log_path.open("wb") as log:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir", str(RECIPE.parent),
-                     "--host", "127.0.0.1", "--port", str(self.port), "--log-config", str(config)],
-                    cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=log,
-                )
-            try:
-                self.wait_for_log("Application startup complete", 60)
-                return
-            except AssertionError:
-                if attempt == PORT_ATTEMPTS - 1 or "address already in use" not in self.log().lower():
-                    raise
+        self._choose_ports = True
+        self._repick_ports()
+        self._start_on_ports()
+
+    def _repick_ports(self) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def _start(self) -> None:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir", str(RECIPE.parent),
+                 "--host", "127.0.0.1", "--port", str(self.port), "--log-config", str(self.config)],
+                cwd=self.tmp, env=self.env, stdout=subprocess.DEVNULL, stderr=log,
+            )
+        # Logged once the socket is bound; the application's startup is logged before it.
+        self.wait_for_log("Uvicorn running on", 60)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
