@@ -351,7 +351,8 @@ def put_writes(
         "bytes": size,
         "status": status_of(w.channel for w in encoded.last_wins),
     }
-    if not conn.execute(sql.WRITES_THREAD, params).rowcount:
+    statement = sql.WRITES_THREAD if params["status"] == "idle" else sql.WRITES_THREAD_STATUS
+    if not conn.execute(statement, params).rowcount:
         raise ThreadDeletedError(first.thread_id)
 
 

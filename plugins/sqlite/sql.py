@@ -396,18 +396,25 @@ UPDATE {THREADS} SET
 WHERE thread_id = :thread_id AND deleted_at IS NULL
 """
 # Writes (possibly before their thread's first checkpoint: the row then starts empty).
-# Special writes on the latest root checkpoint can raise its status. No row changes
-# when the thread has a tombstone (the writes are then refused).
-WRITES_THREAD = f"""
+# No row changes when the thread has a tombstone (the writes are then refused).
+_WRITES_THREAD = f"""
 INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, writes, bytes, status)
 VALUES (:thread_id, :now, :now, :now, :added, :bytes, 'idle')
 ON CONFLICT (thread_id) DO UPDATE SET
     writes = writes + excluded.writes, bytes = bytes + excluded.bytes,
-    touched_at = max(touched_at, excluded.touched_at),
-    status = CASE WHEN :ns = '' AND latest_checkpoint_id = :checkpoint_id
-                  THEN {stronger_status_sql("status", ":status")} ELSE status END
+    touched_at = max(touched_at, excluded.touched_at){{status}}
 WHERE deleted_at IS NULL
 """
+# Writes that leave the status alone (no error or interrupt among them, the common
+# case). SQLite rewrites an index entry whenever its column is in the SET list, changed
+# or not, so leaving `status` out spares the status index on every such call.
+WRITES_THREAD = _WRITES_THREAD.format(status="")
+# Special writes on the latest root checkpoint can raise its status.
+WRITES_THREAD_STATUS = _WRITES_THREAD.format(
+    status=f""",
+    status = CASE WHEN :ns = '' AND latest_checkpoint_id = :checkpoint_id
+                  THEN {stronger_status_sql("status", ":status")} ELSE status END"""
+)
 # A fenced call's compare-and-set, first in its write transaction: the thread's fence
 # rises to :fence unless it is already higher (then no row changes: the call is refused
 # and rolled back). A thread without a record gets one (not live until it holds a

@@ -26,6 +26,7 @@ from runstore.checkpoint.modes import get_thread_state_schema
 from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
 from runstore.errors import SyncCallOnEventLoopError
 from runstore.options import BackendOptions
+from runstore.plugins.sqlite import sql
 from runstore.plugins.sqlite.saver import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS, SqliteSaver
 from runstore.settings import Settings
 from runstore.sql.migrations import SchemaVersionError, ensure_schema
@@ -963,3 +964,36 @@ async def test_close_commits_writes_already_queued(sqlite_url: str) -> None:
         reopened = await SqliteSaver.open(url, options)
         got = await reopened.aget_tuple(cfg("t-close"))
         assert got is not None and got.checkpoint["id"] == checkpoint["id"]
+
+
+
+
+def _pages_written(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> int:
+    """The pages one commit of ``statement`` adds to the WAL (which starts empty)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("BEGIN IMMEDIATE")
+    assert conn.execute(statement, params).rowcount == 1
+    conn.execute("COMMIT")
+    frames: int = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    return frames
+
+
+async def test_ordinary_pending_writes_leave_the_status_index_alone(sqlite_url: str) -> None:
+    # SQLite rewrites the entries of every index over a column its UPDATE names, changed or
+    # not: the record update of writes that cannot change the status must not name it, and
+    # then commits one page fewer (the status index's).
+    options = BackendOptions()
+    saver = await SqliteSaver.open(BackendURL.parse(sqlite_url), options)
+    await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
+    await options.aclose()
+    path = BackendURL.parse(sqlite_url).file_path()
+    assert path is not None
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        params = {"thread_id": "t", "ns": "", "checkpoint_id": "x", "now": 1, "added": 1,
+                  "bytes": 1, "status": "idle"}  # fmt: skip
+        with_status = _pages_written(conn, sql.WRITES_THREAD_STATUS, params)
+        without = _pages_written(conn, sql.WRITES_THREAD, params)
+        assert without == with_status - 1, (without, with_status)
+    finally:
+        conn.close()
