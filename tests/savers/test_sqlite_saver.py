@@ -966,8 +966,6 @@ async def test_close_commits_writes_already_queued(sqlite_url: str) -> None:
         assert got is not None and got.checkpoint["id"] == checkpoint["id"]
 
 
-
-
 def _pages_written(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> int:
     """The pages one commit of ``statement`` adds to the WAL (which starts empty)."""
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -982,10 +980,9 @@ async def test_ordinary_pending_writes_leave_the_status_index_alone(sqlite_url: 
     # SQLite rewrites the entries of every index over a column its UPDATE names, changed or
     # not: the record update of writes that cannot change the status must not name it, and
     # then commits one page fewer (the status index's).
-    options = BackendOptions()
-    saver = await SqliteSaver.open(BackendURL.parse(sqlite_url), options)
-    await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
-    await options.aclose()
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(BackendURL.parse(sqlite_url), options)
+        await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
     path = BackendURL.parse(sqlite_url).file_path()
     assert path is not None
     conn = sqlite3.connect(path, isolation_level=None)
