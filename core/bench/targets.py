@@ -80,9 +80,17 @@ def fresh_schema(prefix: str = "rsbench") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
+#: The query options asyncpg reads from a DSN; any other (runstore's ``schema``, ``pooler``,
+#: time bounds, ``options``) would reach the server as an unknown setting.
+_ASYNCPG_DSN_OPTIONS = frozenset(
+    {"host", "port", "sslmode", "sslrootcert", "sslcert", "sslkey", "target_session_attrs"}
+)
+
+
 def postgres_dsn(url: BackendURL) -> str:
     """The driver DSN of ``url`` without runstore's query options."""
-    return url.without_query("schema").render(hide_password=False)
+    others = [key for key in url.query if key not in _ASYNCPG_DSN_OPTIONS]
+    return url.without_query(*others).render(hide_password=False)
 
 
 async def postgres_schema_bytes(dsn: str, schema: str) -> int:

@@ -120,13 +120,22 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
     async def scratch() -> AsyncIterator[BackendURL]:
         import asyncpg
 
+        from .connect_options import PostgresConnectOptions
         from .engine import URL_OPTIONS
+        from .settings import PostgresSettings
 
         # Before connecting: a misspelled option would reach asyncpg as a server setting.
         url.check_options(URL_OPTIONS)
         schema = f"runstore_conf_{uuid.uuid4().hex[:12]}"
-        dsn = url.without_query("schema").render(hide_password=False)
-        conn = await asyncpg.connect(dsn)
+        # The URL's servers, TLS and session options as the backends read them (runstore's
+        # own options, such as `pooler`, are no DSN options asyncpg knows).
+        connect = {
+            "user": url.username,
+            "password": url.password,
+            "database": url.path.lstrip("/") or None,
+            **PostgresConnectOptions.resolve(url, PostgresSettings()).driver_args(),
+        }
+        conn = await asyncpg.connect(**connect)
         try:
             await conn.execute(f'CREATE SCHEMA "{schema}"')
         finally:
@@ -134,7 +143,7 @@ def runstore_conformance_provision(url: BackendURL) -> Any:
         try:
             yield url.with_query(schema=schema)
         finally:
-            conn = await asyncpg.connect(dsn)
+            conn = await asyncpg.connect(**connect)
             try:
                 await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             finally:

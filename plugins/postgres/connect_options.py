@@ -150,8 +150,20 @@ class PostgresConnectOptions:
         return self.pooler == "none"
 
     def connect_args(self) -> dict[str, Any]:
-        """Keyword arguments for ``asyncpg.connect`` (through SQLAlchemy's ``connect_args``),
-        except the time bounds and ``search_path``, which the engine adds."""
+        """Keyword arguments for ``asyncpg.connect`` through SQLAlchemy's ``connect_args``
+        (`driver_args` and SQLAlchemy's prepared-statement options), except the time bounds
+        and ``search_path``, which the engine adds."""
+        args = self.driver_args()
+        if not self.prepared_statements:
+            # SQLAlchemy's own prepared statements get unique names, so two clients never
+            # collide on one server connection.
+            args["prepared_statement_cache_size"] = 0
+            args["prepared_statement_name_func"] = _unique_statement_name
+        return args
+
+    def driver_args(self) -> dict[str, Any]:
+        """Keyword arguments for ``asyncpg.connect`` itself (servers, TLS, session settings,
+        the statement cache), without user, password, database and time bounds."""
         args: dict[str, Any] = {"server_settings": dict(self.server_settings)}
         if self.hosts:
             args["host"] = list(self.hosts)
@@ -161,11 +173,8 @@ class PostgresConnectOptions:
             args["target_session_attrs"] = self.target_session_attrs
         if not self.prepared_statements:
             # asyncpg then uses unnamed statements only, re-parsed within one exchange (a
-            # pooler may switch server connections between exchanges); SQLAlchemy's own
-            # prepared statements get unique names, so two clients never collide on one.
+            # pooler may switch server connections between exchanges).
             args["statement_cache_size"] = 0
-            args["prepared_statement_cache_size"] = 0
-            args["prepared_statement_name_func"] = _unique_statement_name
         if self.sslrootcert == SYSTEM_ROOTS:
             args["ssl"] = self._system_context()
         else:

@@ -113,6 +113,21 @@ async def test_a_dead_host_first_connects_to_the_live_one(provisioned: BackendUR
     assert seen["server_port"] == {_live()[1]}
 
 
+def _runstore_options_url() -> BackendURL:
+    return _server().with_query(pooler="transaction", operation_timeout="30", options="-c lock_timeout=5s")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("provisioned", [_runstore_options_url], indirect=True, ids=["runstore-options"])
+async def test_a_scratch_schema_for_a_url_with_runstore_options(provisioned: BackendURL) -> None:
+    """The suite's scratch schema comes from a URL carrying options only runstore reads
+    (``pooler``, time bounds) and session ``options``: none reaches the driver as a server
+    setting it does not know, and the stores work there."""
+    assert provisioned.option("schema", "").startswith("runstore_conf_")
+    seen = await _write_and_read(provisioned)
+    assert seen["server_port"] == {_live()[1]}
+
+
 async def test_a_list_of_dead_hosts_is_unavailable() -> None:
     url = BackendURL(scheme="postgresql", username="postgres", path="/x", hosts=(DEAD, ("127.0.0.1", 2)))
     with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1:1,127\.0\.0\.1:2"):
