@@ -85,9 +85,11 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from . import sql
+from .connect_options import PostgresConnectOptions
 from .connections import Leases, Statement, import_asyncpg, one_at_a_time, run_statement_batch
 from .engine import FromEngine
 from .history import walk_range
+from .pooled import statement_functions
 from .settings import PostgresTimeouts
 from .sql import COMPONENT, SCHEMA_MIGRATIONS
 
@@ -157,6 +159,12 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         )
         self._prefetch = PrefetchStore()
         self._known: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+        # The hot statements as sent; behind a transaction pooler, calls of the functions
+        # wrapping them (`_call_functions`).
+        self._put_sql = sql.PUT_SQL
+        self._put_writes_sql = sql.PUT_WRITES_SQL
+        self._get_latest_sql = sql.GET_LATEST_SQL
+        self._get_by_id_sql = sql.GET_BY_ID_SQL
 
     @classmethod
     async def open(
@@ -188,7 +196,25 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             timeouts=timeouts,
         )
         options.on_close(saver.aclose)
+        if not PostgresConnectOptions.resolve(url, cfg).prepared_statements:
+            await saver._call_functions(create=options.migrate)
         return saver
+
+    async def _call_functions(self, *, create: bool) -> None:
+        """Send the hot statements as calls of functions wrapping them (`pooled`): behind a
+        transaction pooler nothing else keeps their plans between calls."""
+        hot = (sql.PUT_SQL, sql.PUT_WRITES_SQL, sql.GET_LATEST_SQL, sql.GET_BY_ID_SQL)
+
+        async def go(conn: Any) -> Mapping[str, str]:
+            return await statement_functions(
+                conn, hot, schema_version=SCHEMA_MIGRATIONS[-1].version, create=create
+            )
+
+        calls = await self._leases.run(go, operation="open", write=create, idempotent=True)
+        self._put_sql = calls.get(sql.PUT_SQL, sql.PUT_SQL)
+        self._put_writes_sql = calls.get(sql.PUT_WRITES_SQL, sql.PUT_WRITES_SQL)
+        self._get_latest_sql = calls.get(sql.GET_LATEST_SQL, sql.GET_LATEST_SQL)
+        self._get_by_id_sql = calls.get(sql.GET_BY_ID_SQL, sql.GET_BY_ID_SQL)
 
     async def aclose(self) -> None:
         """Finish queued writes and give leased connections back to the shared engine
@@ -257,9 +283,9 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         thread_id, ns, checkpoint_id = config_address(config)
         args: tuple[str, ...]
         if checkpoint_id:
-            statement, args = sql.GET_BY_ID_SQL, (thread_id, ns, checkpoint_id)
+            statement, args = self._get_by_id_sql, (thread_id, ns, checkpoint_id)
         else:
-            statement, args = sql.GET_LATEST_SQL, (thread_id, ns)
+            statement, args = self._get_latest_sql, (thread_id, ns)
 
         generation = self._prefetch.generation
         row = await self._reads.submit((statement, args))
@@ -375,7 +401,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             len(row.checkpoint) + len(row.metadata) + new_bytes + carried_bytes,
             fence,
         )
-        await self._write(sql.PUT_SQL, args, thread_id, fence)
+        await self._write(self._put_sql, args, thread_id, fence)
         for b in (*blobs, *carried):
             key = (thread_id, ns, b.channel, b.version)
             known[key] = None
@@ -421,7 +447,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             clock_micros(self.clock),
             fence,
         )
-        await self._write(sql.PUT_WRITES_SQL, args, thread_id, fence)
+        await self._write(self._put_writes_sql, args, thread_id, fence)
 
     async def _write(
         self, statement: str, args: tuple[Any, ...], thread_id: str, fence: int | None

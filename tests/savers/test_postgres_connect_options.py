@@ -1,6 +1,7 @@
 """PostgreSQL connect options on the shared server: the transaction-pooler switch leaves no
-prepared statement behind on any connection, session options reach the server, and the
-pool keeps at most ``pool_max_idle`` idle connections."""
+prepared statement behind on any connection and sends the saver's hot statements through
+the functions wrapping them, session options reach the server, and the pool keeps at most
+``pool_max_idle`` idle connections."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from runstore.errors import BackendUnavailableError
+from runstore.errors import BackendRefusedError, BackendUnavailableError
 from runstore.options import BackendOptions
+from runstore.plugins.postgres import sql as saver_sql
 from runstore.plugins.postgres.events import PostgresEventStore
+from runstore.plugins.postgres.pooled import function_name
 from runstore.plugins.postgres.runs import PostgresRunStore
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.settings import Settings
@@ -64,6 +67,61 @@ async def test_pooler_transaction_leaves_no_prepared_statements(postgres_url: st
     # (the count query is one of them: its own statement is prepared before it runs).
     control = await _prepared_counts(postgres_url, Settings())
     assert max(control) > 1, control
+
+
+SCHEMA_VERSION = saver_sql.SCHEMA_MIGRATIONS[-1].version
+_HOT = {
+    "put": saver_sql.PUT_SQL,
+    "put_writes": saver_sql.PUT_WRITES_SQL,
+    "get_latest": saver_sql.GET_LATEST_SQL,
+    "get_by_id": saver_sql.GET_BY_ID_SQL,
+}
+
+
+async def _functions(saver: PostgresSaver) -> set[str]:
+    """The hot statements whose wrapping function exists in the saver's schema."""
+    names = {function_name(statement, SCHEMA_VERSION): key for key, statement in _HOT.items()}
+    async with saver.engine.connect() as conn:
+        rows = (await conn.exec_driver_sql(
+            "SELECT proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
+        )).all()
+    return {names[name] for (name,) in rows if name in names}
+
+
+async def test_pooler_transaction_sends_the_hot_statements_through_functions(postgres_url: str) -> None:
+    """Behind a transaction pooler the saver's put, pending-writes and head-read statements
+    go through the functions wrapping them (nothing else keeps their plans between calls):
+    opening creates them, the saver works through them (dropping one makes the next call of
+    its statement fail), and a saver opened without migrations uses the ones it finds."""
+    url = BackendURL.parse(postgres_url)
+    async with BackendOptions.scope(Settings()) as options:
+        direct = await PostgresSaver.open(url, options)
+        assert await _functions(direct) == set()  # a direct connection keeps plans itself
+    pooled = url.with_query(pooler="transaction")
+    async with BackendOptions.scope(Settings()) as options:
+        saver = await PostgresSaver.open(pooled, options)
+        assert await _functions(saver) == set(_HOT)
+        ids = await put_chain(saver, "t-fn", [{"a": [1]}, {"a": [2]}])
+        await saver.aput_writes(cfg("t-fn", ids[-1]), [("a", 3)], "task-1")
+        head = await saver.aget_tuple(cfg("t-fn"))
+        assert head is not None and head.checkpoint["id"] == ids[-1]
+        assert ("task-1", "a", 3) in head.pending_writes
+        first = await saver.aget_tuple(cfg("t-fn", ids[0]))
+        assert first is not None and first.checkpoint["channel_values"] == {"a": [1]}
+        async with saver.engine.connect() as conn:
+            await conn.exec_driver_sql(f"DROP FUNCTION {function_name(saver_sql.PUT_WRITES_SQL, SCHEMA_VERSION)}")
+            await conn.commit()
+        with pytest.raises(BackendRefusedError) as info:
+            await saver.aput_writes(cfg("t-fn", ids[-1]), [("a", 4)], "task-2")
+        assert function_name(saver_sql.PUT_WRITES_SQL, SCHEMA_VERSION) in str(info.value.__cause__), info.value
+    async with BackendOptions.scope(Settings()) as options:
+        options.migrate = False
+        reopened = await PostgresSaver.open(pooled, options)
+        assert await _functions(reopened) == set(_HOT) - {"put_writes"}
+        # The statement without its function goes as itself.
+        await reopened.aput_writes(cfg("t-fn", ids[-1]), [("a", 4)], "task-2")
+        head = await reopened.aget_tuple(cfg("t-fn"))
+        assert head is not None and {("task-1", "a", 3), ("task-2", "a", 4)} <= set(head.pending_writes)
 
 
 async def test_session_options_reach_the_server(postgres_url: str) -> None:
