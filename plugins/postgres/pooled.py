@@ -60,7 +60,10 @@ async def statement_functions(
     wanted = {function_name(s, schema_version): s for s in statements}
     if _TAG in "".join(wanted.values()):
         raise ValueError(f"a statement contains the function body's quote tag {_TAG}")
-    present = {row[0]: _call(row[0], row[1], row[2]) for row in await conn.fetch(_EXISTING, list(wanted))}
+    present = {
+        name: _call(name, nargs, rows)
+        for name, nargs, rows in await conn.fetch(_EXISTING, list(wanted))
+    }
     calls: dict[str, str] = {}
     for name, statement in wanted.items():
         call = present.get(name)
@@ -93,7 +96,10 @@ def _wrap(name: str, statement: str, described: Any) -> tuple[str, str]:
     else:
         body = f"BEGIN\n{statement};\nEND"
         returns = "void"
-    ddl = f"CREATE FUNCTION {signature} RETURNS {returns} LANGUAGE plpgsql AS {_TAG}\n{body}\n{_TAG}"
+    ddl = (
+        f"CREATE FUNCTION {signature} RETURNS {returns} LANGUAGE plpgsql"
+        f" AS {_TAG}\n{body}\n{_TAG}"
+    )
     return ddl, _call(name, len(params), bool(columns))
 
 
