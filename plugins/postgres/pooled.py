@@ -16,9 +16,9 @@ tables are at and of this module's wrapping rule, so two runstore versions shari
 database each call their own, a migration that changes the tables gets new functions,
 and a function, once created, never changes (the ones an upgrade leaves unused stay:
 another process may still call them). The functions live in the saver's schema, are
-created when the saver opens with migrations on (missing ones only; the server
-describes each statement, which gives the parameter and column types), and are only
-looked up when migrations are off. A statement whose function is missing and cannot
+created when the saver opens with migrations on or runs ``setup()`` (missing ones only;
+the server describes each statement, which gives the parameter and column types), and
+are only looked up when it opens with migrations off. A statement whose function is missing and cannot
 be created (e.g. the role may not create functions) is sent as itself, as before.
 """
 

@@ -165,6 +165,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         self._put_writes_sql = sql.PUT_WRITES_SQL
         self._get_latest_sql = sql.GET_LATEST_SQL
         self._get_by_id_sql = sql.GET_BY_ID_SQL
+        self._behind_pooler = False
 
     @classmethod
     async def open(
@@ -196,9 +197,17 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
             timeouts=timeouts,
         )
         options.on_close(saver.aclose)
-        if not PostgresConnectOptions.resolve(url, cfg).prepared_statements:
+        saver._behind_pooler = not PostgresConnectOptions.resolve(url, cfg).prepared_statements
+        if saver._behind_pooler:
             await saver._call_functions(create=options.migrate)
         return saver
+
+    async def setup(self) -> None:
+        """Create or upgrade the saver's tables and, behind a transaction pooler, the
+        functions wrapping its hot statements (`pooled`), which it then calls."""
+        await super().setup()
+        if self._behind_pooler:
+            await self._call_functions(create=True)
 
     async def _call_functions(self, *, create: bool) -> None:
         """Send the hot statements as calls of functions wrapping them (`pooled`): behind a

@@ -1,6 +1,7 @@
 """The functions wrapping the PostgreSQL saver's hot statements behind a transaction pooler
 (`runstore.plugins.postgres.pooled`): two processes creating them at once both end up
-calling them, and a role that may not create functions sends the statements as they are."""
+calling them, a role that may not create functions sends the statements as they are, and
+a saver opened without migrations gets them from `setup`."""
 
 from __future__ import annotations
 
@@ -96,3 +97,21 @@ async def test_a_role_that_may_not_create_functions_sends_the_statements(postgre
         await admin.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM {role}')
         await admin.execute(f"DROP ROLE IF EXISTS {role}")
         await admin.close()
+
+
+async def test_setup_creates_the_functions_of_a_saver_opened_without_migrations(postgres_url: str) -> None:
+    pooled = BackendURL.parse(postgres_url).with_query(pooler="transaction")
+    names = {function_name(s, VERSION) for s in (sql.PUT_SQL, sql.PUT_WRITES_SQL, sql.GET_LATEST_SQL)}
+    async with PostgresSaver.from_conn_string(pooled) as saver:
+        await saver.setup()
+        admin = await _connect(BackendURL.parse(postgres_url))
+        try:
+            found = {r[0] for r in await admin.fetch(
+                "SELECT proname FROM pg_proc WHERE proname = ANY($1::text[])"
+                " AND pronamespace = current_schema()::regnamespace", list(names))}
+        finally:
+            await admin.close()
+        assert found == names
+        ids = await put_chain(saver, "t-setup", [{"a": [1]}])
+        head = await saver.aget_tuple(cfg("t-setup"))
+        assert head is not None and head.checkpoint["id"] == ids[-1]
