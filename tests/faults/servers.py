@@ -46,6 +46,13 @@ temporary directory, and removes it afterwards.
     and client certificates by common name. `PostgresServer.tls` and `RedisServer.tls`
     turn TLS on with them.
 
+`PgBouncer`
+    A PgBouncer (``pgbouncer`` on PATH, ``RUNSTORE_PGBOUNCER`` overrides) in transaction
+    mode on a free port in front of a PostgreSQL server (the shared one is fine: it only
+    adds a pooler, no faults), trust authentication for the users it is given, a small
+    server pool so client transactions share server connections. Not a fault server: the
+    pooler tests use it to check what ``pooler=transaction`` promises through a real one.
+
 `TcpProxy`
     A TCP proxy the test puts between a client and a server (``proxy.url(url)``
     rewrites a backend URL to go through it). Modes: `TcpProxy.pass_traffic`
@@ -829,6 +836,113 @@ class _Link:
             writer.transport.abort()
         for task in self.tasks:
             task.cancel()
+
+
+class PgBouncer(OnChosenPorts):
+    """A throwaway PgBouncer in transaction mode on a free port, in front of ``server``
+    (host, port); see the module docstring."""
+
+    binary = os.environ.get("RUNSTORE_PGBOUNCER", "pgbouncer")
+
+    def __init__(self, server: tuple[str, int], *, users: Sequence[str] = (PG_USER,),
+                 pool_size: int = 2, port: int | None = None) -> None:
+        if shutil.which(self.binary) is None and not Path(self.binary).exists():
+            raise ServerUnavailable(f"no {self.binary} on PATH (set RUNSTORE_PGBOUNCER)")
+        self.server = server
+        self.users = list(users)
+        self.pool_size = pool_size
+        self._choose_ports = port is None
+        self.port = port or free_port()
+        self.host = HOST
+        # PgBouncer refuses to run as root: its files belong to the postgres OS user then.
+        self._owner = PG_USER if _as_root() else None
+        self.root = _scratch_dir("runstore-pgbouncer-", self._owner)
+        self.log_path = self.root / "pgbouncer.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _write_config(self) -> Path:
+        users = self.root / "users.txt"
+        users.write_text("".join(f'"{user}" ""\n' for user in self.users))
+        config = self.root / "pgbouncer.ini"
+        host, port = self.server
+        config.write_text(
+            "[databases]\n"
+            f"* = host={host} port={port}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = {self.host}\n"
+            f"listen_port = {self.port}\n"
+            "unix_socket_dir =\n"
+            "auth_type = trust\n"
+            f"auth_file = {users}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {self.pool_size}\n"
+            "max_client_conn = 200\n"
+            "server_reset_query =\n"
+            "ignore_startup_parameters = extra_float_digits\n"
+            f"logfile = {self.log_path}\n"
+        )
+        for path in (users, config):
+            if self._owner is not None:
+                shutil.chown(path, self._owner, self._owner)
+        return config
+
+    def _start(self) -> None:
+        config = self._write_config()
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        as_user: dict[str, Any] = (
+            {"user": self._owner, "group": self._owner, "extra_groups": []} if self._owner else {}
+        )
+        self._process = subprocess.Popen(
+            [self.binary, str(config)], cwd=self.root, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True, **as_user,
+        )
+        process = self._process
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                raise RuntimeError(
+                    f"pgbouncer exited ({process.returncode}): {stderr}{_read_from(self.log_path, offset)}"
+                )
+            return "process up" in _read_from(self.log_path, offset)
+
+        _wait_for(ready, f"pgbouncer on port {self.port}")
+
+    def _repick_ports(self) -> None:
+        self.port = free_port()
+
+    def start(self) -> None:
+        """Start PgBouncer and wait until its log says it is up."""
+        if self._process is None or self._process.poll() is not None:
+            self._start_on_ports()
+
+    def close(self) -> None:
+        """Stop PgBouncer and remove its directory."""
+        process = self._process
+        try:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGINT)  # a fast shutdown
+                try:
+                    process.wait(START_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(START_TIMEOUT)
+            if process is not None and process.stderr:
+                process.stderr.close()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PgBouncer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def url(self, database: str, *, user: str = PG_USER, **query: str) -> BackendURL:
+        """A ``postgresql://`` URL of ``database`` through this PgBouncer."""
+        return BackendURL(scheme="postgresql", username=user, host=self.host, port=self.port,
+                          path=f"/{database}").with_query(**query)
 
 
 class TcpProxy:
