@@ -4,9 +4,7 @@ Behind a transaction pooler (``pooler=transaction``) a connection keeps no prepa
 statement between exchanges, so PostgreSQL parses and plans every statement on every
 call, and asyncpg first asks the server to describe it (one more round trip). For the
 saver's few large statements (a put, a pending-writes call, the two head reads) that
-costs more than running them: measured on one local server, a put took 2.4x as long
-as on a direct connection and a head read 9x (docs/configuration.md, "PostgreSQL in
-production"). A PL/pgSQL function keeps the plans of its statements for the life of
+costs more than running them (docs/benchmarks.md, "Behind a transaction pooler"). A PL/pgSQL function keeps the plans of its statements for the life of
 the server session, and server sessions outlive the pooler's transactions, so the
 saver calls each such statement through a function wrapping it: only the short call is
 parsed and planned each time.
