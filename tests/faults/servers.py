@@ -87,7 +87,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from runstore.urls import BackendURL
 
@@ -133,9 +133,23 @@ class OnChosenPorts:
     starts keep the ports clients know; ports a test named are never changed.
 
     A subclass sets ``_choose_ports``, and gives ``_start`` (raising an error whose text
-    carries the server's own words when it fails) and ``_repick_ports``."""
+    carries the server's own words when it fails), ``_repick_ports``, ``start`` and
+    ``close``; as a context manager it is started on entry and closed on exit."""
 
     _choose_ports: bool
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -434,13 +448,6 @@ class PostgresServer(OnChosenPorts):
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> PostgresServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- access ---------------------------------------------------------------------
 
     def url(self, database: str = "postgres", *, user: str = PG_USER, password: str | None = None,
@@ -613,13 +620,6 @@ class RedisServer(OnChosenPorts):
             self.sigkill()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- access ---------------------------------------------------------------------
 
@@ -931,13 +931,6 @@ class PgBouncer(OnChosenPorts):
                 process.stderr.close()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> PgBouncer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def url(self, database: str, *, user: str = PG_USER, **query: str) -> BackendURL:
         """A ``postgresql://`` URL of ``database`` through this PgBouncer."""
