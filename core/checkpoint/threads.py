@@ -46,7 +46,6 @@ __all__ = [
     "encode_cursor",
     "next_cursor",
     "status_of",
-    "stronger_status",
     "thread_info",
     "thread_query",
 ]
@@ -122,12 +121,6 @@ def status_of(channels: Iterable[str]) -> Status:
         if channel in seen:
             return status
     return "idle"
-
-
-def stronger_status(a: str, b: str) -> Status:
-    """The stronger of two statuses (error > interrupted > idle)."""
-    rank: dict[str, int] = {s: i for i, s in enumerate(STATUSES)}
-    return STATUSES[max(rank.get(a, 0), rank.get(b, 0))]
 
 
 @dataclass(frozen=True)
@@ -352,7 +345,8 @@ def status_case(holds: Any) -> str:
 
 
 def stronger_status_sql(a: str, b: str) -> str:
-    """A SQL ``CASE`` giving the stronger of two status expressions (`stronger_status`)."""
+    """A SQL ``CASE`` giving the stronger of two status expressions (error > interrupted >
+    idle, the order of `STATUSES`)."""
     whens = " ".join(
         f"WHEN '{status}' IN ({a}, {b}) THEN '{status}'" for status in reversed(STATUSES[1:])
     )
