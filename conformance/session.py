@@ -74,18 +74,18 @@ def development_plugins(config: pytest.Config) -> list[str]:
 
 def resolve_backends(config: pytest.Config) -> None:
     """Settle the named backends: ``--runstore-backend`` and presets, else the project's ``backends``."""
-    project = project_settings(config)
+    from runstore.errors import ConfigError
+
+    project = _project(config)
     urls = list(config.getoption("runstore_backend") or [])
-    presets = project.get("presets", {})
-    for name in config.getoption("runstore_preset") or []:
-        if name not in presets:
-            raise pytest.UsageError(
-                f"--runstore-preset {name!r}: not in [tool.runstore.conformance.presets]; "
-                f"known: {', '.join(sorted(presets)) or 'none'}"
-            )
-        urls += list(presets[name])
+    try:
+        urls += project.preset_backends(
+            config.getoption("runstore_preset") or [], option="--runstore-preset"
+        )
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     if not urls:
-        urls = list(project.get("backends", []))
+        urls = list(project.settings.get("backends", []))
     config.option.runstore_backend = urls
 
 

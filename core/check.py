@@ -56,6 +56,20 @@ class ProjectConfig:
         """The ``plugins`` entries as the loader takes them (files made absolute)."""
         return [normalize_plugin_spec(spec, self.base) for spec in self.settings.get("plugins", [])]
 
+    def preset_backends(self, names: Sequence[str], *, option: str) -> list[str]:
+        """The backend entries of the presets ``names``, in order; a name that is not in
+        ``presets`` is a `ConfigError` naming ``option`` and the known presets."""
+        presets = self.settings.get("presets", {})
+        entries: list[str] = []
+        for name in names:
+            if name not in presets:
+                raise ConfigError(
+                    f"{option} {name!r}: not in [tool.runstore.conformance.presets]; "
+                    f"known: {', '.join(sorted(presets)) or 'none'}"
+                )
+            entries += list(presets[name])
+        return entries
+
 
 def read_project_config(path: str | os.PathLike[str] | None = None, *, option: str = "--config") -> ProjectConfig:
     """Read ``[tool.runstore.conformance]`` from ``path`` (default: ./pyproject.toml, if there).

@@ -143,6 +143,8 @@ def _default_urls() -> list[str]:
               help="Seconds each suite test may take (default 300, or `timeout` of the project; 0 = no bound).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Read [tool.runstore.conformance] from this file (default: ./pyproject.toml).")
+@click.option("--preset", "presets", multiple=True,
+              help="Add the backends of a preset from [tool.runstore.conformance.presets].")
 def check(
     urls: tuple[str, ...],
     as_json: bool,
@@ -155,9 +157,10 @@ def check(
     show_log: bool,
     timeout: float | None,
     config_path: str | None,
+    presets: tuple[str, ...],
 ) -> None:
-    """Run the conformance suite against backend URLs (default: the project's ``backends``,
-    else the configured backends).
+    """Run the conformance suite against backend URLs and ``--preset`` backends (default: the
+    project's ``backends``, else the configured backends).
 
     ``[tool.runstore.conformance]`` of ./pyproject.toml (or ``--config``) applies as
     under pytest: its ``plugins`` are loaded, its ``xfail`` entries and ``timeout`` hold.
@@ -185,7 +188,8 @@ def check(
     project = read_project_config(config_path)
     for plugin in dict.fromkeys([*project.plugins(), *(normalize_plugin_spec(p, Path.cwd()) for p in plugins)]):
         register_plugin_spec(plugin)
-    targets = list(urls) or list(project.settings.get("backends", [])) or _default_urls()
+    named = [*urls, *project.preset_backends(presets, option="--preset")]
+    targets = named or list(project.settings.get("backends", [])) or _default_urls()
     registry = get_backends()
     for entry in targets:
         parsed = BackendURL.parse(split_backend_entry(entry)[1])

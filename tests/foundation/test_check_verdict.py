@@ -228,6 +228,24 @@ def test_runstore_check_reads_the_project_s_pyproject(tmp_path: Path) -> None:
     _one_error(out, f"--config: {elsewhere / 'pyproject.toml'} does not exist")
 
 
+def test_runstore_check_runs_a_preset_of_the_project(tmp_path: Path) -> None:
+    """``--preset NAME`` adds that preset's backends from [tool.runstore.conformance.presets],
+    as ``--runstore-preset`` does under pytest; an unknown name is refused before running."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.runstore.conformance]\n"
+        'backends = ["zoo-minimal://"]\n'
+        'presets = { quick = ["saver=memory://"], other = ["events=memory://"] }\n'
+    )
+    out = _check("--preset", "quick", "--json", "-k", "test_put_then_get_roundtrip", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The preset replaces the project's default backends (zoo-minimal:// would not even load).
+    assert set(json.loads(out.stdout)["backends"]) == {"saver:memory"}
+
+    out = _check("--preset", "nope", cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    _one_error(out, "--preset 'nope': not in [tool.runstore.conformance.presets]; known: other, quick")
+
+
 def test_nothing_ran_fails(tmp_path: Path) -> None:
     # memory:// declares no cross_process: every selected test skips, so nothing was proven.
     out = _check("events=memory://", "-k", "cross_process", cwd=tmp_path)
