@@ -57,8 +57,9 @@ class ProjectConfig:
         return [normalize_plugin_spec(spec, self.base) for spec in self.settings.get("plugins", [])]
 
     def preset_backends(self, names: Sequence[str], *, option: str) -> list[str]:
-        """The backend entries of the presets ``names``, in order; a name that is not in
-        ``presets`` is a `ConfigError` naming ``option`` and the known presets."""
+        """The backend entries of the presets ``names``, in order. A name that is not in
+        ``presets`` is a `ConfigError` naming ``option`` and the known presets; so is a preset
+        that is not a non-empty list of URLs (an empty one would quietly test the defaults)."""
         presets = self.settings.get("presets", {})
         entries: list[str] = []
         for name in names:
@@ -67,7 +68,13 @@ class ProjectConfig:
                     f"{option} {name!r}: not in [tool.runstore.conformance.presets]; "
                     f"known: {', '.join(sorted(presets)) or 'none'}"
                 )
-            entries += list(presets[name])
+            urls = presets[name]
+            if not urls or not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+                raise ConfigError(
+                    f"{option} {name!r}: [tool.runstore.conformance.presets] {name} = {urls!r}; "
+                    'accepted: a non-empty list of backend URLs, e.g. ["acme://"]'
+                )
+            entries += urls
         return entries
 
 

@@ -234,7 +234,8 @@ def test_runstore_check_runs_a_preset_of_the_project(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         "[tool.runstore.conformance]\n"
         'backends = ["zoo-minimal://"]\n'
-        'presets = { quick = ["saver=memory://"], other = ["events=memory://"] }\n'
+        'presets = { quick = ["saver=memory://"], other = ["events=memory://"], none = [], '
+        'one = "memory://" }\n'
     )
     out = _check("--preset", "quick", "--json", "-k", "test_put_then_get_roundtrip", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -243,7 +244,15 @@ def test_runstore_check_runs_a_preset_of_the_project(tmp_path: Path) -> None:
 
     out = _check("--preset", "nope", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
-    _one_error(out, "--preset 'nope': not in [tool.runstore.conformance.presets]; known: other, quick")
+    _one_error(
+        out, "--preset 'nope': not in [tool.runstore.conformance.presets]; known: none, one, other, quick"
+    )
+    # A preset that is not a non-empty list of URLs is refused, not read letter by letter or
+    # quietly replaced by the project's default backends.
+    for name, shown in (("none", "[]"), ("one", "'memory://'")):
+        out = _check("--preset", name, cwd=tmp_path)
+        assert out.returncode == 2, out.stdout + out.stderr
+        _one_error(out, f"--preset '{name}': [tool.runstore.conformance.presets] {name} = {shown}; accepted:")
 
 
 def test_nothing_ran_fails(tmp_path: Path) -> None:
