@@ -128,11 +128,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from .capabilities import CAPABILITIES, Kind
-    from .checkpoint.forwarding import unwrap_saver
-    from .checkpoint.retention import RetentionPolicy
-    from .checkpoint.threads import ThreadInfo, ThreadPage
-    from .errors import (
+    from runstore.capabilities import CAPABILITIES, Kind
+    from runstore.checkpoint.forwarding import unwrap_saver
+    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.checkpoint.threads import ThreadInfo, ThreadPage
+    from runstore.errors import (
         BackendNotFoundError,
         BackendRefusedError,
         BackendUnavailableError,
@@ -155,13 +155,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         ThreadDeletedError,
         UndeclaredChannelError,
     )
-    from .events import EventRecord, RunEventStore
-    from .hookspecs import hookimpl, hookspec
-    from .identity import message_identity
-    from .loader import get_backends, register_plugin
-    from .options import BackendOptions
-    from .owner import AUTO, current_owner, owner_scope
-    from .registry import (
+    from runstore.events import EventRecord, RunEventStore
+    from runstore.hookspecs import hookimpl, hookspec
+    from runstore.identity import message_identity
+    from runstore.loader import get_backends, register_plugin
+    from runstore.options import BackendOptions
+    from runstore.owner import AUTO, current_owner, owner_scope
+    from runstore.registry import (
         BackendSpec,
         EventStoreRegistry,
         HistoryCacheRegistry,
@@ -170,7 +170,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         SettingsRegistry,
         StreamBridgeRegistry,
     )
-    from .runs import (
+    from runstore.runs import (
         CancelPendingError,
         CreateResult,
         IdempotencyConflictError,
@@ -190,10 +190,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         ThreadBusyError,
         system_clock,
     )
-    from .settings import Settings
-    from .sse import SSE_HEADERS, SSE_MEDIA_TYPE, open_sse_stream, sse_frame, sse_frames, sse_stream
-    from .stores import Stores, open
-    from .streams import (
+    from runstore.settings import Settings
+    from runstore.sse import (
+        SSE_HEADERS,
+        SSE_MEDIA_TYPE,
+        open_sse_stream,
+        sse_frame,
+        sse_frames,
+        sse_stream,
+    )
+    from runstore.stores import Stores, open
+    from runstore.streams import (
         END,
         HEARTBEAT,
         InvalidStreamInputError,
@@ -203,5 +210,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         StreamGap,
         parse_event_id,
     )
-    from .sync import SyncStores, open_sync
-    from .urls import BackendURL
+    from runstore.sync import SyncStores, open_sync
+    from runstore.urls import BackendURL

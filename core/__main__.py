@@ -1,6 +1,6 @@
 """``python -m runstore``: the ``runstore`` command."""
 
-from .cli import run
+from runstore.cli import run
 
 if __name__ == "__main__":
     run()

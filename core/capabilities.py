@@ -69,7 +69,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
 
 def validate_capabilities(caps: object, *, where: str) -> frozenset[str]:
     """Return ``caps`` as a frozenset, rejecting names outside `CAPABILITIES`."""
-    from .errors import PluginError
+    from runstore.errors import PluginError
 
     if isinstance(caps, str):
         raise PluginError(f"{where}: capabilities must be a collection of names, not a string")

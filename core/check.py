@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, RunstoreError
-from .loader import normalize_plugin_spec
-from .redaction import redact
-from .urls import BackendURL
+from runstore.errors import ConfigError, RunstoreError
+from runstore.loader import normalize_plugin_spec
+from runstore.redaction import redact
+from runstore.urls import BackendURL
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 SUITE_KINDS = ("saver", "events", "streams", "runs")
@@ -410,7 +410,7 @@ def check_suite_installed() -> None:
     """Raise `MissingDriverError` naming the ``conformance`` extra if pytest or Hypothesis is missing."""
     import importlib.util
 
-    from .errors import MissingDriverError
+    from runstore.errors import MissingDriverError
 
     for module in ("pytest", "hypothesis"):
         if importlib.util.find_spec(module) is None:

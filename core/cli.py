@@ -9,10 +9,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
-from .console import console, emit_json, err_console, styled
-from .errors import RunstoreError
-from .redaction import redact
+from runstore import __version__
+from runstore.console import console, emit_json, err_console, styled
+from runstore.errors import RunstoreError
+from runstore.redaction import redact
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,7 +30,7 @@ def backends(as_json: bool) -> None:
     name, plugin, keys with their defaults. ``--json`` prints ``{"backends": [...],
     "settings": [...]}``.
     """
-    from .loader import get_backends
+    from runstore.loader import get_backends
 
     registered = get_backends()
     rows: list[dict[str, Any]] = []
@@ -94,7 +94,7 @@ def _section_row(section: Any) -> dict[str, Any]:
     import dataclasses
     import typing
 
-    from .settings import accepted_values
+    from runstore.settings import accepted_values
 
     hints = typing.get_type_hints(section.schema)
     defaults = section.schema()
@@ -118,8 +118,8 @@ def _section_row(section: Any) -> dict[str, Any]:
 
 def _default_urls() -> list[str]:
     """The configured backends, each limited to the kinds it is configured for."""
-    from .check import SUITE_KINDS
-    from .settings import Settings
+    from runstore.check import SUITE_KINDS
+    from runstore.settings import Settings
 
     settings = Settings.load()
     kinds_by_url: dict[str, list[str]] = {}
@@ -173,16 +173,16 @@ def check(
     import random
     from pathlib import Path
 
-    from .check import (
+    from runstore.check import (
         SUITE_KINDS,
         check_suite_installed,
         read_project_config,
         run_suite,
         split_backend_entry,
     )
-    from .errors import BackendNotFoundError
-    from .loader import get_backends, normalize_plugin_spec, register_plugin_spec
-    from .urls import BackendURL
+    from runstore.errors import BackendNotFoundError
+    from runstore.loader import get_backends, normalize_plugin_spec, register_plugin_spec
+    from runstore.urls import BackendURL
 
     check_suite_installed()
     project = read_project_config(config_path)
@@ -229,7 +229,7 @@ def check(
             task = progress.add_task("collecting", total=None)
 
             def on_progress(done: int, total: int, record: dict[str, Any] | None) -> None:
-                from .check import backend_label
+                from runstore.check import backend_label
 
                 label = ""
                 if record is not None:
@@ -328,10 +328,10 @@ def schema_sql(url: str, kinds: tuple[str, ...]) -> None:
     """
     import asyncio
 
-    from .loader import get_backends
-    from .options import BackendOptions
-    from .settings import Settings
-    from .urls import BackendURL
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     parsed = BackendURL.parse(url)
     registry = get_backends()
@@ -372,7 +372,7 @@ def new_plugin(name: str, kind: str, directory: str) -> None:
     """Write a minimal third-party plugin project: entry point, backend skeleton, CI test."""
     from pathlib import Path
 
-    from .scaffold import new_plugin as scaffold
+    from runstore.scaffold import new_plugin as scaffold
 
     written = scaffold(name, Path(directory), kind=kind)
     root = written[0].parent
@@ -394,7 +394,7 @@ _attach_bench()
 
 
 def _attach_retention() -> None:
-    from .retention_cli import compact_cmd, retention_group
+    from runstore.retention_cli import compact_cmd, retention_group
 
     main.add_command(retention_group)
     main.add_command(compact_cmd)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .redaction import redact
+from runstore.redaction import redact
 
 
 class RunstoreError(Exception):

@@ -40,9 +40,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
-from .errors import IncompleteMessageRunLookupError
-from .owner import AUTO, UserId, resolve_owner
-from .records import (
+from runstore.errors import IncompleteMessageRunLookupError
+from runstore.owner import AUTO, UserId, resolve_owner
+from runstore.records import (
     AI_MESSAGE_EVENT_TYPES,
     HIDDEN_CALLER_PREFIX,
     MAX_CATEGORY_LENGTH,

@@ -13,7 +13,7 @@ import pluggy
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-    from .registry import (
+    from runstore.registry import (
         EventStoreRegistry,
         HistoryCacheRegistry,
         RunStoreRegistry,
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         SettingsRegistry,
         StreamBridgeRegistry,
     )
-    from .urls import BackendURL
+    from runstore.urls import BackendURL
 
 PROJECT = "runstore"
 

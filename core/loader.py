@@ -15,9 +15,9 @@ from types import ModuleType
 
 import pluggy
 
-from . import hookspecs
-from .errors import PluginError
-from .registry import (
+from runstore import hookspecs
+from runstore.errors import PluginError
+from runstore.registry import (
     Backends,
     EventStoreRegistry,
     HistoryCacheRegistry,

@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .settings import Settings
+from runstore.settings import Settings
 
 R = TypeVar("R")
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final
 
-from .errors import OwnerContextMissingError
+from runstore.errors import OwnerContextMissingError
 
 
 class _Auto:

@@ -25,8 +25,8 @@ from typing import Any, NotRequired, TypedDict
 
 import orjson
 
-from .errors import RunstoreError
-from .identity import ai_message_id
+from runstore.errors import RunstoreError
+from runstore.identity import ai_message_id
 
 MAX_EVENT_TYPE_LENGTH = 32
 MAX_CATEGORY_LENGTH = 16

@@ -15,19 +15,24 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from .capabilities import Kind, validate_capabilities
-from .errors import BackendNotFoundError, DuplicateBackendError, MissingDriverError, PluginError
-from .urls import BackendURL
+from runstore.capabilities import Kind, validate_capabilities
+from runstore.errors import (
+    BackendNotFoundError,
+    DuplicateBackendError,
+    MissingDriverError,
+    PluginError,
+)
+from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
     # Used in the quoted type arguments of the registries below.
     from _typeshed import DataclassInstance
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from .events import RunEventStore
-    from .options import BackendOptions
-    from .runs import RunStore
-    from .streams import StreamBridge
+    from runstore.events import RunEventStore
+    from runstore.options import BackendOptions
+    from runstore.runs import RunStore
+    from runstore.streams import StreamBridge
 
 T = TypeVar("T")
 

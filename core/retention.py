@@ -27,16 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint.forwarding import unwrap_saver
-from .checkpoint.retention import RetentionPolicy, SweepBatch
-from .checkpoint.threads import Removed
-from .errors import InvalidSaverInputError
+from runstore.checkpoint.forwarding import unwrap_saver
+from runstore.checkpoint.retention import RetentionPolicy, SweepBatch
+from runstore.checkpoint.threads import Removed
+from runstore.errors import InvalidSaverInputError
 
 if TYPE_CHECKING:
-    from .events import RunEventStore
-    from .runs import RunStore
-    from .stores import Stores
-    from .streams import StreamBridge
+    from runstore.events import RunEventStore
+    from runstore.runs import RunStore
+    from runstore.stores import Stores
+    from runstore.streams import StreamBridge
 
 log = logging.getLogger("runstore.retention")
 

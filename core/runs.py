@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Literal, TypedDict
 
-from .errors import RunstoreError
+from runstore.errors import RunstoreError
 
 RunStatus = Literal["pending", "running", "success", "error", "interrupted", "timeout", "cancelled"]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
@@ -328,7 +328,7 @@ def _text(value: Any, what: str, *, max_chars: int | None = None, max_bytes: int
 def check_id(value: Any, what: str) -> str:
     """A thread id, run id, owner or idempotency key: the event stores' id rules (non-empty
     str, at most 200 UTF-8 bytes, no NUL, no lone surrogate)."""
-    from .records import MAX_ID_BYTES
+    from runstore.records import MAX_ID_BYTES
 
     return _text(value, what, max_bytes=MAX_ID_BYTES)
 
@@ -405,7 +405,7 @@ def check_error(value: Any) -> str | None:
 
 def check_metadata(value: Any) -> dict[str, Any]:
     """A mapping of JSON values (or ``None`` for ``{}``), as event metadata; returns a copy."""
-    from .records import InvalidEventError, validate_metadata
+    from runstore.records import InvalidEventError, validate_metadata
 
     try:
         return validate_metadata(value)

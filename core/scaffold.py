@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from runstore.errors import ConfigError
 
 KINDS = {
     "saver": ("saver", "BaseCheckpointSaver", "runstore_register_savers", "SaverRegistry"),
@@ -75,7 +75,7 @@ _HEADER = {
 def _protocol(kind: str) -> type[Any]:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from . import events, runs, streams
+    from runstore import events, runs, streams
 
     return {
         "saver": BaseCheckpointSaver,

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .errors import ConfigError, InvalidURLError, PluginError
-from .redaction import masked_repr, redact
-from .urls import BackendURL
+from runstore.errors import ConfigError, InvalidURLError, PluginError
+from runstore.redaction import masked_repr, redact
+from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-    from .registry import SettingsSections
+    from runstore.registry import SettingsSections
 
 S = TypeVar("S", bound="DataclassInstance")
 
@@ -316,7 +316,7 @@ def _builtin_sections() -> set[str]:
 
 def _plugin_sections() -> SettingsSections:
     """The settings sections plugins declare (loads the plugins on first use)."""
-    from .loader import get_backends
+    from runstore.loader import get_backends
 
     sections = get_backends().settings
     reserved = {f.name for f in dataclasses.fields(Settings)}

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .streams import END, HEARTBEAT, StreamEvent, StreamGap, StreamItem
+from runstore.streams import END, HEARTBEAT, StreamEvent, StreamGap, StreamItem
 
 if TYPE_CHECKING:
-    from .runs import RunStore
-    from .streams import StreamBridge
+    from runstore.runs import RunStore
+    from runstore.streams import StreamBridge
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ async def open_sse_stream(
     so a run that has not published yet is not found.
     """
     if runs is not None:
-        from .runs import TERMINAL_STATUSES
+        from runstore.runs import TERMINAL_STATUSES
 
         record = await runs.get(run_id)
         if record is None:

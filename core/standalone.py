@@ -21,16 +21,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from .options import BackendOptions
-from .settings import Settings
-from .urls import BackendURL
+from runstore.options import BackendOptions
+from runstore.settings import Settings
+from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
     from typing import Self
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from .sql.migrations import Migration
+    from runstore.sql.migrations import Migration
 
 
 class Standalone:
@@ -89,7 +89,7 @@ class Standalone:
         """
         if self.schema_component is None:
             return
-        from .sql.migrations import ensure_schema
+        from runstore.sql.migrations import ensure_schema
 
         await ensure_schema(self._schema_engine(), self.schema_component, self.schema_migrations)
 
@@ -103,7 +103,7 @@ class Standalone:
         """
         if self.schema_component is None:
             return ""
-        from .sql.migrations import pending_sql, sql_script
+        from runstore.sql.migrations import pending_sql, sql_script
 
         return sql_script(
             await pending_sql(self._schema_engine(), self.schema_component, self.schema_migrations)

@@ -9,18 +9,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import StoreNotOpenedError
-from .loader import get_backends
-from .options import BackendOptions
-from .registry import Backends
-from .settings import URL_KEYS, Settings
+from runstore.errors import StoreNotOpenedError
+from runstore.loader import get_backends
+from runstore.options import BackendOptions
+from runstore.registry import Backends
+from runstore.settings import URL_KEYS, Settings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from .events import RunEventStore
-    from .runs import RunStore
-    from .streams import StreamBridge
+    from runstore.events import RunEventStore
+    from runstore.runs import RunStore
+    from runstore.streams import StreamBridge
 
 log = logging.getLogger("runstore")
 
@@ -75,7 +75,7 @@ class Stores:
 
     def thread_state_schema(self, *, extra_schemas: Iterable[type] = ()) -> type:
         """`runstore.get_thread_state_schema` for these stores' checkpoint mode and frequency."""
-        from .checkpoint.modes import get_thread_state_schema
+        from runstore.checkpoint.modes import get_thread_state_schema
 
         return get_thread_state_schema(
             self.settings.checkpoint_channel_mode,
@@ -111,7 +111,7 @@ async def open(
     specs = {
         kind: getattr(registry, _REGISTRY[kind]).for_url(getattr(settings, kind)) for kind in kinds
     }
-    from .checkpoint import modes
+    from runstore.checkpoint import modes
 
     if "checkpointer" in kinds:
         # Checked before anything opens: a conflict with a frozen mode opens nothing.
@@ -140,7 +140,7 @@ _REGISTRY = {"checkpointer": "savers", "events": "events", "streams": "streams",
 
 def _saver_chain(saver: BaseCheckpointSaver[Any] | None) -> list[Any]:
     """``saver`` and every saver under its wrappers (each answers for the stores' mode)."""
-    from .checkpoint.forwarding import ForwardingSaver
+    from runstore.checkpoint.forwarding import ForwardingSaver
 
     chain: list[Any] = []
     while saver is not None:
@@ -164,8 +164,8 @@ async def _wrap_checkpointer(
     settings = options.settings
     if settings.checkpoint_channel_mode != "delta":
         return saver
-    from .checkpoint.cache import CachedHistorySaver, open_history_cache
-    from .checkpoint.forwarding import DeltaMarkingSaver
+    from runstore.checkpoint.cache import CachedHistorySaver, open_history_cache
+    from runstore.checkpoint.forwarding import DeltaMarkingSaver
 
     # Every delta checkpoint carries the mode marker, whoever runs the graph.
     marked = DeltaMarkingSaver(saver)

@@ -34,7 +34,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from .errors import RunstoreError
+from runstore.errors import RunstoreError
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,17 +18,17 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import SyncCallOnEventLoopError
-from .settings import Settings
+from runstore.errors import SyncCallOnEventLoopError
+from runstore.settings import Settings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from .events import RunEventStore
-    from .registry import Backends
-    from .runs import RunStore
-    from .stores import Stores
-    from .streams import StreamBridge
+    from runstore.events import RunEventStore
+    from runstore.registry import Backends
+    from runstore.runs import RunStore
+    from runstore.stores import Stores
+    from runstore.streams import StreamBridge
 
 R = TypeVar("R")
 
@@ -186,7 +186,7 @@ def open_sync(
     methods (what ``graph.invoke`` calls) work from any thread but the loop's own, where
     they raise `SyncCallOnEventLoopError`.
     """
-    from .stores import open as open_stores
+    from runstore.stores import open as open_stores
 
     return SyncStores(
         open_stores(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from .settings import OptionValues
+    from runstore.settings import OptionValues
 
 #: The URL options (and settings keys) of TLS.
 TLS_OPTIONS: Final = ("sslmode", "sslrootcert", "sslcert", "sslkey")

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .errors import InvalidURLError
-from .redaction import REDACTED, redact, remember_secret
+from runstore.errors import InvalidURLError
+from runstore.redaction import REDACTED, redact, remember_secret
 
 _ENCODE_HINT = (
     "percent-encode / ? # @ : % [ ] and spaces in the user name and password "

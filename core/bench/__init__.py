@@ -5,6 +5,6 @@ versioned JSONL file (`runstore.bench.common.SCHEMA_VERSION`) that
 ``runstore bench summarize`` turns into medians and ratios. See docs/benchmarks.md.
 """
 
-from .common import SCHEMA_VERSION
+from runstore.bench.common import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION"]

@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .common import (
+from runstore.bench.common import (
     GcTimer,
     Stopwatch,
     canonical_digest,
@@ -25,7 +25,7 @@ from .common import (
     median,
     peak_rss_bytes,
 )
-from .targets import SaverTarget
+from runstore.bench.targets import SaverTarget
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -56,7 +56,7 @@ def thread_state_schema(mode: str, snapshot_frequency: int | None) -> Any:
     is not available (it is the one place that decides how delta mode is built).
     """
     try:
-        from ..checkpoint import modes
+        from runstore.checkpoint import modes
     except ImportError:
         return _fallback_schema(mode, snapshot_frequency)
     return modes.get_thread_state_schema(mode, snapshot_frequency=snapshot_frequency)
@@ -65,7 +65,7 @@ def thread_state_schema(mode: str, snapshot_frequency: int | None) -> Any:
 def freeze_mode(mode: str, snapshot_frequency: int | None) -> None:
     """Freeze the child's channel mode like a runtime process does at startup."""
     try:
-        from ..checkpoint import modes
+        from runstore.checkpoint import modes
     except ImportError:
         return
     modes.freeze_checkpoint_channel_mode(mode)
@@ -101,7 +101,7 @@ def _fallback_schema(mode: str, snapshot_frequency: int | None) -> Any:
 def delta_config(config: dict[str, Any], mode: str) -> dict[str, Any]:
     """``config`` with runstore's delta marker injected (a no-op for full mode)."""
     try:
-        from ..checkpoint import modes
+        from runstore.checkpoint import modes
     except ImportError:
         if mode != "delta":
             return config
@@ -268,11 +268,11 @@ async def _wrap_cache(
 
     ``cache`` is a history-cache backend name (``memory``) or URL (``redis://...``).
     """
-    from ..checkpoint.cache import CachedHistorySaver
-    from ..loader import get_backends
-    from ..options import BackendOptions
-    from ..settings import Settings
-    from ..urls import BackendURL
+    from runstore.checkpoint.cache import CachedHistorySaver
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     registry = get_backends().history_caches
     if "://" in cache:
@@ -489,7 +489,7 @@ async def _fence_metrics(
     so both see the same machine and the same database size."""
     from langchain_core.messages import HumanMessage
 
-    from ..checkpoint.saverbase import FENCE_KEY
+    from runstore.checkpoint.saverbase import FENCE_KEY
 
     configs = {
         "unfenced": delta_config({"configurable": {"thread_id": f"{thread_id}-u"}}, mode),

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from .common import BenchSchemaError, dumps, read_jsonl
-from .matrix import DEFAULT_PAYLOAD_CAP_BYTES, NO_CACHE, PEERS, plan_checkpoint
-from .runner import (
+from runstore.bench.common import BenchSchemaError, dumps, read_jsonl
+from runstore.bench.matrix import DEFAULT_PAYLOAD_CAP_BYTES, NO_CACHE, PEERS, plan_checkpoint
+from runstore.bench.runner import (
     Outcome,
     Reporter,
     RunOptions,
@@ -24,7 +24,7 @@ from .runner import (
     run_checkpoint_plan,
     run_measurement_cases,
 )
-from .summarize import (
+from runstore.bench.summarize import (
     CHECKPOINT_COLUMNS,
     LOAD_COLUMNS,
     MEASUREMENT_COLUMNS,
@@ -132,8 +132,8 @@ class RichReporter(Reporter):
             self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
 
     def warn(self, message: str) -> None:
-        from ..console import styled
-        from ..redaction import redact
+        from runstore.console import styled
+        from runstore.redaction import redact
 
         self.console.print(styled(("warning:", "yellow"), f" {redact(message)}"), highlight=False)
 
@@ -154,7 +154,7 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..console import styled
+    from runstore.console import styled
 
     console = Console(width=max(Console().width, 200), markup=False, emoji=False)
     for title, entries, columns in (
@@ -633,10 +633,10 @@ def load_cmd(
 ) -> None:
     """Many threads at once on whole stacks (saver + journal + live stream), next to the stock
     stacks: turns/s, latency percentiles, delivery, errors, pool waits, RSS, digests."""
-    from .load import DEFAULT_STACKS, plan_load, run_load
+    from runstore.bench.load import DEFAULT_STACKS, plan_load, run_load
 
     if pool_size is None:
-        from ..settings import Settings
+        from runstore.settings import Settings
 
         # runstore's pool size (its default, or --set postgres.pool_max_size=N).
         pool_size = int(
@@ -710,6 +710,6 @@ def summarize_cmd(
 
 
 def _redacted_argv() -> list[str]:
-    from ..redaction import redact
+    from runstore.redaction import redact
 
     return [redact(a) for a in sys.argv]

@@ -127,7 +127,7 @@ class JsonlWriter:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Write one record as one line, passwords masked (rows quote URLs, argv, errors)."""
-        from ..redaction import redact
+        from runstore.redaction import redact
 
         self._fh.write(redact(dumps(record)) + "\n")
         self._fh.flush()

@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from .common import latency_summary
-from .targets import (
+from runstore.bench.common import latency_summary
+from runstore.bench.targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
     is_file_url,
@@ -115,7 +115,7 @@ async def _time_calls(
 
 
 def _store_table() -> tuple[str, tuple[str, ...], str]:
-    from ..sql.schema import INSERT_COLUMNS, RECORD_COLUMNS, TABLE
+    from runstore.sql.schema import INSERT_COLUMNS, RECORD_COLUMNS, TABLE
 
     return TABLE, tuple(INSERT_COLUMNS), RECORD_COLUMNS
 
@@ -362,10 +362,10 @@ async def _page_measurements(
 
 async def run_events_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark one event store (and its raw reference) and return its measurements."""
-    from ..loader import get_backends
-    from ..options import BackendOptions
-    from ..settings import Settings
-    from ..urls import BackendURL
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     label: str = case["backend"]
     url = BackendURL.parse(case["backend_url"])

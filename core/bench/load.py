@@ -24,11 +24,11 @@ from typing import Any
 
 import orjson
 
-from .common import RESULT_PREFIX, latency_summary, percentile
-from .load_shard import ERROR_CLASSES, PHASES
-from .load_stacks import STACKS, make_stack, stack_spec
-from .runner import INCOMPLETE, CaseRunner, Outcome, Reporter, RunOptions, run_child
-from .servercpu import per_turn_ms, server_cpu_seconds
+from runstore.bench.common import RESULT_PREFIX, latency_summary, percentile
+from runstore.bench.load_shard import ERROR_CLASSES, PHASES
+from runstore.bench.load_stacks import STACKS, make_stack, stack_spec
+from runstore.bench.runner import INCOMPLETE, CaseRunner, Outcome, Reporter, RunOptions, run_child
+from runstore.bench.servercpu import per_turn_ms, server_cpu_seconds
 
 DEFAULT_STACKS = ("embedded", "stock-sqlite", "pg+redis", "stock")
 #: The longest result line a worker may print (it carries every latency sample).
@@ -131,7 +131,7 @@ async def _spawn(
 ) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
     """Start one worker per shard, release them together once all are READY, collect;
     also return the servers' CPU reading taken as they were released."""
-    from .load_shard import GO, READY
+    from runstore.bench.load_shard import GO, READY
 
     procs = []
     for shard in shards:
@@ -228,7 +228,7 @@ def _merge(results: Sequence[Mapping[str, Any]], case: Mapping[str, Any]) -> dic
 
 async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
     """Run one case (see the module docstring) and return its metrics."""
-    from .load_shard import check_threads, open_shard, run_shard
+    from runstore.bench.load_shard import check_threads, open_shard, run_shard
 
     await asyncio.to_thread(Path(case["work_dir"]).mkdir, parents=True, exist_ok=True)
     spec = stack_spec(case, postgres_url=case.get("postgres_url"), redis_url=case.get("redis_url"))

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from .common import RESULT_PREFIX, canonical_digest, peak_rss_bytes
+from runstore.bench.common import RESULT_PREFIX, canonical_digest, peak_rss_bytes
 
 STREAM_EVENTS = 20
 JOURNAL_EVENTS = 5
@@ -92,7 +92,7 @@ def classify(exc: BaseException) -> str:
     time), ``lost`` (a stream event missing, duplicated or out of order), ``timeout``
     (a call timed out, waiting for a pool or for the server: the message says) or
     ``other``."""
-    from .load_stacks import StreamBroken
+    from runstore.bench.load_stacks import StreamBroken
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -150,7 +150,7 @@ def build_load_graph(mode: str, stack: Any, metrics: Metrics) -> Any:
     from langchain_core.messages import AIMessage
     from langgraph.graph import END, START, StateGraph
 
-    from .checkpoint import thread_state_schema
+    from runstore.bench.checkpoint import thread_state_schema
 
     async def agent(state: Any) -> dict[str, Any]:
         index, turn, run = _TURN.get()
@@ -166,7 +166,7 @@ def build_load_graph(mode: str, stack: Any, metrics: Metrics) -> Any:
 
 
 async def _subscriber(stack: Any, run: str, metrics: Metrics) -> None:
-    from .load_stacks import StreamBroken
+    from runstore.bench.load_stacks import StreamBroken
 
     expected = 0
     async for data in stack.subscribe(run):
@@ -187,7 +187,7 @@ async def run_thread(
     """Every turn of thread ``index``; a failed turn is counted and the next one runs."""
     from langchain_core.messages import HumanMessage
 
-    from .checkpoint import delta_config
+    from runstore.bench.checkpoint import delta_config
 
     prefix = spec["prefix"]
     thread = thread_id(prefix, index)
@@ -236,8 +236,8 @@ async def run_thread(
 
 async def open_shard(spec: Mapping[str, Any]) -> tuple[Any, Any, Metrics]:
     """Open the stack and build the graph (not timed)."""
-    from .checkpoint import freeze_mode
-    from .load_stacks import make_stack
+    from runstore.bench.checkpoint import freeze_mode
+    from runstore.bench.load_stacks import make_stack
 
     freeze_mode(spec["mode"], None)
     stack = make_stack(spec)
@@ -290,7 +290,7 @@ async def check_threads(
     thread's messages and journal (ids and storage-assigned seqs left out), the same
     for every stack and mode of one workload.
     """
-    from .checkpoint import delta_config
+    from runstore.bench.checkpoint import delta_config
 
     prefix, turns = spec["prefix"], int(spec["turns"])
     failures: list[str] = []

@@ -170,7 +170,7 @@ class RunstoreStack(Stack):
         self.stores: Any = None
 
     def _config(self) -> dict[str, Any]:
-        from .targets import merge_settings
+        from runstore.bench.targets import merge_settings
 
         spec = self.spec
         config: dict[str, Any] = {
@@ -206,7 +206,7 @@ class RunstoreStack(Stack):
         await self.stores.streams.publish_end(run_id)
 
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
-        from ..streams import END, StreamEvent, StreamGap
+        from runstore.streams import END, StreamEvent, StreamGap
 
         items = self.stores.streams.subscribe(run_id, heartbeat_interval=SUBSCRIBER_IDLE_SECONDS)
         try:
@@ -241,7 +241,7 @@ class RunstoreStack(Stack):
     async def teardown(self) -> None:
         spec = self.spec
         if spec.get("pg_dsn") and spec.get("pg_schema"):
-            from .targets import postgres_drop_schema
+            from runstore.bench.targets import postgres_drop_schema
 
             await postgres_drop_schema(spec["pg_dsn"], spec["pg_schema"])
         if spec.get("redis_prefix"):
@@ -271,7 +271,7 @@ class StockPostgresStack(Stack):
         from psycopg import AsyncConnection
         from psycopg.rows import dict_row
 
-        from .targets import postgres_create_schema
+        from runstore.bench.targets import postgres_create_schema
 
         await postgres_create_schema(self.spec["pg_dsn"], self.spec["pg_schema"])
         conn = await AsyncConnection.connect(
@@ -379,7 +379,7 @@ class StockPostgresStack(Stack):
         }
 
     async def teardown(self) -> None:
-        from .targets import postgres_drop_schema
+        from runstore.bench.targets import postgres_drop_schema
 
         await postgres_drop_schema(self.spec["pg_dsn"], self.spec["pg_schema"])
         await delete_redis_prefix(self.spec["redis_url"], self.spec["redis_prefix"])
@@ -501,8 +501,8 @@ def stack_spec(
     """Everything a worker needs to open the case's stack on fresh storage."""
     import uuid
 
-    from ..urls import BackendURL
-    from .targets import fresh_schema, postgres_dsn
+    from runstore.bench.targets import fresh_schema, postgres_dsn
+    from runstore.urls import BackendURL
 
     name = case["stack"]
     work_dir = Path(case["work_dir"]).resolve()
@@ -537,7 +537,7 @@ def stack_spec(
 
 async def delete_redis_prefix(redis_url: str, prefix: str) -> None:
     """Delete every key under ``prefix`` (cleanup, best effort)."""
-    from .targets import redis_delete_prefix
+    from runstore.bench.targets import redis_delete_prefix
 
     with contextlib.suppress(Exception):
         await redis_delete_prefix(redis_url, prefix)

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from .common import RESULT_PREFIX, SCHEMA_VERSION, JsonlWriter, run_record
-from .matrix import PEER_PREFIX, CheckpointCase, CheckpointPlan, check_cell_digests
+from runstore.bench.common import RESULT_PREFIX, SCHEMA_VERSION, JsonlWriter, run_record
+from runstore.bench.matrix import PEER_PREFIX, CheckpointCase, CheckpointPlan, check_cell_digests
 
 #: Row statuses that mean "the code under test is wrong" (exit code 1).
 CORRECTNESS_FAILURES = frozenset({"digest_mismatch", "failed"})
@@ -44,8 +44,8 @@ def display_backend(raw: str) -> str:
     """The label of a backend in rows and on screen: the URL with its password masked."""
     if raw.startswith(PEER_PREFIX) or raw.startswith("raw:"):
         return raw
-    from ..redaction import redact
-    from ..urls import BackendURL
+    from runstore.redaction import redact
+    from runstore.urls import BackendURL
 
     url, sep, suffix = raw.partition("|")
     try:
@@ -61,12 +61,12 @@ def backend_name(raw: str) -> str:
         return raw[len(PEER_PREFIX) :]
     if raw.startswith("raw:"):
         return raw
-    from ..loader import get_backends
+    from runstore.loader import get_backends
 
     try:
         return get_backends().savers.for_url(raw).name
     except Exception:
-        from ..urls import BackendURL
+        from runstore.urls import BackendURL
 
         return BackendURL.parse(raw).scheme
 
@@ -132,7 +132,7 @@ class RunOptions:
     fenced: bool = False
 
     def __repr__(self) -> str:
-        from ..redaction import masked_repr
+        from runstore.redaction import masked_repr
 
         return masked_repr(self)
 

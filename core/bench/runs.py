@@ -18,8 +18,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from .events import _measurement, _time_calls
-from .targets import (
+from runstore.bench.events import _measurement, _time_calls
+from runstore.bench.targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
     is_file_url,
@@ -33,10 +33,10 @@ THREADS = 16
 
 async def run_runs_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark one run store and return its measurements."""
-    from ..loader import get_backends
-    from ..options import BackendOptions
-    from ..settings import Settings
-    from ..urls import BackendURL
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     label: str = case["backend"]
     url = BackendURL.parse(case["backend_url"])

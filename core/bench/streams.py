@@ -23,8 +23,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from .common import latency_summary
-from .targets import redis_delete_prefix
+from runstore.bench.common import latency_summary
+from runstore.bench.targets import redis_delete_prefix
 
 PAD = "x" * 100
 PIPELINE = 100
@@ -187,7 +187,7 @@ def _concurrent_row(label: str, n: int, seconds: float, reference: str | None) -
 async def _bridge_measurements(
     bridge: Any, label: str, case: Mapping[str, Any], reference: str | None
 ) -> list[dict[str, Any]]:
-    from ..streams import END, StreamEvent, StreamGap
+    from runstore.streams import END, StreamEvent, StreamGap
 
     async def subscribe(run_id: str, sub: int, fan: _Fanout, ready: asyncio.Event) -> None:
         async for item in bridge.subscribe(run_id, heartbeat_interval=3600):
@@ -351,10 +351,10 @@ async def _redis_measurements(
 
 async def run_streams_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark one bridge (and its reference) and return its measurements."""
-    from ..loader import get_backends
-    from ..options import BackendOptions
-    from ..settings import Settings
-    from ..urls import BackendURL
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     label: str = case["backend"]
     url = BackendURL.parse(case["backend_url"])

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .common import BenchFile, median
-from .matrix import NO_CACHE
+from runstore.bench.common import BenchFile, median
+from runstore.bench.matrix import NO_CACHE
 
 #: Checkpoint metrics reported as medians.
 CHECKPOINT_METRICS = (
@@ -325,7 +325,7 @@ def summarize_load(files: Sequence[BenchFile], summary: Summary) -> None:
     """Fill ``summary.load``: medians per (stack, mode, concurrency, processes, turns), the
     ratios against the stock peer at the same point (``peer_turns_per_s``: > 1 is faster,
     ``peer_p99``: < 1 is faster), and turns/s against the same stack on one process."""
-    from .load_stacks import LOAD_PEERS
+    from runstore.bench.load_stacks import LOAD_PEERS
 
     for file_index, bench_file in enumerate(files):
         rows = [r for r in bench_file.rows if r.get("bench") == "load"]

@@ -14,12 +14,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .matrix import PEER_PREFIX, PEERS
+from runstore.bench.matrix import PEER_PREFIX, PEERS
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from ..urls import BackendURL
+    from runstore.urls import BackendURL
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 FILE_SCHEMES = ("sqlite", "jsonl")
@@ -67,7 +67,7 @@ def is_file_url(url: BackendURL) -> bool:
 
 def relocate(url: BackendURL, work_dir: Path, default_name: str) -> tuple[BackendURL, Path]:
     """``url`` moved into ``work_dir`` (keeping its file name and query options)."""
-    from ..urls import BackendURL
+    from runstore.urls import BackendURL
 
     name = Path(url.path).name if url.path.strip("/") else default_name
     path = (work_dir / name).resolve()
@@ -205,7 +205,7 @@ class SaverTarget:
                 self.file_path = (self.work_dir / "langgraph.db").resolve()
                 self.durable = True
             elif self.backend == "langgraph:postgres":
-                from ..urls import BackendURL
+                from runstore.urls import BackendURL
 
                 if not self.postgres_url:
                     raise ValueError("langgraph:postgres needs --postgres-url")
@@ -214,8 +214,8 @@ class SaverTarget:
                 await postgres_create_schema(self.pg_dsn, self.pg_schema)
                 self.durable = True
             return
-        from ..loader import get_backends
-        from ..urls import BackendURL
+        from runstore.loader import get_backends
+        from runstore.urls import BackendURL
 
         url = BackendURL.parse(self.backend)
         spec = get_backends().savers.for_url(url)
@@ -271,9 +271,9 @@ class SaverTarget:
             pg_saver = AsyncPostgresSaver(conn=pg_conn)
             await pg_saver.setup()
             return pg_saver
-        from ..loader import get_backends
-        from ..options import BackendOptions
-        from ..settings import Settings
+        from runstore.loader import get_backends
+        from runstore.options import BackendOptions
+        from runstore.settings import Settings
 
         assert self._runstore_url is not None
         url = self._runstore_url

@@ -26,8 +26,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from .events import _measurement, _time_calls
-from .targets import (
+from runstore.bench.events import _measurement, _time_calls
+from runstore.bench.targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
     is_file_url,
@@ -52,7 +52,7 @@ def _checkpoint(checkpoint_id: str, turn: int, value: str) -> tuple[dict[str, An
 
 async def _size(saver: Any, url: Any, pg: tuple[str, str] | None) -> int:
     if pg is not None:
-        from .targets import postgres_schema_bytes
+        from runstore.bench.targets import postgres_schema_bytes
 
         return await postgres_schema_bytes(*pg)
     path = Path(saver.path)
@@ -61,7 +61,7 @@ async def _size(saver: Any, url: Any, pg: tuple[str, str] | None) -> int:
 
 async def _insert_records(saver: Any, pg: tuple[str, str] | None, count: int, prefix: str) -> None:
     """``count`` live thread records (every 10th with user u1), straight into the table."""
-    from ..checkpoint.threads import THREADS
+    from runstore.checkpoint.threads import THREADS
 
     rows = (
         f"SELECT '{prefix}' || substr('000000' || i, -7, 7), i, i, i, 'c', "
@@ -107,13 +107,13 @@ async def _insert_records(saver: Any, pg: tuple[str, str] | None, count: int, pr
 
 async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark retention and thread pages on one saver and return its measurements."""
-    from ..checkpoint.retention import RetentionPolicy
-    from ..checkpoint.threads import encode_cursor
-    from ..loader import get_backends
-    from ..options import BackendOptions
-    from ..retention import Sweeper
-    from ..settings import Settings
-    from ..urls import BackendURL
+    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.checkpoint.threads import encode_cursor
+    from runstore.loader import get_backends
+    from runstore.options import BackendOptions
+    from runstore.retention import Sweeper
+    from runstore.settings import Settings
+    from runstore.urls import BackendURL
 
     label: str = case["backend"]
     url = BackendURL.parse(case["backend_url"])

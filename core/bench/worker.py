@@ -18,32 +18,32 @@ from typing import Any
 
 import orjson
 
-from .common import RESULT_PREFIX
+from runstore.bench.common import RESULT_PREFIX
 
 
 def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]:
     if bench == "checkpoint":
-        from .checkpoint import run_checkpoint_case
+        from runstore.bench.checkpoint import run_checkpoint_case
 
         return run_checkpoint_case
     if bench == "events":
-        from .events import run_events_case
+        from runstore.bench.events import run_events_case
 
         return run_events_case
     if bench == "streams":
-        from .streams import run_streams_case
+        from runstore.bench.streams import run_streams_case
 
         return run_streams_case
     if bench == "runs":
-        from .runs import run_runs_case
+        from runstore.bench.runs import run_runs_case
 
         return run_runs_case
     if bench == "threads":
-        from .threads import run_threads_case
+        from runstore.bench.threads import run_threads_case
 
         return run_threads_case
     if bench == "load":
-        from .load import run_load_case
+        from runstore.bench.load import run_load_case
 
         return run_load_case
     if bench == "selftest":

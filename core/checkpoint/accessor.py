@@ -27,9 +27,9 @@ from langgraph.checkpoint.base import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, StateSnapshot
 
-from ..errors import CheckpointModeError, UndeclaredChannelError
-from . import modes
-from .forwarding import DeltaMarkingSaver
+from runstore.checkpoint import modes
+from runstore.checkpoint.forwarding import DeltaMarkingSaver
+from runstore.errors import CheckpointModeError, UndeclaredChannelError
 
 #: Node name the mutation graph uses when the caller gives no ``as_node``.
 DEFAULT_AS_NODE = "runstore_state_update"

@@ -39,7 +39,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from .forwarding import ForwardingSaver
+from runstore.checkpoint.forwarding import ForwardingSaver
 
 log = logging.getLogger("runstore.checkpoint.cache")
 
@@ -621,7 +621,7 @@ async def open_history_cache(
     settings: Any, options: Any, registry: Any
 ) -> HistoryCacheBackend | None:
     """Open the ``checkpoint_cache`` backend named by the settings, or ``None`` when disabled."""
-    from ..urls import BackendURL
+    from runstore.urls import BackendURL
 
     cfg = settings.checkpoint_cache
     if cfg.max_entries <= 0:

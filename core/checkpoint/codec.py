@@ -42,8 +42,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..errors import InvalidSaverInputError
-from .saverbase import check_put, check_put_writes, checkpoint_config
+from runstore.checkpoint.saverbase import check_put, check_put_writes, checkpoint_config
+from runstore.errors import InvalidSaverInputError
 
 __all__ = [
     "BLOBS",

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .codec import INT64_MAX, INT64_MIN, dump_json, stored_json
+from runstore.checkpoint.codec import INT64_MAX, INT64_MIN, dump_json, stored_json
 
 __all__ = ["FilterTerm", "filter_terms", "json_equal", "metadata_matches"]
 

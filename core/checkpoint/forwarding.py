@@ -183,7 +183,7 @@ class DeltaMarkingSaver(ForwardingSaver):
 
 
 def _marked(metadata: CheckpointMetadata) -> CheckpointMetadata:
-    from .modes import MODE_METADATA_KEY
+    from runstore.checkpoint.modes import MODE_METADATA_KEY
 
     out: dict[str, Any] = dict(metadata)
     out[MODE_METADATA_KEY] = "delta"

@@ -28,19 +28,19 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
-from ..errors import (
+from runstore.checkpoint.reducer import merge_message_writes
+from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY
+from runstore.errors import (
     CheckpointModeError,
     CheckpointModeMismatchError,
     CheckpointModeReconfigurationError,
     ConfigError,
 )
-from .reducer import merge_message_writes
-from .saverbase import DELTA_COUNTERS_KEY
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-    from ..settings import Settings
+    from runstore.settings import Settings
 
 CheckpointChannelMode = Literal["full", "delta"]
 MODES: tuple[CheckpointChannelMode, ...] = ("full", "delta")
@@ -109,7 +109,7 @@ def _from_open_stores() -> tuple[CheckpointChannelMode, int] | None:
 
 def _configured() -> tuple[CheckpointChannelMode, int, str]:
     """The mode a `runstore.open()` without arguments would use: YAML file, environment, default."""
-    from ..settings import Settings
+    from runstore.settings import Settings
 
     settings = Settings.load()
     changed = _pair(settings) != (DEFAULT_MODE, DEFAULT_SNAPSHOT_FREQUENCY)

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import InvalidSaverInputError
-from .saverbase import missing_delta_channels, reconstruction_ancestors
-from .threads import Removed
+from runstore.checkpoint.saverbase import missing_delta_channels, reconstruction_ancestors
+from runstore.checkpoint.threads import Removed
+from runstore.errors import InvalidSaverInputError
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from runstore.settings import Settings
 
 __all__ = [
     "OVERRIDE_KEYS",

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from ..errors import InvalidSaverInputError, SyncCallOnEventLoopError
-from ..records import MAX_FENCE, check_text
-from ..records import check_fence as _check_fence
+from runstore.errors import InvalidSaverInputError, SyncCallOnEventLoopError
+from runstore.records import MAX_FENCE, check_text
+from runstore.records import check_fence as _check_fence
 
 R = TypeVar("R")
 

@@ -27,9 +27,9 @@ from typing import Any, Literal
 import orjson
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
-from ..errors import InvalidCursorError, InvalidSaverInputError
-from ..runs import check_time, from_micros, system_clock, to_micros
-from .filters import FilterTerm, filter_terms
+from runstore.checkpoint.filters import FilterTerm, filter_terms
+from runstore.errors import InvalidCursorError, InvalidSaverInputError
+from runstore.runs import check_time, from_micros, system_clock, to_micros
 
 __all__ = [
     "DEFAULT_PAGE",

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..errors import RunstoreError
+from runstore.errors import RunstoreError
 
 
 class SqlDialect(ABC):

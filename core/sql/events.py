@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..events import (
+from runstore.events import (
     AI_MESSAGE_EVENT_TYPES,
     HIDDEN_CALLER_PREFIX,
     MESSAGE_CATEGORY,
@@ -29,19 +29,19 @@ from ..events import (
     RunSummary,
     Target,
 )
-from ..identity import message_identity
-from ..options import BackendOptions
-from ..owner import AUTO, UserId
-from ..records import (
+from runstore.identity import message_identity
+from runstore.options import BackendOptions
+from runstore.owner import AUTO, UserId
+from runstore.records import (
     PreparedEvent,
     dumps,
     loads,
     normalize_identities,
     normalize_run_ids,
 )
-from ..standalone import Standalone
-from .migrations import Migration, ensure_schema
-from .schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
+from runstore.sql.migrations import Migration, ensure_schema
+from runstore.sql.schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
+from runstore.standalone import Standalone
 
 S = TypeVar("S", bound="SqlEventStore")
 

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..errors import RunstoreError
-from .dialect import dialect_of
+from runstore.errors import RunstoreError
+from runstore.sql.dialect import dialect_of
 
 VERSION_TABLE = "runstore_schema_versions"
 

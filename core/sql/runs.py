@@ -35,8 +35,8 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from ..records import dumps, loads
-from ..runs import (
+from runstore.records import dumps, loads
+from runstore.runs import (
     CANCEL_STATUSES,
     TERMINAL_STATUSES,
     CancelAction,
@@ -70,8 +70,8 @@ from ..runs import (
     seconds_to_micros,
     to_micros,
 )
-from ..standalone import Standalone
-from .migrations import Migration
+from runstore.sql.migrations import Migration
+from runstore.standalone import Standalone
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..events import AI_MESSAGE_EVENT_TYPES
-from .migrations import Migration, Step
+from runstore.events import AI_MESSAGE_EVENT_TYPES
+from runstore.sql.migrations import Migration, Step
 
 TABLE = "runstore_events"
 #: Per thread, the highest fencing token an append carried (version 3; kept across deletes).
