@@ -14,8 +14,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from runstore.events import AI_MESSAGE_EVENT_TYPES, HIDDEN_CALLER_PREFIX
-from runstore.identity import ai_message_id, message_identity
+from runstore.events.identity import ai_message_id, message_identity
+from runstore.events.protocol import AI_MESSAGE_EVENT_TYPES, HIDDEN_CALLER_PREFIX
 
 CORE_FIELDS = ("thread_id", "run_id", "event_type", "category", "content", "metadata", "seq", "created_at")
 

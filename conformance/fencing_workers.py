@@ -38,7 +38,7 @@ def with_saver(url: str, plugins: list[str], body: Callable[[Any], Awaitable[T]]
 
 def fenced_config(thread_id: str, fence: int, checkpoint_id: str | None = None) -> Any:
     """A write config of ``thread_id`` carrying the fencing token ``fence``."""
-    from runstore.checkpoint.saverbase import FENCE_KEY
+    from runstore.checkpoint.rules import FENCE_KEY
 
     from .savers_model import config_for
 

@@ -82,7 +82,7 @@ def refuse(config: pytest.Config, message: str) -> NoReturn:
 
 def check_configuration(config: pytest.Config) -> None:
     """At configure time: Hypothesis is installed and every named entry parses and names a backend."""
-    from runstore.check import SUITE_KINDS
+    from runstore.cli.check import SUITE_KINDS
     from runstore.errors import BackendNotFoundError, MissingDriverError, RunstoreError
     from runstore.loader import get_backends
     from runstore.urls import BackendURL
@@ -176,7 +176,7 @@ def redact_entry(entry: str) -> str:
 
 
 def _kinds_of(entry: str) -> list[str]:
-    from runstore.check import SUITE_KINDS
+    from runstore.cli.check import SUITE_KINDS
     from runstore.loader import get_backends
     from runstore.urls import BackendURL
 

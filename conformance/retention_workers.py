@@ -15,10 +15,10 @@ def sweeper_worker(
     """Open the saver at ``url`` in this process and run one retention pass over
     ``thread_ids`` (the suite's storage holds other tests' threads) in small batches; returns ``{"checkpoints": removed, "examined": threads examined}``."""
     from runstore.capabilities import Kind
-    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.checkpoint.policy import RetentionPolicy
     from runstore.loader import get_backends
     from runstore.options import BackendOptions
-    from runstore.retention import Sweeper
+    from runstore.sweeper import Sweeper
     from runstore.urls import BackendURL
 
     load_plugins(plugins)

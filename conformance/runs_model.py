@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from runstore.runs import (
+from runstore.errors import (
     CancelPendingError,
     IdempotencyConflictError,
     LeaseHeldError,

@@ -25,7 +25,7 @@ def create_race_worker(
 
     Returns one ``("created", run_id)`` or ``("busy", active_run_id)`` per thread.
     """
-    from runstore.runs import ThreadBusyError
+    from runstore.errors import ThreadBusyError
 
     async def body(store: Any) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointMetadata
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
 
-from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY
+from runstore.checkpoint.rules import DELTA_COUNTERS_KEY
 
 #: Stored-value kinds per channel per node. ``delta`` = new version, nothing stored
 #: (what a DeltaChannel does between snapshots; the channel is named in the metadata

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 if TYPE_CHECKING:
-    from runstore.check import ProjectConfig
+    from runstore.cli.check import ProjectConfig
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ def project_settings(config: pytest.Config) -> dict[str, Any]:
 
 
 def _project(config: pytest.Config) -> ProjectConfig:
-    from runstore.check import read_project_config
+    from runstore.cli.check import read_project_config
     from runstore.errors import ConfigError
 
     def read() -> ProjectConfig:
@@ -96,7 +96,7 @@ def named_backends(config: pytest.Config) -> list[str]:
 
 def split_kinds(entry: str) -> tuple[frozenset[str] | None, str]:
     """`runstore.check.split_backend_entry`, reporting a bad entry as a usage error."""
-    from runstore.check import split_backend_entry
+    from runstore.cli.check import split_backend_entry
     from runstore.errors import ConfigError
 
     try:

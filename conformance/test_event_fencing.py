@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from runstore.errors import StaleFenceError
-from runstore.events import RunEventStore
-from runstore.records import InvalidEventError
+from runstore.errors import InvalidEventError, StaleFenceError
+from runstore.events.protocol import RunEventStore
 
 from .fencing_workers import event_contents, fresh_appender, refused_as_stale, stale_appender
 from .session import development_plugins

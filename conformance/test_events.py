@@ -29,8 +29,13 @@ from hypothesis.stateful import (
 )
 
 from runstore.errors import IncompleteMessageRunLookupError, OwnerContextMissingError
-from runstore.events import AI_LOOKUP_PAGE_SIZE, EventRecord, RunEventStore, walk_ai_message_runs
-from runstore.owner import owner_scope
+from runstore.events.owner import owner_scope
+from runstore.events.protocol import (
+    AI_LOOKUP_PAGE_SIZE,
+    EventRecord,
+    RunEventStore,
+    walk_ai_message_runs,
+)
 
 from .events_model import (
     CATEGORIES,

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 
-from runstore.checkpoint.retention import RetentionPolicy, SweepBatch
+from runstore.checkpoint.policy import RetentionPolicy, SweepBatch
+from runstore.clock import ManualClock
 from runstore.errors import InvalidSaverInputError, ThreadDeletedError
-from runstore.runs import ManualClock
 
 from .savers_model import (
     Tree,
@@ -512,7 +512,7 @@ def test_sweepers_in_processes_split_the_work_exactly(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from runstore.retention import Sweeper
+    from runstore.sweeper import Sweeper
 
     from .retention_workers import sweeper_worker
     from .session import development_plugins

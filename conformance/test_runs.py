@@ -1,4 +1,4 @@
-"""Run store conformance: the contract of `runstore.runs` (docs/runs.md), checked on any backend.
+"""Run store conformance: the contract of `runstore.runs.protocol` (docs/runs.md), checked on any backend.
 
 Every test takes ``runs_target`` and is synchronous. Assertion messages start with
 ``contract:`` and name the rule a backend broke. Time is a `ManualClock` the tests move,
@@ -31,14 +31,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runstore.runs import (
-    MULTITASK_STRATEGIES,
-    InvalidRunError,
-    ManualClock,
-    RunRecord,
-    RunStore,
-    ThreadBusyError,
-)
+from runstore.clock import ManualClock
+from runstore.errors import InvalidRunError, ThreadBusyError
+from runstore.runs.protocol import MULTITASK_STRATEGIES, RunRecord, RunStore
 
 from .events_model import fresh_id
 from .runs_model import Err, RunsModel
@@ -329,7 +324,7 @@ def test_state_machine_matches_model(runs_target: Any) -> None:
 
 def test_finalize_needs_the_live_lease_and_honours_a_pending_cancel(runs_target: Any) -> None:
     """Only the owner of a live lease finalizes; a pending cancel admits only cancelled/interrupted."""
-    from runstore.runs import CancelPendingError, LeaseLostError
+    from runstore.errors import CancelPendingError, LeaseLostError
 
     async def body(store: RunStore) -> None:
         clock = store.clock = ManualClock(RACE_EPOCH)
@@ -529,7 +524,7 @@ def test_idempotency_key_race_in_one_process(runs_target: Any) -> None:
 
 def test_idempotency_key_race_across_threads(runs_target: Any) -> None:
     """One key raced on two threads: one run; the other caller gets IdempotencyConflictError."""
-    from runstore.runs import IdempotencyConflictError
+    from runstore.errors import IdempotencyConflictError
 
     async def body(store: RunStore) -> None:
         pairs = [(fresh_id("idem"), fresh_id("idem"), fresh_id("key")) for _ in range(5)]
@@ -627,7 +622,7 @@ def test_claim_race_across_processes(runs_target: Any, request: pytest.FixtureRe
 
 def test_idempotency_keys(runs_target: Any) -> None:
     """A key returns its run on its thread, conflicts on another, and is free after delete."""
-    from runstore.runs import IdempotencyConflictError
+    from runstore.errors import IdempotencyConflictError
 
     async def body(store: RunStore) -> None:
         t1, t2, key = fresh_id("idem"), fresh_id("idem"), fresh_id("key")

@@ -23,12 +23,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runstore.streams import (
+from runstore.errors import InvalidStreamInputError, StreamEndedError
+from runstore.streams.protocol import (
     END,
     HEARTBEAT,
-    InvalidStreamInputError,
     StreamBridge,
-    StreamEndedError,
     StreamEvent,
     StreamGap,
     StreamItem,

@@ -19,8 +19,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
 from runstore.checkpoint.threads import status_of
+from runstore.clock import ManualClock
 from runstore.errors import InvalidCursorError, InvalidSaverInputError, ThreadDeletedError
-from runstore.runs import ManualClock
 
 from .savers_model import (
     as_metadata,

@@ -1,114 +1,113 @@
 """runstore: pluggable storage backends for LangGraph agent runtimes.
 
-Everything public is importable from here; heavy modules load on first access so
-``import runstore`` stays cheap and never imports pytest or hypothesis.
+This namespace holds what an application uses: opening stores, the protocols of the
+kinds, the owner scope, checkpoint modes, server-sent events, the thread index and
+the errors it most often catches. Every exception is in ``runstore.errors``; what a
+plugin author needs is in ``runstore.hookspecs`` (``hookimpl``), ``runstore.registry``,
+``runstore.urls`` (``BackendURL``) and ``runstore.options`` (``BackendOptions``).
+Names load on first access, so ``import runstore`` stays cheap and never imports
+pytest or hypothesis.
 """
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from runstore import moved as _moved
+
 __version__ = "0.1.0"
 
-# name -> module (relative to this package) that defines it
+_moved.install()
+
+# name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    # selection
-    "open": ".stores",
-    "Stores": ".stores",
-    "open_sync": ".sync",
-    "SyncStores": ".sync",
-    "Settings": ".settings",
-    "BackendOptions": ".options",
-    "BackendURL": ".urls",
-    # plugins
-    "hookimpl": ".hookspecs",
-    "hookspec": ".hookspecs",
-    "get_backends": ".loader",
-    "register_plugin": ".loader",
-    "BackendSpec": ".registry",
-    "SaverRegistry": ".registry",
-    "EventStoreRegistry": ".registry",
-    "StreamBridgeRegistry": ".registry",
-    "HistoryCacheRegistry": ".registry",
-    "RunStoreRegistry": ".registry",
-    "SettingsRegistry": ".registry",
-    "Kind": ".capabilities",
-    "CAPABILITIES": ".capabilities",
-    # protocols and their types
-    "RunEventStore": ".events",
-    "EventRecord": ".events",
-    "StreamBridge": ".streams",
-    "StreamEvent": ".streams",
-    "StreamGap": ".streams",
-    "HEARTBEAT": ".streams",
-    "END": ".streams",
-    "StreamEndedError": ".streams",
-    "InvalidStreamInputError": ".streams",
-    "parse_event_id": ".streams",
-    "sse_stream": ".sse",
-    "open_sse_stream": ".sse",
-    "sse_frames": ".sse",
-    "sse_frame": ".sse",
-    "SSE_MEDIA_TYPE": ".sse",
-    "SSE_HEADERS": ".sse",
-    "AUTO": ".owner",
-    "owner_scope": ".owner",
-    "current_owner": ".owner",
-    "message_identity": ".identity",
-    "InvalidEventError": ".records",
-    "RunStore": ".runs",
-    "RunRecord": ".runs",
-    "CreateResult": ".runs",
-    "ManualClock": ".runs",
-    "system_clock": ".runs",
-    "RunError": ".runs",
-    "InvalidRunError": ".runs",
-    "RunNotFoundError": ".runs",
-    "RunExistsError": ".runs",
-    "IdempotencyConflictError": ".runs",
-    "ThreadBusyError": ".runs",
-    "LeaseHeldError": ".runs",
-    "RunStateError": ".runs",
-    "RunQueuedError": ".runs",
-    "RunAlreadyStartedError": ".runs",
-    "RunFinishedError": ".runs",
-    "LeaseLostError": ".runs",
-    "CancelPendingError": ".runs",
-    # checkpoint modes, accessor and cache
-    "get_thread_state_schema": ".checkpoint.modes",
-    "freeze_checkpoint_channel_mode": ".checkpoint.modes",
-    "freeze_checkpoint_snapshot_frequency": ".checkpoint.modes",
-    "inject_checkpoint_mode": ".checkpoint.modes",
-    "CheckpointStateAccessor": ".checkpoint.accessor",
-    "CachedHistorySaver": ".checkpoint.cache",
-    "unwrap_saver": ".checkpoint.forwarding",
-    # errors
-    "RunstoreError": ".errors",
-    "ConfigError": ".errors",
-    "BackendNotFoundError": ".errors",
-    "MissingDriverError": ".errors",
-    "BackendUnavailableError": ".errors",
-    "BackendRefusedError": ".errors",
-    "PluginError": ".errors",
-    "DuplicateBackendError": ".errors",
-    "InvalidURLError": ".errors",
-    "OwnerContextMissingError": ".errors",
-    "IncompleteMessageRunLookupError": ".errors",
-    "CheckpointModeError": ".errors",
-    "CheckpointModeMismatchError": ".errors",
-    "CheckpointModeReconfigurationError": ".errors",
-    "SyncCallOnEventLoopError": ".errors",
-    "InvalidSaverInputError": ".errors",
-    "InvalidCursorError": ".errors",
-    "UndeclaredChannelError": ".errors",
-    "StoreNotOpenedError": ".errors",
-    "ThreadDeletedError": ".errors",
-    "StaleFenceError": ".errors",
-    # the thread index
-    "RetentionPolicy": ".checkpoint.retention",
-    "ThreadInfo": ".checkpoint.threads",
-    "ThreadPage": ".checkpoint.threads",
+    # opening stores
+    "open": "runstore.stores",
+    "Stores": "runstore.stores",
+    "open_sync": "runstore.sync",
+    "SyncStores": "runstore.sync",
+    "Settings": "runstore.settings",
+    # the kinds' protocols
+    "RunEventStore": "runstore.events",
+    "EventRecord": "runstore.events",
+    "StreamBridge": "runstore.streams",
+    "StreamEvent": "runstore.streams",
+    "END": "runstore.streams",
+    "HEARTBEAT": "runstore.streams",
+    "RunStore": "runstore.runs",
+    "RunRecord": "runstore.runs",
+    "ManualClock": "runstore.clock",
+    # who reads and writes events
+    "AUTO": "runstore.events.owner",
+    "owner_scope": "runstore.events.owner",
+    "current_owner": "runstore.events.owner",
+    # checkpoints
+    "inject_checkpoint_mode": "runstore.checkpoint.modes",
+    "get_thread_state_schema": "runstore.checkpoint.modes",
+    "CheckpointStateAccessor": "runstore.checkpoint.accessor",
+    "CachedHistorySaver": "runstore.checkpoint.cache",
+    "RetentionPolicy": "runstore.checkpoint.policy",
+    "ThreadInfo": "runstore.checkpoint.threads",
+    "ThreadPage": "runstore.checkpoint.threads",
+    # server-sent events
+    "open_sse_stream": "runstore.endpoints",
+    "sse_stream": "runstore.streams.sse",
+    "SSE_HEADERS": "runstore.streams.sse",
+    "SSE_MEDIA_TYPE": "runstore.streams.sse",
+    # the errors an application catches most (all of them: runstore.errors)
+    "RunstoreError": "runstore.errors",
+    "ConfigError": "runstore.errors",
+    "BackendNotFoundError": "runstore.errors",
+    "MissingDriverError": "runstore.errors",
+    "BackendUnavailableError": "runstore.errors",
+    "StaleFenceError": "runstore.errors",
+    "LeaseLostError": "runstore.errors",
+}
+
+# Names this namespace gave before it was curated: they still work for one release,
+# with a DeprecationWarning naming the module to import them from.
+_FORMER: dict[str, str] = {
+    "BackendOptions": "runstore.options",
+    "BackendURL": "runstore.urls",
+    "hookimpl": "runstore.hookspecs",
+    "hookspec": "runstore.hookspecs",
+    "get_backends": "runstore.loader",
+    "register_plugin": "runstore.loader",
+    "BackendSpec": "runstore.registry",
+    "SaverRegistry": "runstore.registry",
+    "EventStoreRegistry": "runstore.registry",
+    "StreamBridgeRegistry": "runstore.registry",
+    "HistoryCacheRegistry": "runstore.registry",
+    "RunStoreRegistry": "runstore.registry",
+    "SettingsRegistry": "runstore.registry",
+    "Kind": "runstore.capabilities",
+    "CAPABILITIES": "runstore.capabilities",
+    "StreamGap": "runstore.streams",
+    "parse_event_id": "runstore.streams",
+    "sse_frames": "runstore.streams.sse",
+    "sse_frame": "runstore.streams.sse",
+    "message_identity": "runstore.events.identity",
+    "CreateResult": "runstore.runs",
+    "system_clock": "runstore.clock",
+    "freeze_checkpoint_channel_mode": "runstore.checkpoint.modes",
+    "freeze_checkpoint_snapshot_frequency": "runstore.checkpoint.modes",
+    "unwrap_saver": "runstore.checkpoint.forwarding",
+    **{
+        name: "runstore.errors"
+        for name in (
+            "StreamEndedError", "InvalidStreamInputError", "InvalidEventError", "RunError",
+            "InvalidRunError", "RunNotFoundError", "RunExistsError", "IdempotencyConflictError",
+            "ThreadBusyError", "LeaseHeldError", "RunStateError", "RunQueuedError",
+            "RunAlreadyStartedError", "RunFinishedError", "CancelPendingError", "BackendRefusedError",
+            "PluginError", "DuplicateBackendError", "InvalidURLError", "OwnerContextMissingError",
+            "IncompleteMessageRunLookupError", "CheckpointModeError", "CheckpointModeMismatchError",
+            "CheckpointModeReconfigurationError", "SyncCallOnEventLoopError",
+            "InvalidSaverInputError", "InvalidCursorError", "UndeclaredChannelError",
+            "StoreNotOpenedError", "ThreadDeletedError",
+        )
+    },
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -117,10 +116,30 @@ __all__ = ["__version__", *_EXPORTS]
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'runstore' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+        module = _FORMER.get(name)
+        if module is None:
+            raise AttributeError(f"module 'runstore' has no attribute {name!r}")
+        warnings.warn(
+            f"runstore.{name} is deprecated; import it from {module} "
+            "(the old name is removed in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(import_module(module), name)
+    value = getattr(import_module(module), name)
     globals()[name] = value
     return value
+
+
+def plugin_settings_sections() -> Any:
+    """The settings sections installed plugins declare (discovers the plugins on first use).
+
+    `runstore.settings` reads sections through this function so that configuration never
+    imports plugin discovery; the package root is where the two meet.
+    """
+    from runstore.loader import get_backends
+
+    return get_backends().settings
 
 
 def __dir__() -> list[str]:
@@ -128,87 +147,27 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from runstore.capabilities import CAPABILITIES, Kind
-    from runstore.checkpoint.forwarding import unwrap_saver
-    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.checkpoint.accessor import CheckpointStateAccessor
+    from runstore.checkpoint.cache import CachedHistorySaver
+    from runstore.checkpoint.modes import get_thread_state_schema, inject_checkpoint_mode
+    from runstore.checkpoint.policy import RetentionPolicy
     from runstore.checkpoint.threads import ThreadInfo, ThreadPage
+    from runstore.clock import ManualClock
+    from runstore.endpoints import open_sse_stream
     from runstore.errors import (
         BackendNotFoundError,
-        BackendRefusedError,
         BackendUnavailableError,
-        CheckpointModeError,
-        CheckpointModeMismatchError,
-        CheckpointModeReconfigurationError,
         ConfigError,
-        DuplicateBackendError,
-        IncompleteMessageRunLookupError,
-        InvalidCursorError,
-        InvalidSaverInputError,
-        InvalidURLError,
+        LeaseLostError,
         MissingDriverError,
-        OwnerContextMissingError,
-        PluginError,
         RunstoreError,
         StaleFenceError,
-        StoreNotOpenedError,
-        SyncCallOnEventLoopError,
-        ThreadDeletedError,
-        UndeclaredChannelError,
     )
     from runstore.events import EventRecord, RunEventStore
-    from runstore.hookspecs import hookimpl, hookspec
-    from runstore.identity import message_identity
-    from runstore.loader import get_backends, register_plugin
-    from runstore.options import BackendOptions
-    from runstore.owner import AUTO, current_owner, owner_scope
-    from runstore.registry import (
-        BackendSpec,
-        EventStoreRegistry,
-        HistoryCacheRegistry,
-        RunStoreRegistry,
-        SaverRegistry,
-        SettingsRegistry,
-        StreamBridgeRegistry,
-    )
-    from runstore.runs import (
-        CancelPendingError,
-        CreateResult,
-        IdempotencyConflictError,
-        InvalidRunError,
-        LeaseHeldError,
-        LeaseLostError,
-        ManualClock,
-        RunAlreadyStartedError,
-        RunError,
-        RunExistsError,
-        RunFinishedError,
-        RunNotFoundError,
-        RunQueuedError,
-        RunRecord,
-        RunStateError,
-        RunStore,
-        ThreadBusyError,
-        system_clock,
-    )
+    from runstore.events.owner import AUTO, current_owner, owner_scope
+    from runstore.runs import RunRecord, RunStore
     from runstore.settings import Settings
-    from runstore.sse import (
-        SSE_HEADERS,
-        SSE_MEDIA_TYPE,
-        open_sse_stream,
-        sse_frame,
-        sse_frames,
-        sse_stream,
-    )
     from runstore.stores import Stores, open
-    from runstore.streams import (
-        END,
-        HEARTBEAT,
-        InvalidStreamInputError,
-        StreamBridge,
-        StreamEndedError,
-        StreamEvent,
-        StreamGap,
-        parse_event_id,
-    )
+    from runstore.streams import END, HEARTBEAT, StreamBridge, StreamEvent
+    from runstore.streams.sse import SSE_HEADERS, SSE_MEDIA_TYPE, sse_stream
     from runstore.sync import SyncStores, open_sync
-    from runstore.urls import BackendURL

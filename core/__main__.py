@@ -1,6 +1,6 @@
 """``python -m runstore``: the ``runstore`` command."""
 
-from runstore.cli import run
+from runstore.cli.main import run
 
 if __name__ == "__main__":
     run()

@@ -1,8 +1,13 @@
-"""The exception hierarchy: every error runstore raises on purpose is a `RunstoreError`."""
+"""The exception hierarchy: every error runstore raises on purpose is a `RunstoreError`.
+
+Every exception class of runstore lives here, whichever kind raises it, so
+``from runstore.errors import ...`` reaches all of them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from runstore.redaction import redact
@@ -224,3 +229,158 @@ class StaleFenceError(RunstoreError):
             f"thread {thread_id!r} is fenced at token {current}; this write carried the stale "
             f"token {fence} and was refused (its lease was taken over: stop writing this thread)"
         )
+
+
+class RunError(RunstoreError):
+    """Base of the run store's errors."""
+
+
+class InvalidRunError(RunError, ValueError, TypeError):
+    """An argument is invalid; the message names it and what is accepted (nothing was written)."""
+
+
+class RunNotFoundError(RunError, LookupError):
+    """No run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r}")
+
+
+class RunExistsError(RunError):
+    """`RunStore.create` was given a ``run_id`` that already exists."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} already exists; pass another run_id or none")
+
+
+class IdempotencyConflictError(RunError):
+    """An idempotency key is already held by a run of another thread."""
+
+    def __init__(self, key: str, run: Mapping[str, Any]) -> None:
+        self.key = key
+        self.run = run
+        super().__init__(
+            f"idempotency key {key!r} belongs to run {run['run_id']!r} of thread "
+            f"{run['thread_id']!r}; a key names one run of one thread"
+        )
+
+
+class ThreadBusyError(RunError):
+    """``multitask_strategy="reject"`` and the thread has an active run (``active_run``)."""
+
+    def __init__(self, thread_id: str, active_run: Mapping[str, Any]) -> None:
+        self.thread_id = thread_id
+        self.active_run = active_run
+        super().__init__(
+            f"thread {thread_id!r} already has active run {active_run['run_id']!r} "
+            f"({active_run['status']}); strategy 'reject' creates nothing (use interrupt, "
+            "rollback or enqueue, or wait for it to finish)"
+        )
+
+
+class LeaseHeldError(RunError):
+    """``interrupt``/``rollback`` found the active run running under a live lease."""
+
+    def __init__(self, run: Mapping[str, Any]) -> None:
+        self.run = run
+        super().__init__(
+            f"active run {run['run_id']!r} of thread {run['thread_id']!r} is running under "
+            f"a live lease of {run['owner']!r} until {_iso(run['lease_expires_at'])}; request a "
+            "cancel (request_cancel) and create again once it has stopped"
+        )
+
+
+class RunStateError(RunError):
+    """The run's state does not allow the call; ``run`` is the run as stored."""
+
+    def __init__(self, run: Mapping[str, Any], message: str) -> None:
+        self.run = run
+        super().__init__(message)
+
+
+class RunQueuedError(RunStateError):
+    """`RunStore.start` on a queued run; ``ahead`` is the thread's active run id."""
+
+    def __init__(self, run: Mapping[str, Any], ahead: str) -> None:
+        self.ahead = ahead
+        super().__init__(
+            run, f"run {run['run_id']!r} is queued behind active run {ahead!r}; start that one"
+        )
+
+
+class RunAlreadyStartedError(RunStateError):
+    """`RunStore.start` on a run that another call already started."""
+
+    def __init__(self, run: Mapping[str, Any]) -> None:
+        super().__init__(
+            run,
+            f"run {run['run_id']!r} is already running (owner {run['owner']!r}, lease until "
+            f"{_iso(run['lease_expires_at'])})",
+        )
+
+
+class RunFinishedError(RunStateError):
+    """The run has ended (a terminal status); it cannot be started, finalized or cancelled."""
+
+    def __init__(self, run: Mapping[str, Any]) -> None:
+        super().__init__(run, f"run {run['run_id']!r} has already ended ({run['status']})")
+
+
+class LeaseLostError(RunStateError):
+    """The caller does not hold a live lease on the run (never had one, expired, or taken over)."""
+
+    def __init__(self, run: Mapping[str, Any], owner: str, now: datetime) -> None:
+        self.owner = owner
+        if run["status"] == "pending":
+            why = "it is pending (not started)"
+        elif run["owner"] != owner:
+            why = f"its lease belongs to {run['owner']!r}"
+        else:
+            why = f"the lease expired at {_iso(run['lease_expires_at'])} (now {_iso(now)})"
+        super().__init__(run, f"{owner!r} does not hold a live lease on run {run['run_id']!r}: {why}")
+
+
+class CancelPendingError(RunStateError):
+    """`RunStore.finalize` with a status that ignores the run's pending cancel request."""
+
+    def __init__(self, run: Mapping[str, Any], status: str) -> None:
+        self.action = run["cancel_action"]
+        super().__init__(
+            run,
+            f"run {run['run_id']!r} has a pending cancel ({self.action}); finalize it as "
+            f"cancelled or interrupted, not {status!r}",
+        )
+
+
+def _iso(value: datetime | None) -> str:
+    return "never" if value is None else value.isoformat()
+
+
+class InvalidEventError(RunstoreError, ValueError, TypeError):
+    """An event or a read argument is invalid; the message says what is accepted.
+
+    Subclasses both `ValueError` and `TypeError` so either ``except`` catches it.
+    """
+
+
+class StreamEndedError(RunstoreError):
+    """`StreamBridge.publish` was called after `StreamBridge.publish_end` for that run."""
+
+
+class InvalidStreamInputError(RunstoreError, ValueError):
+    """A bridge call got a run id, event name or data it does not accept; nothing was
+    published. The message names the argument and what is accepted."""
+
+
+class UnboundEngineError(RunstoreError, LookupError):
+    """An engine reached runstore's shared SQL code without a `SqlDialect` bound to it."""
+
+
+class SchemaVersionError(RunstoreError):
+    """The database holds a newer schema version than this runstore knows (downgrade)."""
+
+
+class UnsupportedDriverError(RunstoreError, RuntimeError):
+    """The installed aiosqlite lacks the private calls runstore's sqlite backends need."""

@@ -1,6 +1,6 @@
 """pluggy hook specifications: the contract between runstore and its backend plugins.
 
-A plugin module implements any of these with ``@runstore.hookimpl`` and is listed
+A plugin module implements any of these with ``@hookimpl`` (this module's) and is listed
 under the ``runstore`` entry-point group of its distribution.
 """
 

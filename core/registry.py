@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from runstore.events import RunEventStore
+    from runstore.events.protocol import RunEventStore
     from runstore.options import BackendOptions
-    from runstore.runs import RunStore
-    from runstore.streams import StreamBridge
+    from runstore.runs.protocol import RunStore
+    from runstore.streams.protocol import StreamBridge
 
 T = TypeVar("T")
 

@@ -14,10 +14,10 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from runstore.errors import ConfigError, InvalidURLError, PluginError
 from runstore.redaction import masked_repr, redact
@@ -25,8 +25,6 @@ from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
-
-    from runstore.registry import SettingsSections
 
 S = TypeVar("S", bound="DataclassInstance")
 
@@ -314,11 +312,33 @@ def _builtin_sections() -> set[str]:
     return {name for name, typ in hints.items() if dataclasses.is_dataclass(typ)}
 
 
-def _plugin_sections() -> SettingsSections:
-    """The settings sections plugins declare (loads the plugins on first use)."""
-    from runstore.loader import get_backends
+class DeclaredSection(Protocol):
+    """What configuration reads of a section a plugin declares (`runstore.registry` keeps them)."""
 
-    sections = get_backends().settings
+    name: str
+    schema: type[DataclassInstance]
+    plugin: Any
+
+
+class DeclaredSections(Protocol):
+    """The plugins' sections by name, as configuration reads them."""
+
+    def get(self, name: str) -> DeclaredSection | None:
+        """The section called ``name``, or ``None``."""
+
+    def __iter__(self) -> Iterator[DeclaredSection]:
+        """Every declared section."""
+
+
+def _plugin_sections() -> DeclaredSections:
+    """The settings sections plugins declare.
+
+    Configuration does not discover plugins itself: the package root does, on first use
+    (`runstore.plugin_settings_sections`), so this module depends on no plugin machinery.
+    """
+    import runstore
+
+    sections: DeclaredSections = runstore.plugin_settings_sections()
     reserved = {f.name for f in dataclasses.fields(Settings)}
     for declared in sections:
         if declared.name in reserved:

@@ -18,9 +18,9 @@ from runstore.settings import URL_KEYS, Settings
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from runstore.events import RunEventStore
-    from runstore.runs import RunStore
-    from runstore.streams import StreamBridge
+    from runstore.events.protocol import RunEventStore
+    from runstore.runs.protocol import RunStore
+    from runstore.streams.protocol import StreamBridge
 
 log = logging.getLogger("runstore")
 
@@ -55,7 +55,7 @@ class Stores:
 
     @property
     def checkpointer(self) -> BaseCheckpointSaver[Any]:
-        """The checkpoint saver (in delta mode behind wrappers; `runstore.unwrap_saver` reaches it)."""
+        """The checkpoint saver (in delta mode behind wrappers; `unwrap_saver` reaches it)."""
         return cast("BaseCheckpointSaver[Any]", self._get("checkpointer"))
 
     @property
@@ -159,7 +159,7 @@ async def _wrap_checkpointer(
     marker on every checkpoint) and then in `CachedHistorySaver` when the cache is on
     for it: ``checkpoint_cache.enabled`` is ``on``, or ``auto`` and the saver's class
     does not set ``history_cache_helps = False``; ``max_entries: 0`` turns it off.
-    Full mode returns the saver unwrapped. `runstore.unwrap_saver` reaches the saver.
+    Full mode returns the saver unwrapped. `unwrap_saver` reaches the saver.
     """
     settings = options.settings
     if settings.checkpoint_channel_mode != "delta":

@@ -24,11 +24,11 @@ from runstore.settings import Settings
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from runstore.events import RunEventStore
+    from runstore.events.protocol import RunEventStore
     from runstore.registry import Backends
-    from runstore.runs import RunStore
+    from runstore.runs.protocol import RunStore
     from runstore.stores import Stores
-    from runstore.streams import StreamBridge
+    from runstore.streams.protocol import StreamBridge
 
 R = TypeVar("R")
 

@@ -29,16 +29,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from runstore.checkpoint.saverbase import FENCE_KEY
-from runstore.errors import StaleFenceError
-from runstore.runs import CancelAction, LeaseLostError, RunRecord, RunStore, check_id, check_seconds
+from runstore.checkpoint.rules import FENCE_KEY
+from runstore.errors import LeaseLostError, StaleFenceError
+from runstore.runs.protocol import CancelAction, RunRecord, RunStore, check_id, check_seconds
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from runstore.events import RunEventStore
-    from runstore.streams import StreamBridge
+    from runstore.events.protocol import RunEventStore
+    from runstore.streams.protocol import StreamBridge
 
 log = logging.getLogger("runstore.worker")
 

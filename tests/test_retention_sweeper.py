@@ -16,10 +16,11 @@ from click.testing import CliRunner
 import runstore
 from runstore import cli
 from runstore.checkpoint.forwarding import unwrap_saver
-from runstore.checkpoint.retention import RetentionPolicy
+from runstore.checkpoint.policy import RetentionPolicy
+from runstore.clock import ManualClock
 from runstore.conformance.savers_model import config_for, make_checkpoint, new_checkpoint_id
-from runstore.retention import Sweeper, SweepReport, delete_thread, start_sweeper, sweep
-from runstore.runs import ManualClock
+from runstore.errors import InvalidSaverInputError
+from runstore.sweeper import Sweeper, SweepReport, delete_thread, start_sweeper, sweep
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -190,9 +191,9 @@ async def test_the_app_task_sweeps_until_cancelled() -> None:
             await task
         assert reports[0].removed.checkpoints == 3 and reports[1].removed.checkpoints == 0
         assert reports[0].reclaimed_bytes is None, "memory has nothing to compact"
-        with pytest.raises(runstore.InvalidSaverInputError):
+        with pytest.raises(InvalidSaverInputError):
             start_sweeper(stores, interval=0)
-        with pytest.raises(runstore.InvalidSaverInputError, match="does not declare retention"):
+        with pytest.raises(InvalidSaverInputError, match="does not declare retention"):
             Sweeper(object())
 
 

@@ -489,7 +489,7 @@ async def _fence_metrics(
     so both see the same machine and the same database size."""
     from langchain_core.messages import HumanMessage
 
-    from runstore.checkpoint.saverbase import FENCE_KEY
+    from runstore.checkpoint.rules import FENCE_KEY
 
     configs = {
         "unfenced": delta_config({"configurable": {"thread_id": f"{thread_id}-u"}}, mode),

@@ -132,7 +132,7 @@ class RichReporter(Reporter):
             self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
 
     def warn(self, message: str) -> None:
-        from runstore.console import styled
+        from runstore.cli.console import styled
         from runstore.redaction import redact
 
         self.console.print(styled(("warning:", "yellow"), f" {redact(message)}"), highlight=False)
@@ -154,7 +154,7 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from runstore.console import styled
+    from runstore.cli.console import styled
 
     console = Console(width=max(Console().width, 200), markup=False, emoji=False)
     for title, entries, columns in (

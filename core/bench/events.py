@@ -115,7 +115,7 @@ async def _time_calls(
 
 
 def _store_table() -> tuple[str, tuple[str, ...], str]:
-    from runstore.sql.schema import INSERT_COLUMNS, RECORD_COLUMNS, TABLE
+    from runstore.events.schema import INSERT_COLUMNS, RECORD_COLUMNS, TABLE
 
     return TABLE, tuple(INSERT_COLUMNS), RECORD_COLUMNS
 

@@ -206,7 +206,7 @@ class RunstoreStack(Stack):
         await self.stores.streams.publish_end(run_id)
 
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
-        from runstore.streams import END, StreamEvent, StreamGap
+        from runstore.streams.protocol import END, StreamEvent, StreamGap
 
         items = self.stores.streams.subscribe(run_id, heartbeat_interval=SUBSCRIBER_IDLE_SECONDS)
         try:

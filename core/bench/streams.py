@@ -187,7 +187,7 @@ def _concurrent_row(label: str, n: int, seconds: float, reference: str | None) -
 async def _bridge_measurements(
     bridge: Any, label: str, case: Mapping[str, Any], reference: str | None
 ) -> list[dict[str, Any]]:
-    from runstore.streams import END, StreamEvent, StreamGap
+    from runstore.streams.protocol import END, StreamEvent, StreamGap
 
     async def subscribe(run_id: str, sub: int, fan: _Fanout, ready: asyncio.Event) -> None:
         async for item in bridge.subscribe(run_id, heartbeat_interval=3600):

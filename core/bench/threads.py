@@ -107,12 +107,12 @@ async def _insert_records(saver: Any, pg: tuple[str, str] | None, count: int, pr
 
 async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark retention and thread pages on one saver and return its measurements."""
-    from runstore.checkpoint.retention import RetentionPolicy
+    from runstore.checkpoint.policy import RetentionPolicy
     from runstore.checkpoint.threads import encode_cursor
     from runstore.loader import get_backends
     from runstore.options import BackendOptions
-    from runstore.retention import Sweeper
     from runstore.settings import Settings
+    from runstore.sweeper import Sweeper
     from runstore.urls import BackendURL
 
     label: str = case["backend"]

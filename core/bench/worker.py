@@ -70,9 +70,9 @@ _WARM_IMPORTS = {
         "runstore.loader",
     ),
     "events": ("runstore.loader", "runstore.sql"),
-    "streams": ("runstore.loader", "runstore.streams"),
-    "runs": ("runstore.loader", "runstore.sql.runs"),
-    "threads": ("runstore.loader", "runstore.retention"),
+    "streams": ("runstore.loader", "runstore.streams.protocol"),
+    "runs": ("runstore.loader", "runstore.runs.sql"),
+    "threads": ("runstore.loader", "runstore.sweeper"),
     "load": ("langchain_core.messages", "langgraph.graph", "runstore.loader"),
 }
 

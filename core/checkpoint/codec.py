@@ -42,7 +42,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from runstore.checkpoint.saverbase import check_put, check_put_writes, checkpoint_config
+from runstore.checkpoint.rules import check_put, check_put_writes, checkpoint_config
 from runstore.errors import InvalidSaverInputError
 
 __all__ = [

@@ -29,7 +29,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
 from runstore.checkpoint.reducer import merge_message_writes
-from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY
+from runstore.checkpoint.rules import DELTA_COUNTERS_KEY
 from runstore.errors import (
     CheckpointModeError,
     CheckpointModeMismatchError,

@@ -28,8 +28,8 @@ import orjson
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from runstore.checkpoint.filters import FilterTerm, filter_terms
+from runstore.clock import check_time, from_micros, system_clock, to_micros
 from runstore.errors import InvalidCursorError, InvalidSaverInputError
-from runstore.runs import check_time, from_micros, system_clock, to_micros
 
 __all__ = [
     "DEFAULT_PAGE",

@@ -3,8 +3,8 @@
 - `runstore.sql.dialect`: `SqlDialect`, what the shared code needs from a database
   beyond SQLAlchemy, bound to each engine by the plugin that opens it.
 - `runstore.sql.migrations`: `ensure_schema(conn_or_engine, component, migrations)`.
-- `runstore.sql.schema`: the run events table, its indexes and `events_migrations`.
-- `runstore.sql.events`: `SqlEventStore`, the event store contract on any engine,
+- `runstore.events.schema`: the run events table, its indexes and `events_migrations`.
+- `runstore.events.sql`: `SqlEventStore`, the event store contract on any engine,
   and `SqlEventDriver`, the interface each dialect implements to run its SQL.
 
 The drivers and engine openers live in the plugins (`runstore.plugins.sqlite`,

@@ -1,7 +1,7 @@
 """What runstore's dialect-neutral SQL code needs to know about a database.
 
 The migrations runner (`runstore.sql.migrations`) and the SQL event store base
-(`runstore.sql.events`) run on any SQLAlchemy `AsyncEngine`. The few things that
+(`runstore.events.sql`) run on any SQLAlchemy `AsyncEngine`. The few things that
 differ between databases and that SQLAlchemy does not abstract (how to serialize
 schema changes across processes, an in-process writer queue, the driver's
 placeholder style) come from a `SqlDialect` the plugin that opened the engine binds
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from runstore.errors import RunstoreError
+from runstore.errors import UnboundEngineError
 
 
 class SqlDialect(ABC):
@@ -67,8 +67,6 @@ def numbered_placeholders(sql: str, prefix: str = "$") -> str:
     return "".join(out)
 
 
-class UnboundEngineError(RunstoreError, LookupError):
-    """An engine reached runstore's shared SQL code without a `SqlDialect` bound to it."""
 
 
 _DIALECTS: weakref.WeakKeyDictionary[Engine, SqlDialect] = weakref.WeakKeyDictionary()

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from runstore.errors import RunstoreError
+from runstore.errors import SchemaVersionError
 from runstore.sql.dialect import dialect_of
 
 VERSION_TABLE = "runstore_schema_versions"
@@ -25,8 +25,6 @@ VERSION_TABLE = "runstore_schema_versions"
 Step = str | Callable[[AsyncConnection], Awaitable[None]]
 
 
-class SchemaVersionError(RunstoreError):
-    """The database holds a newer schema version than this runstore knows (downgrade)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.urls import BackendURL
 
 if TYPE_CHECKING:

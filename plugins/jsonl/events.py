@@ -35,8 +35,10 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from runstore.cancellation import settle
-from runstore.errors import InvalidURLError, StaleFenceError
-from runstore.events import (
+from runstore.errors import InvalidEventError, InvalidURLError, StaleFenceError
+from runstore.events.identity import message_identity
+from runstore.events.owner import AUTO, UserId
+from runstore.events.protocol import (
     MESSAGE_CATEGORY,
     EventContent,
     EventRecord,
@@ -45,15 +47,10 @@ from runstore.events import (
     RunSummary,
     summarize_runs,
 )
-from runstore.identity import message_identity
-from runstore.owner import AUTO, UserId
-from runstore.records import (
-    InvalidEventError,
+from runstore.events.records import (
     PreparedEvent,
     ai_message_match,
-    dumps_bytes,
     is_visible_ai_message,
-    loads,
     normalize_identities,
     normalize_message_ids,
     normalize_run_ids,
@@ -62,6 +59,7 @@ from runstore.records import (
     validate_id,
 )
 from runstore.standalone import Standalone
+from runstore.validation import dumps_bytes, loads
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions

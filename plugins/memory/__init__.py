@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions

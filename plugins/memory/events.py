@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runstore.errors import StaleFenceError
-from runstore.events import (
+from runstore.events.identity import message_identity
+from runstore.events.owner import AUTO, UserId
+from runstore.events.protocol import (
     MESSAGE_CATEGORY,
     EventContent,
     EventRecord,
@@ -16,9 +18,7 @@ from runstore.events import (
     RunSummary,
     summarize_runs,
 )
-from runstore.identity import message_identity
-from runstore.owner import AUTO, UserId
-from runstore.records import (
+from runstore.events.records import (
     PreparedEvent,
     copy_record,
     is_visible_ai_message,

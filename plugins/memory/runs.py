@@ -1,6 +1,6 @@
 """`MemoryRunStore`: the in-process run store.
 
-It runs the SQL run store's scripts (`runstore.sql.runs`) on a private in-memory
+It runs the SQL run store's scripts (`runstore.runs.sql`) on a private in-memory
 stdlib ``sqlite3`` database, synchronously on the caller's thread: each operation is
 one uninterrupted call, so it is atomic with respect to every other coroutine, and the
 rules are exactly those of the sqlite and PostgreSQL backends. Nothing survives the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, TypeVar
 
-from runstore.sql.runs import MIGRATIONS, RunDriver, Script, SqlRunStore, run_script
+from runstore.runs.sql import MIGRATIONS, RunDriver, Script, SqlRunStore, run_script
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,7 +65,7 @@ class MemoryRunDriver(RunDriver):
 
 
 class MemoryRunStore(SqlRunStore):
-    """In-process run store; the rules of `runstore.sql.runs` on a private in-memory database."""
+    """In-process run store; the rules of `runstore.runs.sql` on a private in-memory database."""
 
     def __init__(self) -> None:
         self.driver = MemoryRunDriver()

@@ -41,7 +41,7 @@ from langgraph.checkpoint.base import (
 
 from runstore.checkpoint import codec
 from runstore.checkpoint.filters import filter_terms, metadata_matches
-from runstore.checkpoint.retention import (
+from runstore.checkpoint.policy import (
     CheckpointGraph,
     RetentionPolicy,
     SweepBatch,
@@ -53,7 +53,7 @@ from runstore.checkpoint.retention import (
     due,
     plan_thread,
 )
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.rules import (
     check_fence,
     check_prune_strategy,
     check_put,
@@ -77,8 +77,8 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
+from runstore.clock import Clock, system_clock
 from runstore.errors import StaleFenceError, ThreadDeletedError
-from runstore.runs import Clock, system_clock
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 

@@ -18,12 +18,12 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from runstore.errors import StreamEndedError
 from runstore.standalone import Standalone
-from runstore.streams import (
+from runstore.streams.protocol import (
     END,
     Notifier,
     StreamBridge,
-    StreamEndedError,
     StreamEvent,
     StreamGap,
     StreamItem,

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.urls import BackendURL
 
 from .settings import PostgresSettings

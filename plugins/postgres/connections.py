@@ -28,7 +28,7 @@ the operation's), so it needs no ``asyncio.timeout`` of its own; a failed first 
 goes on to the same retries under the same deadline.
 
 `run_statement_batch` is the saver's group-commit callback
-(`runstore.checkpoint.groupcommit`): a batch of write statements, one ``executemany``
+(`runstore.batching`): a batch of write statements, one ``executemany``
 (one implicit transaction) per statement kind.
 """
 
@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from runstore.checkpoint.groupcommit import Outcome
+from runstore.batching import Outcome
 from runstore.errors import (
     BackendRefusedError,
     BackendUnavailableError,

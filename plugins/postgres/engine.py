@@ -35,16 +35,11 @@ from runstore.errors import (
     ConfigError,
     InvalidURLError,
     MissingDriverError,
+    UnboundEngineError,
 )
 from runstore.options import BackendOptions
 from runstore.settings import Settings
-from runstore.sql.dialect import (
-    SqlDialect,
-    UnboundEngineError,
-    bind_dialect,
-    dialect_of,
-    numbered_placeholders,
-)
+from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of, numbered_placeholders
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 

@@ -11,11 +11,11 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.batching import GroupCommit, Outcome
 from runstore.errors import BackendUnavailableError, InvalidURLError, StaleFenceError
-from runstore.events import HIDDEN_CALLER_PREFIX
-from runstore.options import BackendOptions
-from runstore.sql.events import (
+from runstore.events.protocol import HIDDEN_CALLER_PREFIX
+from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
+from runstore.events.sql import (
     EXISTING_SQL,
     FENCE_OF_SQL,
     FENCE_SQL,
@@ -24,8 +24,8 @@ from runstore.sql.events import (
     SqlEventDriver,
     SqlEventStore,
 )
+from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration
-from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
 from .connections import Leases, one_at_a_time
@@ -167,7 +167,7 @@ class PostgresEventDriver(SqlEventDriver):
 
     async def _append_batch(self, batch: list[list[list[Any]]]) -> list[Outcome]:
         """Insert the rows of several unfenced calls in one transaction; one outcome per call
-        (the group-commit callback; module docstring of `runstore.checkpoint.groupcommit`)."""
+        (the group-commit callback; module docstring of `runstore.batching`)."""
         if len(batch) > 1:
             try:
                 seqs = await self._insert([row for rows in batch for row in rows], None)

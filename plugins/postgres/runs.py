@@ -32,12 +32,12 @@ from runstore.errors import (
     BackendRefusedError,
     BackendUnavailableError,
     InvalidURLError,
+    RunError,
     RunstoreError,
 )
 from runstore.options import BackendOptions
-from runstore.runs import RunError
+from runstore.runs.sql import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.sql.migrations import Migration, ensure_schema
-from runstore.sql.runs import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.urls import BackendURL
 
 from .connections import Leases

@@ -7,7 +7,7 @@ connection leasing in `runstore.plugins.postgres.connections`. The round-trip bu
 * ``aput`` is ONE statement (blobs CTEs + checkpoint upsert), so one round trip and
   one WAL flush per checkpoint; ``aput_writes`` is one ``INSERT ... SELECT unnest``.
   Writes that arrive while another commits go out together in the next commit
-  (`runstore.checkpoint.groupcommit`).
+  (`runstore.batching`).
 * ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query; the head
   comes with its delta history (`runstore.checkpoint.prefetch`). ``aget_tuple`` calls
   that arrive while another read runs go out together in the next round trip (one
@@ -43,10 +43,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from runstore.batching import GroupCommit, Outcome
 from runstore.checkpoint import codec
-from runstore.checkpoint.groupcommit import GroupCommit, Outcome
-from runstore.checkpoint.prefetch import PrefetchStore
-from runstore.checkpoint.retention import (
+from runstore.checkpoint.policy import (
     CheckpointGraph,
     Compaction,
     DryRun,
@@ -59,7 +58,8 @@ from runstore.checkpoint.retention import (
     expired,
     plan_thread,
 )
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.prefetch import PrefetchStore
+from runstore.checkpoint.rules import (
     check_fence,
     check_prune_strategy,
     checked_ids,
@@ -79,8 +79,8 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
+from runstore.clock import Clock, system_clock
 from runstore.errors import BackendUnavailableError, StaleFenceError, ThreadDeletedError
-from runstore.runs import Clock, system_clock
 from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
@@ -89,7 +89,7 @@ from .connect_options import PostgresConnectOptions
 from .connections import Leases, Statement, import_asyncpg, one_at_a_time, run_statement_batch
 from .engine import FromEngine
 from .history import walk_range
-from .pooled import statement_functions
+from .pooler_functions import statement_functions
 from .settings import PostgresTimeouts
 from .sql import COMPONENT, SCHEMA_MIGRATIONS
 
@@ -576,7 +576,7 @@ class PostgresSaver(BaseCheckpointSaver[str], FromEngine):
         rescan: bool = False,
         thread_ids: Sequence[str] | None = None,
     ) -> SweepBatch:
-        """One bounded batch of a retention sweep (`runstore.retention` runs the passes):
+        """One bounded batch of a retention sweep (`runstore.sweeper` runs the passes):
         claims up to ``limit`` threads after ``after`` (``FOR UPDATE SKIP LOCKED``: several
         sweepers split the work and never wait for a writer) and applies ``policy`` to each
         live one in a transaction of its own; a ``dry_run`` claims nothing and rolls back."""

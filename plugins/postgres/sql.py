@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import get_checkpoint_id
 from runstore.checkpoint import codec
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES, dump_json
 from runstore.checkpoint.filters import FilterTerm, filter_terms
-from runstore.checkpoint.saverbase import DELTA_COUNTERS_KEY, PREFETCH_MAX_SUPERSTEPS, checked_text
+from runstore.checkpoint.rules import DELTA_COUNTERS_KEY, PREFETCH_MAX_SUPERSTEPS, checked_text
 from runstore.checkpoint.threads import (
     THREADS,
     ThreadQuery,
@@ -32,7 +32,7 @@ from runstore.checkpoint.threads import (
     status_case,
     stronger_status_sql,
 )
-from runstore.runs import system_clock, to_micros
+from runstore.clock import system_clock, to_micros
 from runstore.sql.migrations import Migration
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from redis.crc import key_slot
 
 from runstore.errors import ConfigError
-from runstore.streams import check_run_id
+from runstore.streams.protocol import check_run_id
 
 from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, backend_name
 from .cluster import CLUSTER_OPTIONS, SLOTS, ClusterCalls

@@ -44,15 +44,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from runstore.errors import BackendUnavailableError, ConfigError
+from runstore.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidStreamInputError,
+    StreamEndedError,
+)
 from runstore.settings import Settings
 from runstore.standalone import Standalone
-from runstore.streams import (
+from runstore.streams.protocol import (
     END,
-    InvalidStreamInputError,
     Notifier,
     StreamBridge,
-    StreamEndedError,
     StreamEvent,
     StreamGap,
     StreamItem,

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.urls import BackendURL
 
 from .settings import SqliteSettings

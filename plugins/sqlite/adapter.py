@@ -27,7 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from runstore.errors import RunstoreError
+from runstore.errors import UnsupportedDriverError
 from runstore.sql.dialect import dialect_of, driver_connection
 
 #: The aiosqlite releases whose private surface this module is written against
@@ -38,8 +38,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class UnsupportedDriverError(RunstoreError, RuntimeError):
-    """The installed aiosqlite lacks the private calls runstore's sqlite backends need."""
 
 
 def _installed() -> str:

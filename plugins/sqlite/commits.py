@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.batching import GroupCommit, Outcome
 from runstore.sql.dialect import dialect_of
 
 from . import ops

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.errors import InvalidURLError, StaleFenceError
-from runstore.events import HIDDEN_CALLER_PREFIX
-from runstore.options import BackendOptions
-from runstore.sql.events import (
+from runstore.events.protocol import HIDDEN_CALLER_PREFIX
+from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
+from runstore.events.sql import (
     EXISTING_SQL,
     FENCE_OF_SQL,
     FENCE_SQL,
@@ -29,8 +29,8 @@ from runstore.sql.events import (
     SqlEventDriver,
     SqlEventStore,
 )
+from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration
-from runstore.sql.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.urls import BackendURL
 
 from .adapter import WorkerConnection

@@ -19,18 +19,18 @@ from typing import Any, TypeVar
 import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from runstore.batching import Outcome
 from runstore.checkpoint import codec
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
 from runstore.checkpoint.filters import json_equal
-from runstore.checkpoint.groupcommit import Outcome
-from runstore.checkpoint.retention import (
+from runstore.checkpoint.policy import (
     CheckpointGraph,
     DryRun,
     RetentionPolicy,
     ThreadSwept,
     plan_thread,
 )
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.rules import (
     DELTA_COUNTERS_KEY,
     missing_delta_channels,
     worth_prefetching,

@@ -19,11 +19,9 @@ from typing import ClassVar, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.cancellation import settle
-from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.errors import BackendUnavailableError, InvalidURLError, RunError
 from runstore.options import BackendOptions
-from runstore.runs import RunError
-from runstore.sql.migrations import Migration, ensure_schema
-from runstore.sql.runs import (
+from runstore.runs.sql import (
     COMPONENT,
     MIGRATIONS,
     RunDriver,
@@ -31,6 +29,7 @@ from runstore.sql.runs import (
     SqlRunStore,
     run_script,
 )
+from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
 from .adapter import WriterAndReader

@@ -32,8 +32,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from runstore.checkpoint import codec
-from runstore.checkpoint.prefetch import PrefetchStore
-from runstore.checkpoint.retention import (
+from runstore.checkpoint.policy import (
     Compaction,
     DryRun,
     RetentionPolicy,
@@ -42,7 +41,8 @@ from runstore.checkpoint.retention import (
     check_overrides,
     check_sweep,
 )
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.prefetch import PrefetchStore
+from runstore.checkpoint.rules import (
     check_fence,
     check_prune_strategy,
     checked_ids,
@@ -61,7 +61,7 @@ from runstore.checkpoint.threads import (
     thread_info,
     thread_query,
 )
-from runstore.runs import Clock, system_clock
+from runstore.clock import Clock, system_clock
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.standalone import Standalone
 
@@ -490,7 +490,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         rescan: bool = False,
         thread_ids: Sequence[str] | None = None,
     ) -> SweepBatch:
-        """One bounded batch of a retention sweep (`runstore.retention` runs the passes):
+        """One bounded batch of a retention sweep (`runstore.sweeper` runs the passes):
         claims up to ``limit`` threads after ``after`` and applies ``policy`` to each live
         one in a transaction of its own; a ``dry_run`` claims nothing and rolls back."""
         claim = check_sweep(policy, limit, claim_seconds)

@@ -449,7 +449,7 @@ def test_raw_rows_follow_the_store_table_and_decode_back() -> None:
     import random
 
     from runstore.bench.events import decode_rows, make_events, raw_rows
-    from runstore.sql.schema import INSERT_COLUMNS, RECORD_COLUMNS
+    from runstore.events.schema import INSERT_COLUMNS, RECORD_COLUMNS
 
     events = make_events("t", 0, 4, random.Random(1))
     rows = raw_rows(events, 7, INSERT_COLUMNS)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runstore import hookimpl
+from runstore.events.owner import AUTO, UserId
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.owner import AUTO, UserId
 from runstore.plugins.memory.events import MemoryEventStore
 from runstore.registry import EventStoreRegistry
 from runstore.urls import BackendURL

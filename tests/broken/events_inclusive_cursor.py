@@ -5,9 +5,9 @@ The event suite must fail it (contract: before_seq is exclusive).
 
 from __future__ import annotations
 
-from runstore import hookimpl
+from runstore.events.owner import AUTO, UserId
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.owner import AUTO, UserId
 from runstore.plugins.memory.events import MemoryEventStore
 from runstore.registry import EventStoreRegistry
 from runstore.urls import BackendURL

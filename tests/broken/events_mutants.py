@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runstore import hookimpl
-from runstore.events import EventRecord, RunEventStore
+from runstore.events.owner import AUTO, UserId
+from runstore.events.protocol import EventRecord, RunEventStore
+from runstore.events.records import PreparedEvent, copy_record, is_visible_ai_message
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.owner import AUTO, UserId
 from runstore.plugins.memory.events import MemoryEventStore, _Rows, _Thread
-from runstore.records import PreparedEvent, copy_record, is_visible_ai_message
 from runstore.registry import EventStoreRegistry
 from runstore.urls import BackendURL
 
@@ -205,7 +205,7 @@ class FindLatestKeepsOldest(MemoryEventStore):
 
     async def find_latest_ai_message_run_ids(self, thread_id: str, message_ids: Iterable[str], *,
                                              user_id: UserId = AUTO) -> dict[str, str]:
-        from runstore.records import ai_message_match, normalize_message_ids
+        from runstore.events.records import ai_message_match, normalize_message_ids
 
         pending = normalize_message_ids(message_ids)
         result: dict[str, str] = {}
@@ -297,7 +297,7 @@ class MessageSeqsLatest(MemoryEventStore):
 
     async def get_message_seqs(self, thread_id: str, identities: Iterable[str], *,
                                user_id: UserId = AUTO) -> dict[str, int]:
-        from runstore.identity import message_identity
+        from runstore.events.identity import message_identity
 
         wanted = set(await super().get_message_seqs(thread_id, identities, user_id=user_id))
         thread = self._threads.get(thread_id)

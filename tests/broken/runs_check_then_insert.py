@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runstore import hookimpl
+from runstore.errors import ThreadBusyError
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.runs import MemoryRunStore
 from runstore.registry import RunStoreRegistry
-from runstore.runs import CreateResult, ThreadBusyError
+from runstore.runs.protocol import CreateResult
 from runstore.urls import BackendURL
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.runs import MemoryRunStore
 from runstore.registry import RunStoreRegistry
-from runstore.runs import RunRecord
+from runstore.runs.protocol import RunRecord
 from runstore.urls import BackendURL
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runstore import hookimpl
+from runstore.clock import seconds_to_micros, to_micros
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.runs import MemoryRunStore
 from runstore.registry import RunStoreRegistry
-from runstore.runs import RunRecord, seconds_to_micros, to_micros
-from runstore.sql.runs import record
+from runstore.runs.protocol import RunRecord
+from runstore.runs.sql import record
 from runstore.urls import BackendURL
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.saver import MemorySaver, _Namespace
 from runstore.registry import SaverRegistry

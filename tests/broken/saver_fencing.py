@@ -17,9 +17,9 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from runstore import hookimpl
-from runstore.checkpoint.saverbase import FENCE_KEY, config_fence
+from runstore.checkpoint.rules import FENCE_KEY, config_fence
 from runstore.errors import StaleFenceError
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry

@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, get_checkpoint_id
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry

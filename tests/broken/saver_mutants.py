@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
 )
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory import saver as memory
 from runstore.plugins.memory.saver import MemorySaver, _Namespace

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.types import INTERRUPT
 
-from runstore import hookimpl
-from runstore.checkpoint.retention import RetentionPolicy, ThreadSwept, plan_thread
+from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept, plan_thread
 from runstore.checkpoint.threads import Removed
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.saver import MemorySaver, _footprint
 from runstore.registry import SaverRegistry

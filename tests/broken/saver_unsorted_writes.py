@@ -5,7 +5,7 @@ The saver suite must fail it (contract: pending_writes in writes_sort_key order)
 
 from __future__ import annotations
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory import saver as memory_saver
 from runstore.registry import SaverRegistry

@@ -6,7 +6,7 @@ a full buffer).
 
 from __future__ import annotations
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.streams import MemoryStreamBridge
 from runstore.registry import StreamBridgeRegistry

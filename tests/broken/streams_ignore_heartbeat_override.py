@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.streams import MemoryStreamBridge
 from runstore.registry import StreamBridgeRegistry
-from runstore.streams import StreamItem
+from runstore.streams.protocol import StreamItem
 from runstore.urls import BackendURL
 
 

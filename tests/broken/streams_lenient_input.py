@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.streams import MemoryStreamBridge
 from runstore.registry import StreamBridgeRegistry

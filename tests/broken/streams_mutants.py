@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.streams import MemoryStreamBridge, _Cursor, _Run
 from runstore.registry import StreamBridgeRegistry
-from runstore.streams import StreamGap, StreamItem, parse_event_id, resolve_heartbeat
+from runstore.streams.protocol import StreamGap, StreamItem, parse_event_id, resolve_heartbeat
 from runstore.urls import BackendURL
 
 MUTANTS: dict[str, type[MemoryStreamBridge]] = {}

@@ -6,11 +6,11 @@ subscriber that falls behind it, gets a StreamGap, never a silent skip).
 
 from __future__ import annotations
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.streams import MemoryStreamBridge, _Cursor, _Run
 from runstore.registry import StreamBridgeRegistry
-from runstore.streams import StreamGap
+from runstore.streams.protocol import StreamGap
 from runstore.urls import BackendURL
 
 

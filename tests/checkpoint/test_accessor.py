@@ -9,8 +9,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from runstore import CheckpointModeError, CheckpointStateAccessor, UndeclaredChannelError
+from runstore import CheckpointStateAccessor
 from runstore.checkpoint.forwarding import ForwardingSaver
+from runstore.errors import CheckpointModeError, UndeclaredChannelError
 
 from .graphs import chat_builder, contents, thread, turn
 

@@ -18,6 +18,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 import runstore
 from runstore import CachedHistorySaver
+from runstore.checkpoint.forwarding import unwrap_saver
 from runstore.options import BackendOptions
 from runstore.plugins.memory.cache import MemoryHistoryCache
 from runstore.plugins.redis.cache import RedisHistoryCache
@@ -253,7 +254,7 @@ async def test_open_caches_only_where_it_pays(tmp_path: Path, postgres_url: str)
             assert not isinstance(stores.checkpointer, CachedHistorySaver), (
                 "runstore's SQL savers read history in one trip: no cache by default"
             )
-            assert type(runstore.unwrap_saver(stores.checkpointer)).__name__ in ("SqliteSaver", "PostgresSaver")
+            assert type(unwrap_saver(stores.checkpointer)).__name__ in ("SqliteSaver", "PostgresSaver")
         modes.reset_checkpoint_mode_for_tests()
         async with runstore.open({"checkpoint_channel_mode": "delta",
                                   "checkpoint_cache": {"enabled": "on"}}, checkpointer=url) as stores:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from runstore import CachedHistorySaver, CheckpointModeMismatchError, CheckpointStateAccessor
+from runstore import CachedHistorySaver, CheckpointStateAccessor
 from runstore.checkpoint import modes
 from runstore.checkpoint.forwarding import DeltaMarkingSaver
+from runstore.errors import CheckpointModeMismatchError
 from runstore.plugins.memory.cache import MemoryHistoryCache
 
 from .graphs import chat_builder, contents, thread, turn

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runstore.checkpoint.groupcommit import GroupCommit, Outcome
+from runstore.batching import GroupCommit, Outcome
 from runstore.checkpoint.prefetch import PrefetchStore
 
 

@@ -11,8 +11,12 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
 import runstore
-from runstore import CheckpointModeError, CheckpointModeReconfigurationError
 from runstore.checkpoint import modes
+from runstore.checkpoint.modes import (
+    freeze_checkpoint_channel_mode,
+    freeze_checkpoint_snapshot_frequency,
+)
+from runstore.errors import CheckpointModeError, CheckpointModeReconfigurationError
 
 
 def _meta(schema: type, key: str) -> tuple[object, ...]:
@@ -33,20 +37,20 @@ def test_public_names_importable() -> None:
 
 
 def test_freeze_first_use_then_reconfiguration_error() -> None:
-    assert runstore.freeze_checkpoint_channel_mode("delta") == "delta"
-    assert runstore.freeze_checkpoint_channel_mode() == "delta"
-    assert runstore.freeze_checkpoint_channel_mode("delta") == "delta"
+    assert freeze_checkpoint_channel_mode("delta") == "delta"
+    assert freeze_checkpoint_channel_mode() == "delta"
+    assert freeze_checkpoint_channel_mode("delta") == "delta"
     with pytest.raises(CheckpointModeReconfigurationError):
-        runstore.freeze_checkpoint_channel_mode("full")
-    assert runstore.freeze_checkpoint_snapshot_frequency(5) == 5
+        freeze_checkpoint_channel_mode("full")
+    assert freeze_checkpoint_snapshot_frequency(5) == 5
     with pytest.raises(CheckpointModeReconfigurationError):
-        runstore.freeze_checkpoint_snapshot_frequency(6)
+        freeze_checkpoint_snapshot_frequency(6)
 
 
 @pytest.mark.parametrize("bad", [0, -1])
 def test_non_positive_frequency_is_value_error(bad: int) -> None:
     with pytest.raises(ValueError):
-        runstore.freeze_checkpoint_snapshot_frequency(bad)
+        freeze_checkpoint_snapshot_frequency(bad)
     with pytest.raises(ValueError):
         runstore.get_thread_state_schema("delta", bad)
 
@@ -134,7 +138,7 @@ async def test_schema_before_open_never_silently_mismatches(
 
 
 async def test_an_explicit_freeze_still_refuses_another_mode() -> None:
-    runstore.freeze_checkpoint_channel_mode("delta")
+    freeze_checkpoint_channel_mode("delta")
     with pytest.raises(CheckpointModeReconfigurationError):
         async with runstore.open({**_MEMORY, "checkpoint_channel_mode": "full"}):
             pass

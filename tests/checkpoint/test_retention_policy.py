@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runstore.checkpoint.retention import RetentionPolicy, check_overrides
+from runstore.checkpoint.policy import RetentionPolicy, check_overrides
 from runstore.errors import ConfigError, InvalidSaverInputError
 from runstore.settings import Settings
 

@@ -9,7 +9,7 @@ import pytest
 
 from runstore.checkpoint import codec
 from runstore.checkpoint.filters import filter_terms, json_equal, metadata_matches
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.rules import (
     checked_text,
     config_address,
     missing_delta_channels,
@@ -158,7 +158,7 @@ def test_metadata_no_saver_can_store_is_refused(metadata: dict[str, Any], refuse
     ],
 )
 def test_check_channels(versions: dict[str, Any], bad: str | None) -> None:
-    from runstore.checkpoint.saverbase import check_channels
+    from runstore.checkpoint.rules import check_channels
 
     if bad is None:
         check_channels(versions, "channel_versions")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runstore import InvalidEventError
+from runstore.errors import InvalidEventError
 from runstore.options import BackendOptions
 from runstore.plugins.jsonl import events as jsonl_events
 from runstore.plugins.jsonl.events import JsonlEventStore

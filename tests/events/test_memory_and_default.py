@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from runstore import IncompleteMessageRunLookupError
-from runstore.events import AI_LOOKUP_PAGE_SIZE, walk_ai_message_runs
+from runstore.errors import IncompleteMessageRunLookupError
+from runstore.events.protocol import AI_LOOKUP_PAGE_SIZE, walk_ai_message_runs
 from runstore.options import BackendOptions
 from runstore.plugins.memory.events import MemoryEventStore
 from runstore.urls import BackendURL

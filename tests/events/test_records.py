@@ -1,4 +1,4 @@
-"""Unit tests of the shared event validation (runstore.records) and message identity."""
+"""Unit tests of the shared event validation (runstore.events.records) and message identity."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runstore import InvalidEventError, message_identity
-from runstore.identity import ai_message_id
-from runstore.records import (
+from runstore.errors import InvalidEventError
+from runstore.events.identity import ai_message_id, message_identity
+from runstore.events.records import (
     BATCH_KEYS,
-    MAX_ID_BYTES,
     check_cursor,
     check_event_types,
     check_limit,
@@ -20,10 +19,10 @@ from runstore.records import (
     prepare_batch,
     prepare_event,
     select_page,
-    truncate_utf8,
     validate_content,
     validate_id,
 )
+from runstore.validation import MAX_ID_BYTES, truncate_utf8
 
 BASE = {"thread_id": "t", "run_id": "r", "event_type": "e", "category": "message"}
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import runstore
 from runstore import END, HEARTBEAT
+from runstore.urls import BackendURL
 
 #: Short lifetimes so that expiry happens within the soak (seconds), yet longer than a
 #: loaded machine's pause between two calls of one run: a stream idle for
@@ -175,7 +176,7 @@ async def _redis_keys(url: str | None) -> dict[str, int]:
 def stack(name: str, tmp: Path) -> Any:
     """The stores config (and Redis URL) of a stack: ``embedded`` or ``servers``."""
     if name == "embedded":
-        url = runstore.BackendURL.for_file("sqlite", tmp / "soak.db").render()
+        url = BackendURL.for_file("sqlite", tmp / "soak.db").render()
         yield {"checkpointer": "memory://", "events": url, "streams": "memory://"}, None
         return
     from .servers import PostgresServer, RedisServer

@@ -507,7 +507,7 @@ async def test_run_store_writes_cancelled_at_every_suspension(
     """Every run store write, cancelled at each of its caller's suspensions: the thread's
     runs are as before the call or as after all of it, read from another pool; settled at
     once (no session in a transaction, no row lock held); the next writes commit."""
-    from runstore.runs import ManualClock
+    from runstore.clock import ManualClock
 
     async with _stack(kind, request, tmp_path) as stack:
         runs, reader = await stack.open_runs()

@@ -19,6 +19,7 @@ import pytest
 import runstore
 from runstore.conformance.harness import service_unavailable
 from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
+from runstore.urls import BackendURL
 
 from .servers import Certificates, PostgresServer, ServerUnavailable
 
@@ -146,7 +147,7 @@ async def test_a_client_certificate_authenticates(tls_server: PostgresServer, ce
 )
 async def test_bad_connect_options_are_refused_before_connecting(query: dict[str, str], message: str) -> None:
     # Nothing listens on port 1: a refused option never gets as far as connecting.
-    url = runstore.BackendURL(scheme="postgresql", host="127.0.0.1", port=1, path="/x", query=query)
+    url = BackendURL(scheme="postgresql", host="127.0.0.1", port=1, path="/x", query=query)
     with pytest.raises(InvalidURLError, match=message):
         await _round_trip(url.render(hide_password=False))
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from runstore import END, HEARTBEAT, StreamEvent, StreamGap
+from runstore import END, HEARTBEAT, StreamEvent
 from runstore.errors import BackendUnavailableError
 from runstore.options import BackendOptions
 from runstore.settings import Settings
+from runstore.streams import StreamGap
 from runstore.urls import BackendURL
 
 from .servers import RedisServer, TcpProxy

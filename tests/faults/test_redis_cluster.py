@@ -22,7 +22,7 @@ import pytest
 
 import runstore
 from runstore.conformance.harness import service_unavailable
-from runstore.streams import END, StreamEvent, StreamGap, StreamItem
+from runstore.streams.protocol import END, StreamEvent, StreamGap, StreamItem
 
 from .servers import RedisClusterServers, ServerUnavailable
 

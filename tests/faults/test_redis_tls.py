@@ -19,7 +19,7 @@ import pytest
 import runstore
 from runstore.conformance.harness import service_unavailable
 from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
-from runstore.streams import END, StreamEvent
+from runstore.streams.protocol import END, StreamEvent
 
 from .servers import Certificates, RedisServer, ServerUnavailable
 

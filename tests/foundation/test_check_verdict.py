@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from runstore.check import CheckResult
+from runstore.cli.check import CheckResult
 
 MISSING_DRIVER_PLUGIN = """
 import runstore
+from runstore.hookspecs import hookimpl
 from runstore.plugins.memory.events import MemoryEventStore
 
 
@@ -27,7 +28,7 @@ async def _open(url, options):
     return MemoryEventStore()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_event_stores(registry):
     registry.add("nodriver", schemes=["nodriver"], factory=_open, drivers=["runstore_no_such_driver"],
                  extra="nodriver")
@@ -36,6 +37,7 @@ def runstore_register_event_stores(registry):
 #: Two savers whose names hold '-': each keeps its own row; one of them is broken.
 ZOO_PLUGIN = """
 import runstore
+from runstore.hookspecs import hookimpl
 from langgraph.checkpoint.memory import InMemorySaver
 
 
@@ -52,7 +54,7 @@ async def _forgetful(url, options):
     return Forgetful()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_savers(registry):
     registry.add("zoo-lg-memory", schemes=["zoo-lg-memory"], factory=_memory)
     registry.add("zoo-minimal", schemes=["zoo-minimal"], factory=_forgetful)
@@ -63,6 +65,7 @@ HANGING_PLUGIN = """
 import asyncio
 import os
 import runstore
+from runstore.hookspecs import hookimpl
 from langgraph.checkpoint.memory import InMemorySaver
 
 
@@ -76,7 +79,7 @@ async def _open(url, options):
     return Hanging()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_savers(registry):
     registry.add("hanging", schemes=["hanging"], factory=_open)
 """
@@ -89,7 +92,7 @@ def _closed_port() -> int:
 
 
 def _check(*args: str, cwd: Path, prelude: str = "") -> subprocess.CompletedProcess[str]:
-    code = f"import sys\n{prelude}\nfrom runstore.cli import run\nsys.argv = ['runstore', 'check', *sys.argv[1:]]\nrun()"
+    code = f"import sys\n{prelude}\nfrom runstore.cli.main import run\nsys.argv = ['runstore', 'check', *sys.argv[1:]]\nrun()"
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, timeout=600
     )
@@ -311,7 +314,7 @@ def test_randomized_profile_reports_its_seed(tmp_path: Path) -> None:
 def test_an_interrupted_run_is_never_passed(tmp_path: Path) -> None:
     (tmp_path / "hanging_plugin.py").write_text(HANGING_PLUGIN)
     marker = tmp_path / "hanging"
-    code = "import sys\nfrom runstore.cli import run\nsys.argv = ['runstore', *sys.argv[1:]]\nrun()"
+    code = "import sys\nfrom runstore.cli.main import run\nsys.argv = ['runstore', *sys.argv[1:]]\nrun()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "check", "memory://", "hanging://", "--plugin", "hanging_plugin.py",
          "--json", "-k", "roundtrip"],

@@ -16,6 +16,7 @@ import runstore
 
 FORGETFUL_SAVER = '''
 import runstore
+from runstore.hookspecs import hookimpl
 from langgraph.checkpoint.memory import InMemorySaver
 
 
@@ -30,7 +31,7 @@ async def _open(url, options):
     return ForgetfulSaver()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_savers(registry):
     registry.add("forgetful", schemes=["forgetful"], factory=_open)
 '''
@@ -38,7 +39,7 @@ def runstore_register_savers(registry):
 
 def _runstore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runstore.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "runstore.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=600
     )
 
 
@@ -133,6 +134,7 @@ def test_check_rejects_unknown_kind_prefix(tmp_path: Path) -> None:
 
 MISSING_DRIVER_PLUGIN = '''
 import runstore
+from runstore.hookspecs import hookimpl
 from runstore.plugins.memory.events import MemoryEventStore
 
 
@@ -140,7 +142,7 @@ async def _open(url, options):
     return MemoryEventStore()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_event_stores(registry):
     registry.add("bracketed", schemes=["bracketed"], factory=_open, drivers=["runstore_no_such_driver"],
                  extra="bracketed")

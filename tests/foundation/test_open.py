@@ -12,8 +12,11 @@ import pytest
 
 import runstore
 from runstore import loader
-from runstore.errors import BackendNotFoundError, MissingDriverError
+from runstore.checkpoint.forwarding import unwrap_saver
+from runstore.errors import BackendNotFoundError, MissingDriverError, StoreNotOpenedError
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
+from runstore.registry import StreamBridgeRegistry
 from runstore.urls import BackendURL
 
 
@@ -117,11 +120,11 @@ async def test_everything_opened_is_closed_even_on_error() -> None:
         options.on_close(lambda: closed.append("pool"))
         return Bridge()
 
-    def runstore_register_stream_bridges(registry: runstore.StreamBridgeRegistry) -> None:
+    def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         registry.add("closing", schemes=["closing"], factory=open_bridge)
 
     plugin = types.ModuleType("closing_plugin")
-    plugin.runstore_register_stream_bridges = runstore.hookimpl(runstore_register_stream_bridges)  # type: ignore[attr-defined]
+    plugin.runstore_register_stream_bridges = hookimpl(runstore_register_stream_bridges)  # type: ignore[attr-defined]
     loader.register_plugin(plugin)
     with pytest.raises(RuntimeError, match="boom"):
         async with runstore.open(checkpointer="memory://", events="memory://", streams="closing://"):
@@ -134,7 +137,7 @@ async def test_only_the_kinds_asked_for_are_opened(tmp_path: Path, postgres_url:
         assert stores.opened == ("checkpointer",)
         assert type(stores.checkpointer).__name__ == "PostgresSaver", "full mode: the saver itself"
         for kind in ("events", "streams", "runs"):
-            with pytest.raises(runstore.StoreNotOpenedError, match=rf"no {kind} store.*{kind}=URL"):
+            with pytest.raises(StoreNotOpenedError, match=rf"no {kind} store.*{kind}=URL"):
                 getattr(stores, kind)
     assert not (tmp_path / ".runstore").exists(), "naming other URLs never creates the default file"
 
@@ -156,6 +159,6 @@ async def test_configured_kinds_count_as_asked_for(
 async def test_the_saver_behind_the_delta_wrappers(postgres_url: str) -> None:
     async with runstore.open({"checkpoint_channel_mode": "delta"}, checkpointer=postgres_url) as stores:
         assert type(stores.checkpointer).__name__ != "PostgresSaver"
-        inner = runstore.unwrap_saver(stores.checkpointer)
+        inner = unwrap_saver(stores.checkpointer)
         assert type(inner).__name__ == "PostgresSaver"
-        assert runstore.unwrap_saver(inner) is inner
+        assert unwrap_saver(inner) is inner

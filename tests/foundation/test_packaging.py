@@ -21,7 +21,7 @@ def test_wheel_installs_and_imports_from_anywhere(fresh_env: FreshEnv, tmp_path:
         "import importlib, runstore\n"
         f"for name in {PACKAGES!r}: importlib.import_module(name)\n"
         "print(runstore.__file__)\n"
-        "print(sorted(s.name for s in runstore.get_backends().events))\n"
+        "print(sorted(s.name for s in get_backends().events))\n"
     )
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()

@@ -24,6 +24,7 @@ DEV_PLUGIN = '''
 from dataclasses import replace
 
 import runstore
+from runstore.hookspecs import hookimpl
 from runstore.plugins.redis import _open_streams
 from runstore.plugins.sqlite import _open_events
 
@@ -36,13 +37,13 @@ async def _streams(url, options):
     return await _open_streams(replace(url, scheme="redis"), options)
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_event_stores(registry):
     registry.add("zoo-sqlite", schemes=["zoo-sqlite"], factory=_events,
                  capabilities=["cross_process"], description="sqlite under another name")
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_stream_bridges(registry):
     registry.add("zoo-redis", schemes=["zoo-redis"], factory=_streams,
                  capabilities=["cross_process", "replay"], description="redis under another name")
@@ -145,8 +146,9 @@ import threading
 from contextlib import asynccontextmanager
 
 import runstore
+from runstore.hookspecs import hookimpl
 from runstore.plugins.memory.streams import MemoryStreamBridge
-from runstore.streams import HEARTBEAT
+from runstore.streams.protocol import HEARTBEAT
 
 
 class DeadlockBridge(MemoryStreamBridge):
@@ -195,7 +197,7 @@ async def _open_saver(url, options):
     return _saver_in_context()
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_savers(registry):
     registry.add("zoosaver", schemes=["zoosaver"], factory=_open_saver, description="in a context")
 
@@ -206,7 +208,7 @@ def _opener(cls):
     return open_bridge
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_stream_bridges(registry):
     for name, cls in [("zoodeadlock", DeadlockBridge), ("zoostuck", StuckBridge),
                       ("zoochatty", ChattyBridge), ("zoogroup", GroupBridge)]:

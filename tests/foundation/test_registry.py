@@ -14,7 +14,15 @@ from runstore.errors import (
     MissingDriverError,
     PluginError,
 )
+from runstore.hookspecs import hookimpl
+from runstore.loader import get_backends
 from runstore.options import BackendOptions
+from runstore.registry import (
+    EventStoreRegistry,
+    SaverRegistry,
+    SettingsRegistry,
+    StreamBridgeRegistry,
+)
 from runstore.settings import Settings, bounds
 from runstore.urls import BackendURL
 
@@ -32,7 +40,7 @@ def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _plugin(name: str, **hooks: object) -> types.ModuleType:
     module = types.ModuleType(name)
     for hook_name, fn in hooks.items():
-        setattr(module, hook_name, runstore.hookimpl(fn))  # type: ignore[arg-type]
+        setattr(module, hook_name, hookimpl(fn))  # type: ignore[arg-type]
     return module
 
 
@@ -41,7 +49,7 @@ async def _factory(url: BackendURL, options: BackendOptions) -> object:
 
 
 def test_builtins_load_through_entry_points() -> None:
-    backends = runstore.get_backends()
+    backends = get_backends()
     assert {s.name for s in backends.events} >= {"memory", "jsonl", "sqlite", "postgres"}
     assert {s.name for s in backends.savers} >= {"memory", "sqlite", "postgres"}
     assert {s.name for s in backends.streams} >= {"memory", "redis"}
@@ -53,56 +61,56 @@ def test_builtins_load_through_entry_points() -> None:
 
 def test_unknown_scheme_lists_installed_backends() -> None:
     with pytest.raises(BackendNotFoundError) as info:
-        runstore.get_backends().events.for_url("mongodb://h/db")
+        get_backends().events.for_url("mongodb://h/db")
     message = str(info.value)
     assert "'mongodb'" in message and "sqlite://" in message and "jsonl://" in message
 
 
 def test_registered_plugin_is_selectable() -> None:
-    def runstore_register_event_stores(registry: runstore.EventStoreRegistry) -> None:
+    def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         registry.add("acme", schemes=["acme"], factory=_factory, capabilities=["durable"])
 
     loader.register_plugin(_plugin("acme_plugin", runstore_register_event_stores=runstore_register_event_stores))
-    spec = runstore.get_backends().events.for_url("acme://x")
+    spec = get_backends().events.for_url("acme://x")
     assert spec.name == "acme" and spec.plugin.name == "acme_plugin"
     assert spec.capabilities == frozenset({"durable"})
 
 
 def test_duplicate_name_names_both_plugins() -> None:
-    def runstore_register_savers(registry: runstore.SaverRegistry) -> None:
+    def runstore_register_savers(registry: SaverRegistry) -> None:
         registry.add("memory", schemes=["mem2"], factory=_factory)
 
     loader.register_plugin(_plugin("copycat", runstore_register_savers=runstore_register_savers))
     with pytest.raises(DuplicateBackendError) as info:
-        runstore.get_backends()
+        get_backends()
     assert "memory (runstore" in str(info.value) and "copycat" in str(info.value)
 
 
 def test_duplicate_scheme_names_both_plugins() -> None:
-    def runstore_register_stream_bridges(registry: runstore.StreamBridgeRegistry) -> None:
+    def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         registry.add("fastredis", schemes=["redis"], factory=_factory)
 
     loader.register_plugin(_plugin("fastredis_plugin", runstore_register_stream_bridges=runstore_register_stream_bridges))
     with pytest.raises(DuplicateBackendError, match=r"redis://.*'redis' from redis.*'fastredis' from fastredis_plugin"):
-        runstore.get_backends()
+        get_backends()
 
 
 def test_disable_plugins_env_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNSTORE_DISABLE_PLUGINS", "jsonl, redis")
     loader.reset()
-    backends = runstore.get_backends()
+    backends = get_backends()
     assert "jsonl" not in {s.name for s in backends.events}
     assert not backends.streams.serves("redis://h")
     assert backends.events.serves("memory://")
 
 
 def test_disabled_plugin_frees_its_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    def runstore_register_stream_bridges(registry: runstore.StreamBridgeRegistry) -> None:
+    def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         registry.add("fastredis", schemes=["redis"], factory=_factory)
 
     monkeypatch.setenv("RUNSTORE_DISABLE_PLUGINS", "redis")
     loader.register_plugin(_plugin("fastredis_plugin", runstore_register_stream_bridges=runstore_register_stream_bridges))
-    assert runstore.get_backends().streams.for_url("redis://h").name == "fastredis"
+    assert get_backends().streams.for_url("redis://h").name == "fastredis"
 
 
 def test_misspelled_hook_fails_at_load() -> None:
@@ -111,27 +119,27 @@ def test_misspelled_hook_fails_at_load() -> None:
 
     loader.register_plugin(_plugin("typo_plugin", runstore_register_saverz=runstore_register_saverz))
     with pytest.raises(PluginError, match="typo_plugin"):
-        runstore.get_backends()
+        get_backends()
 
 
 def test_unknown_capability_rejected() -> None:
-    def runstore_register_event_stores(registry: runstore.EventStoreRegistry) -> None:
+    def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         registry.add("x", schemes=["x"], factory=_factory, capabilities=["teleport"])
 
     loader.register_plugin(_plugin("caps", runstore_register_event_stores=runstore_register_event_stores))
     with pytest.raises(PluginError, match="unknown capabilities \\['teleport'\\]"):
-        runstore.get_backends()
+        get_backends()
 
 
 async def test_missing_driver_names_the_extra() -> None:
-    def runstore_register_event_stores(registry: runstore.EventStoreRegistry) -> None:
+    def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         registry.add(
             "needsdriver", schemes=["nd"], factory=_factory,
             drivers=["definitely_not_installed_driver"], extra="nd",
         )
 
     loader.register_plugin(_plugin("nd", runstore_register_event_stores=runstore_register_event_stores))
-    spec = runstore.get_backends().events.for_url("nd://")
+    spec = get_backends().events.for_url("nd://")
     assert spec.missing_driver() == "definitely_not_installed_driver"
     async with BackendOptions.scope() as options:
         with pytest.raises(MissingDriverError, match=r"pip install 'runstore\[nd\]'"):
@@ -141,14 +149,14 @@ async def test_missing_driver_names_the_extra() -> None:
 def test_each_plugin_gets_a_view_scoped_to_it() -> None:
     seen: list[object] = []
 
-    def runstore_register_event_stores(registry: runstore.EventStoreRegistry) -> None:
+    def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         seen.append(registry)
         registry.add("viewed", schemes=["viewed"], factory=_factory)
 
     loader.register_plugin(_plugin("viewer", runstore_register_event_stores=runstore_register_event_stores))
-    backends = runstore.get_backends()
+    backends = get_backends()
     (view,) = seen
-    assert isinstance(view, runstore.EventStoreRegistry) and view.plugin.name == "viewer"
+    assert isinstance(view, EventStoreRegistry) and view.plugin.name == "viewer"
     assert not hasattr(view, "for_url"), "a plugin's view adds; it does not expose the table"
     assert backends.events.get("viewed").plugin.name == "viewer"
     assert backends.events.get("memory").plugin.name == "memory", "other plugins keep their names"
@@ -161,7 +169,7 @@ class _AcmeSettings:
 
 
 def _settings_plugin(name: str, section: str, schema: type) -> types.ModuleType:
-    def runstore_register_settings(registry: runstore.SettingsRegistry) -> None:
+    def runstore_register_settings(registry: SettingsRegistry) -> None:
         registry.add(section, schema, description="acme knobs")
 
     return _plugin(name, runstore_register_settings=runstore_register_settings)
@@ -169,10 +177,10 @@ def _settings_plugin(name: str, section: str, schema: type) -> types.ModuleType:
 
 def test_a_plugin_declares_a_settings_section() -> None:
     loader.register_plugin(_settings_plugin("acme_settings", "acme", _AcmeSettings))
-    section = runstore.get_backends().settings.get("acme")
+    section = get_backends().settings.get("acme")
     assert section is not None and section.schema is _AcmeSettings
     assert section.plugin.name == "acme_settings" and section.description == "acme knobs"
-    builtin = {s.name: s.plugin.name for s in runstore.get_backends().settings}
+    builtin = {s.name: s.plugin.name for s in get_backends().settings}
     assert builtin["sqlite"] == "sqlite" and builtin["postgres"] == "postgres"
 
 
@@ -199,7 +207,7 @@ class _ListValued:
 def test_bad_settings_sections_fail_at_load(section: str, schema: type, error: type, match: str) -> None:
     loader.register_plugin(_settings_plugin("bad_settings", section, schema))
     with pytest.raises(error, match=match):
-        runstore.get_backends()
+        get_backends()
 
 
 @pytest.mark.parametrize(
@@ -222,7 +230,7 @@ def test_import_runstore_is_light() -> None:
     import sys
 
     code = (
-        "import sys, runstore; runstore.get_backends(); runstore.Settings;"
+        "import sys, runstore; get_backends(); runstore.Settings;"
         "bad = [m for m in ('pytest', 'hypothesis', 'asyncpg', 'redis', 'aiosqlite') if m in sys.modules];"
         "print(bad)"
     )

@@ -14,6 +14,7 @@ import pytest
 PLUGIN = '''
 import dataclasses
 
+from runstore.hookspecs import hookimpl
 import runstore
 from runstore.plugins.memory import _open_events
 from runstore.settings import bounds
@@ -25,13 +26,13 @@ class AcmeSettings:
     retries: int = dataclasses.field(default=3, metadata=bounds(0, 10))
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_event_stores(registry):
     registry.add("acme", schemes=["acme"], factory=_open_acme, capabilities=["durable"],
                  description="acme events")
 
 
-@runstore.hookimpl
+@hookimpl
 def runstore_register_settings(registry):
     registry.add("acme", AcmeSettings, description="where acme lives")
 
@@ -67,7 +68,7 @@ def _env(site: Path, **extra: str) -> dict[str, str]:
 
 def test_backends_lists_third_party_plugin(site: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli", "backends", "--json"],
+        [sys.executable, "-m", "runstore.cli.main", "backends", "--json"],
         capture_output=True, text=True, env=_env(site), cwd=tmp_path, check=True,
     )
     listed = json.loads(out.stdout)
@@ -141,7 +142,7 @@ def test_third_party_settings_section_from_env_and_yaml(site: Path, tmp_path: Pa
 
 def test_third_party_plugin_can_be_disabled(site: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli", "backends", "--json"],
+        [sys.executable, "-m", "runstore.cli.main", "backends", "--json"],
         capture_output=True, text=True, env=_env(site, RUNSTORE_DISABLE_PLUGINS="acme"),
         cwd=tmp_path, check=True,
     )

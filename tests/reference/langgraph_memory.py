@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL

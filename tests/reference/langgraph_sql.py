@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runstore import hookimpl
+from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from runstore.errors import BackendUnavailableError
+from runstore.clock import ManualClock
+from runstore.errors import BackendUnavailableError, RunError
 from runstore.options import BackendOptions
-from runstore.runs import ManualClock, RunError, RunStore
+from runstore.runs.protocol import RunStore
 from runstore.settings import Settings
 from runstore.urls import BackendURL
 

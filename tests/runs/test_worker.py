@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import runstore
-from runstore.checkpoint.saverbase import FENCE_KEY
+from runstore.checkpoint.rules import FENCE_KEY
 from runstore.errors import StaleFenceError
-from runstore.streams import END
+from runstore.streams.protocol import END
 from runstore.worker import COMPLETION_EVENT, WORKER_LOST, Lease, Worker
 
 from .worker_graph import STEPS, build

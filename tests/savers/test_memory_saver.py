@@ -13,7 +13,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from runstore.checkpoint import modes
-from runstore.checkpoint.saverbase import (
+from runstore.checkpoint.rules import (
     ensure_off_loop,
     is_last_write_wins,
     reconstruction_ancestors,

@@ -15,7 +15,7 @@ from runstore.errors import BackendRefusedError, BackendUnavailableError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres import sql as saver_sql
 from runstore.plugins.postgres.events import PostgresEventStore
-from runstore.plugins.postgres.pooled import function_name
+from runstore.plugins.postgres.pooler_functions import function_name
 from runstore.plugins.postgres.runs import PostgresRunStore
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.settings import Settings

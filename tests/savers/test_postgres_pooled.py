@@ -1,5 +1,5 @@
 """The functions wrapping the PostgreSQL saver's hot statements behind a transaction pooler
-(`runstore.plugins.postgres.pooled`): two processes creating them at once both end up
+(`runstore.plugins.postgres.pooler_functions`): two processes creating them at once both end up
 calling them, a role that may not create functions sends the statements as they are, and
 a saver opened without migrations gets them from `setup`."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from runstore.options import BackendOptions
 from runstore.plugins.postgres import sql
-from runstore.plugins.postgres.pooled import function_name, statement_functions
+from runstore.plugins.postgres.pooler_functions import function_name, statement_functions
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.settings import Settings
 from runstore.urls import BackendURL

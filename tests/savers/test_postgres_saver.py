@@ -22,7 +22,7 @@ from langgraph.graph import START, StateGraph
 
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
 from runstore.checkpoint.modes import get_thread_state_schema
-from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
+from runstore.checkpoint.rules import PREFETCH_MAX_SUPERSTEPS
 from runstore.errors import SyncCallOnEventLoopError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres.connections import run_statement_batch

@@ -23,13 +23,13 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 
 from runstore.checkpoint.modes import get_thread_state_schema
-from runstore.checkpoint.saverbase import PREFETCH_MAX_SUPERSTEPS
-from runstore.errors import SyncCallOnEventLoopError
+from runstore.checkpoint.rules import PREFETCH_MAX_SUPERSTEPS
+from runstore.errors import SchemaVersionError, SyncCallOnEventLoopError
 from runstore.options import BackendOptions
 from runstore.plugins.sqlite import sql
 from runstore.plugins.sqlite.saver import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS, SqliteSaver
 from runstore.settings import Settings
-from runstore.sql.migrations import SchemaVersionError, ensure_schema
+from runstore.sql.migrations import ensure_schema
 from runstore.urls import BackendURL
 
 

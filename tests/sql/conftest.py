@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from runstore.events.sql import SqlEventStore
 from runstore.options import BackendOptions
 from runstore.settings import Settings
-from runstore.sql.events import SqlEventStore
 from runstore.urls import BackendURL
 
 Opener = Callable[..., Awaitable[SqlEventStore]]

@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
-from runstore.errors import InvalidURLError
+from runstore.errors import InvalidURLError, UnboundEngineError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres import engine as postgres_engine
 from runstore.plugins.sqlite import engine as sqlite_engine
 from runstore.plugins.sqlite.engine import shared_engine
 from runstore.settings import Settings
-from runstore.sql.dialect import UnboundEngineError, dialect_of
+from runstore.sql.dialect import dialect_of
 from runstore.urls import BackendURL
 
 
@@ -137,7 +137,7 @@ async def test_postgres_schema_created_and_search_path_on_raw_connections(
 def test_postgres_plugin_module_does_not_import_asyncpg() -> None:
     code = (
         "import sys, runstore.plugins.postgres, runstore.plugins.postgres.events,"
-        " runstore.plugins.postgres.engine, runstore.sql.events;"
+        " runstore.plugins.postgres.engine, runstore.events.sql;"
         "assert 'asyncpg' not in sys.modules, 'asyncpg imported at module import'"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

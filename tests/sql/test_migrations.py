@@ -5,10 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from runstore.errors import SchemaVersionError
 from runstore.options import BackendOptions
 from runstore.plugins.postgres.events import POSTGRES_MIGRATIONS
 from runstore.plugins.sqlite.events import SQLITE_MIGRATIONS
-from runstore.sql.migrations import Migration, SchemaVersionError, ensure_schema
+from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
 from .conftest import open_engine, store_class

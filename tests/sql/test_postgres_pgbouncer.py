@@ -22,7 +22,7 @@ from runstore.conformance.harness import service_unavailable
 from runstore.options import BackendOptions
 from runstore.plugins.postgres import sql
 from runstore.plugins.postgres.events import PostgresEventStore
-from runstore.plugins.postgres.pooled import function_name
+from runstore.plugins.postgres.pooler_functions import function_name
 from runstore.plugins.postgres.runs import PostgresRunStore
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.settings import Settings

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-import runstore.sql.events as sql_events
-from runstore.records import InvalidEventError
-from runstore.sql.events import SqlEventStore, identity_patterns
+import runstore.events.sql as sql_events
+from runstore.errors import InvalidEventError
+from runstore.events.sql import SqlEventStore, identity_patterns
 
 from .conftest import Opener
 

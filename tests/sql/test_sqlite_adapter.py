@@ -12,14 +12,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from runstore.errors import UnsupportedDriverError
 from runstore.options import BackendOptions
 from runstore.plugins.sqlite import adapter
-from runstore.plugins.sqlite.adapter import (
-    UnsupportedDriverError,
-    WorkerConnection,
-    WriterAndReader,
-    check_surface,
-)
+from runstore.plugins.sqlite.adapter import WorkerConnection, WriterAndReader, check_surface
 from runstore.plugins.sqlite.engine import shared_engine
 from runstore.urls import BackendURL
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import runstore
-from runstore.errors import ConfigError
+from runstore.errors import ConfigError, InvalidURLError
 from runstore.plugins.jsonl.events import JsonlEventStore
 from runstore.plugins.memory.events import MemoryEventStore
 from runstore.plugins.memory.saver import MemorySaver
@@ -143,7 +143,7 @@ async def test_the_callers_engine_is_used_and_never_disposed(postgres_url: str) 
         await engine.dispose()
     sqlite_engine = create_async_engine("sqlite+aiosqlite://")
     try:
-        with pytest.raises(runstore.InvalidURLError, match="asyncpg"):
+        with pytest.raises(InvalidURLError, match="asyncpg"):
             async with PostgresSaver.from_engine(sqlite_engine):
                 pass
     finally:
@@ -180,7 +180,7 @@ def test_schema_sql_command_prints_every_kind_then_nothing(postgres_url: str) ->
     import asyncpg
     from click.testing import CliRunner
 
-    from runstore.cli import main
+    from runstore.cli.main import main
 
     first = CliRunner().invoke(main, ["schema-sql", postgres_url])
     assert first.exit_code == 0, first.output

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from runstore import END, StreamEvent, StreamGap
-from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError
+from runstore import END, StreamEvent
+from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError, StreamEndedError
 from runstore.options import BackendOptions
 from runstore.settings import Settings
-from runstore.streams import (
+from runstore.streams import StreamGap
+from runstore.streams.protocol import (
     HEARTBEAT,
-    StreamEndedError,
     format_event_id,
     heartbeat_loop,
     parse_event_id,
@@ -406,7 +406,7 @@ async def test_redis_scripts_load_when_the_server_lacks_them(
 
 
 async def test_notifier_never_loses_a_wakeup() -> None:
-    from runstore.streams import Notifier
+    from runstore.streams.protocol import Notifier
 
     news = Notifier()
     since = news.version

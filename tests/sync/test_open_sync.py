@@ -12,12 +12,14 @@ import pytest
 
 import runstore
 from runstore.checkpoint.modes import reset_checkpoint_mode_for_tests
+from runstore.urls import BackendURL
 
 SCRIPT = '''
 import json, sys, threading
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 import runstore
+import runstore.errors
 
 url, mode, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -43,7 +45,7 @@ with runstore.open_sync({"checkpoint_channel_mode": mode}, checkpointer=url) as 
     async def sync_call_on_the_loop():
         try:
             stores.checkpointer.get_tuple(cfg)
-        except runstore.SyncCallOnEventLoopError as exc:
+        except runstore.errors.SyncCallOnEventLoopError as exc:
             return str(exc)
         return None
 
@@ -75,7 +77,7 @@ def test_a_sync_script_runs_graph_invoke(
     backend: str, mode: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = request.getfixturevalue("postgres_url") if backend == "postgres" else (
-        runstore.BackendURL.for_file("sqlite", tmp_path / "app.db").render()
+        BackendURL.for_file("sqlite", tmp_path / "app.db").render()
     )
     first = _run(tmp_path, url, mode, 0)
     assert first["messages"] == ["q0", "you said: q0", "q1", "you said: q1"]

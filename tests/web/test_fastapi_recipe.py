@@ -42,7 +42,7 @@ LOG_CONFIG = {
     "formatters": {"plain": {"format": "%(name)s %(levelname)s %(message)s"}},
     "handlers": {"err": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "plain"}},
     "loggers": {
-        "runstore.sse": {"level": "DEBUG", "handlers": ["err"], "propagate": False},
+        "runstore.streams.sse": {"level": "DEBUG", "handlers": ["err"], "propagate": False},
         "uvicorn": {"level": "INFO", "handlers": ["err"], "propagate": False},
     },
 }

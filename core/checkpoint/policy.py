@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from runstore.checkpoint.saverbase import missing_delta_channels, reconstruction_ancestors
+from runstore.checkpoint.rules import missing_delta_channels, reconstruction_ancestors
 from runstore.checkpoint.threads import Removed
 from runstore.errors import InvalidSaverInputError
 
@@ -313,7 +313,7 @@ class SweepBatch:
     ``threads``: the threads examined, with what went (each examined by one sweeper
     only: it holds a claim on them). ``cleanup``: deleted threads whose events and
     stream keys still need deleting (tombstones the sweeper has not finished), for
-    `runstore.retention`. ``cursor``: pass back as ``after`` for the next batch;
+    `runstore.sweeper`. ``cursor``: pass back as ``after`` for the next batch;
     ``None`` when this pass over the threads is done.
     """
 

@@ -41,12 +41,13 @@ _HEADER = {
         "    CheckpointMetadata,\n"
         "    CheckpointTuple,\n"
         ")\n\n"
-        "from runstore import BackendOptions, BackendURL\n"
+        "from runstore.options import BackendOptions\n"
+        "from runstore.urls import BackendURL\n"
     ),
     "runs": (
         "from collections.abc import Iterable, Mapping\n"
         "from typing import Any\n\n"
-        "from runstore import BackendOptions, BackendURL\n"
+        "from runstore.options import BackendOptions\n"
         "from runstore.runs import (\n"
         "    CancelAction,\n"
         "    CreateResult,\n"
@@ -55,19 +56,22 @@ _HEADER = {
         "    RunStatus,\n"
         "    RunStore,\n"
         ")\n"
+        "from runstore.urls import BackendURL\n"
     ),
     "events": (
         "from collections.abc import Iterable, Mapping, Sequence\n"
         "from typing import Any\n\n"
-        "from runstore import BackendOptions, BackendURL, RunEventStore\n"
-        "from runstore.events import EventContent, EventRecord, RunSummary\n"
-        "from runstore.owner import AUTO, UserId\n"
+        "from runstore.events import EventContent, EventRecord, RunEventStore, RunSummary\n"
+        "from runstore.events.owner import AUTO, UserId\n"
+        "from runstore.options import BackendOptions\n"
+        "from runstore.urls import BackendURL\n"
     ),
     "streams": (
         "from collections.abc import AsyncGenerator\n"
         "from typing import Any\n\n"
-        "from runstore import BackendOptions, BackendURL, StreamBridge\n"
-        "from runstore.streams import StreamItem\n"
+        "from runstore.options import BackendOptions\n"
+        "from runstore.streams import StreamBridge, StreamItem\n"
+        "from runstore.urls import BackendURL\n"
     ),
 }
 
@@ -208,17 +212,20 @@ def new_plugin(name: str, directory: Path, *, kind: str = "events") -> list[Path
 
             from typing import Any
 
-            import runstore
+            from runstore.hookspecs import hookimpl
+            from runstore.options import BackendOptions
+            from runstore.registry import {registry}
+            from runstore.urls import BackendURL
 
 
-            async def _open(url: runstore.BackendURL, options: runstore.BackendOptions) -> Any:
+            async def _open(url: BackendURL, options: BackendOptions) -> Any:
                 from .{module} import {class_name}
 
                 return await {class_name}.open(url, options)
 
 
-            @runstore.hookimpl
-            def {hook}(registry: runstore.{registry}) -> None:
+            @hookimpl
+            def {hook}(registry: {registry}) -> None:
                 registry.add(
                     "{name}",
                     schemes=["{scheme}"],

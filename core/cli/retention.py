@@ -69,8 +69,8 @@ def run_cmd(
     configured policy applies. Several processes may run this at once (PostgreSQL
     claims batches with SKIP LOCKED).
     """
-    # Imported here: `python -m runstore.cli` loads this module while cli runs as __main__.
-    from runstore.console import console, emit_json
+    # Imported here: `python -m runstore.cli.main` loads this module while cli runs as __main__.
+    from runstore.cli.console import console, emit_json
     report = asyncio.run(
         _run(
             _open_kwargs(config, checkpointer, events, streams, runs),
@@ -105,10 +105,10 @@ async def _run(
 ) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from runstore.checkpoint.retention import RetentionPolicy
-    from runstore.console import err_console
-    from runstore.retention import SweepReport, sweep
+    from runstore.checkpoint.policy import RetentionPolicy
+    from runstore.cli.console import err_console
     from runstore.stores import open as open_stores
+    from runstore.sweeper import SweepReport, sweep
 
     async with open_stores(**open_kwargs) as stores:
         policy = RetentionPolicy.from_settings(stores.settings)
@@ -148,7 +148,7 @@ async def _run(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_json: bool) -> None:
     """Give the space deleted checkpoints held back to the file system (docs/threads.md)."""
-    from runstore.console import console, emit_json
+    from runstore.cli.console import console, emit_json
     result = asyncio.run(_compact(_open_kwargs(config, checkpointer, None, None, None), full))
     if as_json:
         emit_json(result.as_dict())
@@ -163,7 +163,7 @@ def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_jso
 
 async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
     from runstore.checkpoint.forwarding import unwrap_saver
-    from runstore.console import err_console
+    from runstore.cli.console import err_console
     from runstore.errors import ConfigError
     from runstore.stores import open as open_stores
 

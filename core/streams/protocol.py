@@ -34,7 +34,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-from runstore.errors import RunstoreError
+from runstore.errors import InvalidStreamInputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +81,8 @@ END: Final = _Marker("END")
 StreamItem = StreamEvent | StreamGap | _Marker
 
 
-class StreamEndedError(RunstoreError):
-    """`StreamBridge.publish` was called after `StreamBridge.publish_end` for that run."""
 
 
-class InvalidStreamInputError(RunstoreError, ValueError):
-    """A bridge call got a run id, event name or data it does not accept; nothing was
-    published. The message names the argument and what is accepted."""
 
 
 def check_run_id(run_id: object) -> str:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runstore import __version__
-from runstore.console import console, emit_json, err_console, styled
+from runstore.cli.console import console, emit_json, err_console, styled
 from runstore.errors import RunstoreError
 from runstore.redaction import redact
 
@@ -118,7 +118,7 @@ def _section_row(section: Any) -> dict[str, Any]:
 
 def _default_urls() -> list[str]:
     """The configured backends, each limited to the kinds it is configured for."""
-    from runstore.check import SUITE_KINDS
+    from runstore.cli.check import SUITE_KINDS
     from runstore.settings import Settings
 
     settings = Settings.load()
@@ -173,7 +173,7 @@ def check(
     import random
     from pathlib import Path
 
-    from runstore.check import (
+    from runstore.cli.check import (
         SUITE_KINDS,
         check_suite_installed,
         read_project_config,
@@ -229,7 +229,7 @@ def check(
             task = progress.add_task("collecting", total=None)
 
             def on_progress(done: int, total: int, record: dict[str, Any] | None) -> None:
-                from runstore.check import backend_label
+                from runstore.cli.check import backend_label
 
                 label = ""
                 if record is not None:
@@ -372,7 +372,7 @@ def new_plugin(name: str, kind: str, directory: str) -> None:
     """Write a minimal third-party plugin project: entry point, backend skeleton, CI test."""
     from pathlib import Path
 
-    from runstore.scaffold import new_plugin as scaffold
+    from runstore.cli.scaffold import new_plugin as scaffold
 
     written = scaffold(name, Path(directory), kind=kind)
     root = written[0].parent
@@ -394,7 +394,7 @@ _attach_bench()
 
 
 def _attach_retention() -> None:
-    from runstore.retention_cli import compact_cmd, retention_group
+    from runstore.cli.retention import compact_cmd, retention_group
 
     main.add_command(retention_group)
     main.add_command(compact_cmd)

@@ -376,7 +376,7 @@ class CheckResult:
         if self.errors:
             # A refused run (unreachable server, bad URL, missing extra) ran no test; CI
             # systems that read only JUnit still show why, as one errored test case.
-            case = ET.SubElement(suite, "testcase", classname="runstore.check", name="preflight", time="0")
+            case = ET.SubElement(suite, "testcase", classname="runstore.cli.check", name="preflight", time="0")
             error = ET.SubElement(case, "error", message=self.errors[0])
             error.text = "\n".join(self.errors)
             for attr in ("tests", "errors"):

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, ClassVar, Literal, TypedDict
 
-from runstore.errors import RunstoreError
+from runstore.clock import Clock, check_time, system_clock
+from runstore.errors import (
+    InvalidRunError,
+)
 
 RunStatus = Literal["pending", "running", "success", "error", "interrupted", "timeout", "cancelled"]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
@@ -113,195 +116,49 @@ class CreateResult:
 # -- errors ---------------------------------------------------------------------------
 
 
-class RunError(RunstoreError):
-    """Base of the run store's errors."""
 
 
-class InvalidRunError(RunError, ValueError, TypeError):
-    """An argument is invalid; the message names it and what is accepted (nothing was written)."""
 
 
-class RunNotFoundError(RunError, LookupError):
-    """No run has this id."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"no run {run_id!r}")
 
 
-class RunExistsError(RunError):
-    """`RunStore.create` was given a ``run_id`` that already exists."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} already exists; pass another run_id or none")
 
 
-class IdempotencyConflictError(RunError):
-    """An idempotency key is already held by a run of another thread."""
-
-    def __init__(self, key: str, run: RunRecord) -> None:
-        self.key = key
-        self.run = run
-        super().__init__(
-            f"idempotency key {key!r} belongs to run {run['run_id']!r} of thread "
-            f"{run['thread_id']!r}; a key names one run of one thread"
-        )
 
 
-class ThreadBusyError(RunError):
-    """``multitask_strategy="reject"`` and the thread has an active run (``active_run``)."""
-
-    def __init__(self, thread_id: str, active_run: RunRecord) -> None:
-        self.thread_id = thread_id
-        self.active_run = active_run
-        super().__init__(
-            f"thread {thread_id!r} already has active run {active_run['run_id']!r} "
-            f"({active_run['status']}); strategy 'reject' creates nothing (use interrupt, "
-            "rollback or enqueue, or wait for it to finish)"
-        )
 
 
-class LeaseHeldError(RunError):
-    """``interrupt``/``rollback`` found the active run running under a live lease."""
-
-    def __init__(self, run: RunRecord) -> None:
-        self.run = run
-        super().__init__(
-            f"active run {run['run_id']!r} of thread {run['thread_id']!r} is running under "
-            f"a live lease of {run['owner']!r} until {_iso(run['lease_expires_at'])}; request a "
-            "cancel (request_cancel) and create again once it has stopped"
-        )
 
 
-class RunStateError(RunError):
-    """The run's state does not allow the call; ``run`` is the run as stored."""
-
-    def __init__(self, run: RunRecord, message: str) -> None:
-        self.run = run
-        super().__init__(message)
 
 
-class RunQueuedError(RunStateError):
-    """`RunStore.start` on a queued run; ``ahead`` is the thread's active run id."""
-
-    def __init__(self, run: RunRecord, ahead: str) -> None:
-        self.ahead = ahead
-        super().__init__(
-            run, f"run {run['run_id']!r} is queued behind active run {ahead!r}; start that one"
-        )
 
 
-class RunAlreadyStartedError(RunStateError):
-    """`RunStore.start` on a run that another call already started."""
-
-    def __init__(self, run: RunRecord) -> None:
-        super().__init__(
-            run,
-            f"run {run['run_id']!r} is already running (owner {run['owner']!r}, lease until "
-            f"{_iso(run['lease_expires_at'])})",
-        )
 
 
-class RunFinishedError(RunStateError):
-    """The run has ended (a terminal status); it cannot be started, finalized or cancelled."""
-
-    def __init__(self, run: RunRecord) -> None:
-        super().__init__(run, f"run {run['run_id']!r} has already ended ({run['status']})")
 
 
-class LeaseLostError(RunStateError):
-    """The caller does not hold a live lease on the run (never had one, expired, or taken over)."""
-
-    def __init__(self, run: RunRecord, owner: str, now: datetime) -> None:
-        self.owner = owner
-        if run["status"] == "pending":
-            why = "it is pending (not started)"
-        elif run["owner"] != owner:
-            why = f"its lease belongs to {run['owner']!r}"
-        else:
-            why = f"the lease expired at {_iso(run['lease_expires_at'])} (now {_iso(now)})"
-        super().__init__(run, f"{owner!r} does not hold a live lease on run {run['run_id']!r}: {why}")
 
 
-class CancelPendingError(RunStateError):
-    """`RunStore.finalize` with a status that ignores the run's pending cancel request."""
-
-    def __init__(self, run: RunRecord, status: str) -> None:
-        self.action = run["cancel_action"]
-        super().__init__(
-            run,
-            f"run {run['run_id']!r} has a pending cancel ({self.action}); finalize it as "
-            f"{' or '.join(sorted(CANCEL_STATUSES))}, not {status!r}",
-        )
 
 
-def _iso(value: datetime | None) -> str:
-    return "never" if value is None else value.isoformat()
 
 
 # -- time -----------------------------------------------------------------------------
 
-#: ``clock() -> datetime``: the current time, timezone-aware. Every lease decision of a
-#: call reads it once.
-Clock = Callable[[], datetime]
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
-def system_clock() -> datetime:
-    """The default `Clock`: this machine's wall clock, in UTC."""
-    return datetime.now(UTC)
 
 
-class ManualClock:
-    """A `Clock` that moves only when told to (tests, simulations).
-
-    >>> clock = ManualClock(datetime(2001, 1, 1, tzinfo=UTC))
-    >>> store.clock = clock; clock.advance(30)
-    """
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self._now = check_time(start if start is not None else system_clock(), "start")
-
-    def __call__(self) -> datetime:
-        return self._now
-
-    def advance(self, seconds: float) -> datetime:
-        """Move forward by ``seconds`` (>= 0) and return the new time."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-            raise InvalidRunError(f"advance takes seconds >= 0, got {seconds!r}")
-        self._now += timedelta(seconds=seconds)
-        return self._now
-
-    def set(self, when: datetime) -> None:
-        """Jump to ``when`` (an aware datetime; backwards too, to simulate a skewed clock)."""
-        self._now = check_time(when, "when")
 
 
-def check_time(value: Any, what: str = "clock()") -> datetime:
-    """Return ``value`` if it is a timezone-aware datetime, else raise `InvalidRunError`."""
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise InvalidRunError(
-            f"{what} must be a timezone-aware datetime (e.g. datetime.now(UTC)), got {value!r}"
-        )
-    return value
 
 
-def to_micros(value: datetime) -> int:
-    """Microseconds since the Unix epoch of an aware datetime (how SQL backends store time)."""
-    return (value - EPOCH) // _MICROSECOND
 
 
-def from_micros(value: int) -> datetime:
-    """The aware UTC datetime of `to_micros` output."""
-    return EPOCH + timedelta(microseconds=value)
 
 
-def seconds_to_micros(seconds: float) -> int:
-    """Whole microseconds of a validated duration, rounded like `datetime.timedelta`."""
-    return timedelta(seconds=seconds) // _MICROSECOND
+
 
 
 # -- validation (every backend, before any I/O) -----------------------------------------
@@ -328,7 +185,7 @@ def _text(value: Any, what: str, *, max_chars: int | None = None, max_bytes: int
 def check_id(value: Any, what: str) -> str:
     """A thread id, run id, owner or idempotency key: the event stores' id rules (non-empty
     str, at most 200 UTF-8 bytes, no NUL, no lone surrogate)."""
-    from runstore.records import MAX_ID_BYTES
+    from runstore.validation import MAX_ID_BYTES
 
     return _text(value, what, max_bytes=MAX_ID_BYTES)
 
@@ -405,7 +262,8 @@ def check_error(value: Any) -> str | None:
 
 def check_metadata(value: Any) -> dict[str, Any]:
     """A mapping of JSON values (or ``None`` for ``{}``), as event metadata; returns a copy."""
-    from runstore.records import InvalidEventError, validate_metadata
+    from runstore.errors import InvalidEventError
+    from runstore.validation import validate_metadata
 
     try:
         return validate_metadata(value)

@@ -1,6 +1,6 @@
 """The retention sweeper: a policy applied across a runtime's stores, in bounded batches.
 
-The saver decides and deletes (`runstore.checkpoint.retention`; each saver's ``asweep``
+The saver decides and deletes (`runstore.checkpoint.policy`; each saver's ``asweep``
 claims a batch and sweeps each thread in a transaction of its own). This module runs
 the passes and finishes what a saver cannot reach: a thread the saver expired (or a
 caller deleted) also loses its stream keys and its events. The order, per thread:
@@ -28,17 +28,17 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from runstore.checkpoint.forwarding import unwrap_saver
-from runstore.checkpoint.retention import RetentionPolicy, SweepBatch
+from runstore.checkpoint.policy import RetentionPolicy, SweepBatch
 from runstore.checkpoint.threads import Removed
 from runstore.errors import InvalidSaverInputError
 
 if TYPE_CHECKING:
-    from runstore.events import RunEventStore
-    from runstore.runs import RunStore
+    from runstore.events.protocol import RunEventStore
+    from runstore.runs.protocol import RunStore
     from runstore.stores import Stores
-    from runstore.streams import StreamBridge
+    from runstore.streams.protocol import StreamBridge
 
-log = logging.getLogger("runstore.retention")
+log = logging.getLogger("runstore.sweeper")
 
 __all__ = [
     "SweepReport",

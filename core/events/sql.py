@@ -1,7 +1,7 @@
 """The SQL run event store, dialect-neutral: the contract on any SQLAlchemy engine.
 
 `SqlEventStore` holds the whole contract: validation and record building come from
-`runstore.records` (shared with every backend), the SQL is written once with ``?``
+`runstore.events.records` (shared with every backend), the SQL is written once with ``?``
 placeholders, and a `SqlEventDriver` per dialect (the sqlite and postgres plugins
 each ship one) runs it on that dialect's driver connections. SQLAlchemy provides
 the engine, pool, connection configuration and migrations (`runstore.sql.migrations`);
@@ -19,7 +19,9 @@ from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.events import (
+from runstore.events.identity import message_identity
+from runstore.events.owner import AUTO, UserId
+from runstore.events.protocol import (
     AI_MESSAGE_EVENT_TYPES,
     HIDDEN_CALLER_PREFIX,
     MESSAGE_CATEGORY,
@@ -29,19 +31,12 @@ from runstore.events import (
     RunSummary,
     Target,
 )
-from runstore.identity import message_identity
+from runstore.events.records import PreparedEvent, normalize_identities, normalize_run_ids
+from runstore.events.schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
 from runstore.options import BackendOptions
-from runstore.owner import AUTO, UserId
-from runstore.records import (
-    PreparedEvent,
-    dumps,
-    loads,
-    normalize_identities,
-    normalize_run_ids,
-)
 from runstore.sql.migrations import Migration, ensure_schema
-from runstore.sql.schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
 from runstore.standalone import Standalone
+from runstore.validation import dumps, loads
 
 S = TypeVar("S", bound="SqlEventStore")
 
@@ -63,7 +58,7 @@ def identity_patterns(identity: str) -> list[str]:
 
     Content is stored as orjson text, so a key and its string value appear as
     ``"key":"value"`` verbatim. Patterns are a superset: candidates are confirmed with
-    `runstore.message_identity` after decoding.
+    `message_identity` after decoding.
     """
     kind, _, value = identity.partition(":")
     if kind == "tool" and value:

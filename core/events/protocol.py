@@ -5,7 +5,7 @@ Contract (every backend, same answers; docs/events.md):
 * A record is an `EventRecord` dict. ``seq`` is per thread, starts at 1 and strictly
   increases; threads are independent. ``put_batch`` gives each thread's events of the
   batch one contiguous seq block, in input order.
-* Writes validate everything before touching storage (`runstore.records`): a bad
+* Writes validate everything before touching storage (`runstore.events.records`): a bad
   event raises `InvalidEventError` and nothing is written. ``put_batch`` is
   all-or-nothing: a failure leaves nothing that a retry would duplicate.
 * ``put_if_absent`` keeps one record per ``(thread_id, run_id, event_type)``; its
@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from runstore.errors import IncompleteMessageRunLookupError
-from runstore.owner import AUTO, UserId, resolve_owner
-from runstore.records import (
+from runstore.events.owner import AUTO, UserId, resolve_owner
+from runstore.events.records import (
     AI_MESSAGE_EVENT_TYPES,
     HIDDEN_CALLER_PREFIX,
     MAX_CATEGORY_LENGTH,
@@ -53,7 +53,6 @@ from runstore.records import (
     EventRecord,
     PreparedEvent,
     ai_message_match,
-    check_fence,
     check_page,
     check_run_filter,
     normalize_message_ids,
@@ -61,6 +60,7 @@ from runstore.records import (
     prepare_event,
     validate_id,
 )
+from runstore.fencing import check_fence
 
 __all__ = [
     "AI_LOOKUP_PAGE_SIZE",
@@ -405,7 +405,7 @@ class RunEventStore(ABC):
     ) -> dict[str, int]:
         """Map message identities to the earliest seq of a ``message`` event holding them.
 
-        Identities are those of `runstore.message_identity` applied to the event's
+        Identities are those of `message_identity` applied to the event's
         content. Unknown identities are absent; empty input returns ``{}`` without I/O.
         """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runstore.events import AI_MESSAGE_EVENT_TYPES
+from runstore.events.protocol import AI_MESSAGE_EVENT_TYPES
 from runstore.sql.migrations import Migration, Step
 
 TABLE = "runstore_events"

@@ -35,26 +35,28 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from runstore.records import dumps, loads
-from runstore.runs import (
-    CANCEL_STATUSES,
-    TERMINAL_STATUSES,
-    CancelAction,
+from runstore.clock import from_micros, seconds_to_micros, to_micros
+from runstore.errors import (
     CancelPendingError,
-    CreateResult,
     IdempotencyConflictError,
     LeaseHeldError,
     LeaseLostError,
-    MultitaskStrategy,
     RunAlreadyStartedError,
     RunExistsError,
     RunFinishedError,
     RunNotFoundError,
     RunQueuedError,
+    ThreadBusyError,
+)
+from runstore.runs.protocol import (
+    CANCEL_STATUSES,
+    TERMINAL_STATUSES,
+    CancelAction,
+    CreateResult,
+    MultitaskStrategy,
     RunRecord,
     RunStatus,
     RunStore,
-    ThreadBusyError,
     check_cancel_action,
     check_error,
     check_final_status,
@@ -66,12 +68,10 @@ from runstore.runs import (
     check_statuses,
     check_stop_reason,
     check_strategy,
-    from_micros,
-    seconds_to_micros,
-    to_micros,
 )
 from runstore.sql.migrations import Migration
 from runstore.standalone import Standalone
+from runstore.validation import dumps, loads
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from runstore.streams import END, HEARTBEAT, StreamEvent, StreamGap, StreamItem
+from runstore.streams.protocol import END, HEARTBEAT, StreamEvent, StreamGap, StreamItem
 
 if TYPE_CHECKING:
-    from runstore.runs import RunStore
-    from runstore.streams import StreamBridge
+    from runstore.streams.protocol import StreamBridge
 
 log = logging.getLogger(__name__)
 
@@ -143,44 +142,8 @@ def sse_stream(
     return _logged(sse_frames(subscription, dumps=dumps, retry_ms=retry_ms), run_id)
 
 
-async def open_sse_stream(
-    bridge: StreamBridge,
-    run_id: str,
-    *,
-    runs: RunStore | None = None,
-    last_event_id: str | None = None,
-    heartbeat_interval: float | None = None,
-    dumps: Dumps = json_dumps,
-    retry_ms: int | None = None,
-) -> AsyncIterator[bytes] | None:
-    """`sse_stream` for an endpoint: ``None`` when there is no run ``run_id`` (answer 404).
-
-    With ``runs`` (the run store) a run exists when it has a record: one created but not
-    publishing yet streams heartbeats until its first event, and one that finished
-    after its live stream was removed (the late-subscriber window is over) gets a single
-    ``event: end`` frame, then the response ends: its events are in the run event store.
-    Without ``runs`` a run exists while its stream does (`StreamBridge.stream_exists`),
-    so a run that has not published yet is not found.
-    """
-    if runs is not None:
-        from runstore.runs import TERMINAL_STATUSES
-
-        record = await runs.get(run_id)
-        if record is None:
-            return None
-        if record["status"] in TERMINAL_STATUSES and not await bridge.stream_exists(run_id):
-            log.debug("SSE stream of run %s: finished and its stream is gone; sending end", run_id)
-            return _finished()
-    elif not await bridge.stream_exists(run_id):
-        return None
-    return sse_stream(
-        bridge, run_id, last_event_id=last_event_id, heartbeat_interval=heartbeat_interval,
-        dumps=dumps, retry_ms=retry_ms,
-    )
 
 
-async def _finished() -> AsyncIterator[bytes]:
-    yield sse_frame(END)
 
 
 async def _logged(frames: AsyncIterator[bytes], run_id: str) -> AsyncIterator[bytes]:

@@ -19,8 +19,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from runstore.errors import InvalidSaverInputError, SyncCallOnEventLoopError
-from runstore.records import MAX_FENCE, check_text
-from runstore.records import check_fence as _check_fence
+from runstore.fencing import MAX_FENCE
+from runstore.fencing import check_fence as _check_fence
+from runstore.validation import check_text
 
 R = TypeVar("R")
 

@@ -1,0 +1,97 @@
+"""The run store wing: which runs exist, who holds each (leases, fencing tokens).
+
+``protocol`` holds `RunStore`, `RunRecord` and the argument checks; ``sql`` the
+dialect-neutral SQL run store (scripts, `RunDriver`, `RunDialect`).
+"""
+
+from __future__ import annotations
+
+from runstore.moved import moved_attribute
+from runstore.runs.protocol import (
+    CANCEL_ACTIONS,
+    CANCEL_STATUSES,
+    MAX_CLAIM_LIMIT,
+    MAX_KIND_LENGTH,
+    MAX_STOP_REASON_LENGTH,
+    MAX_TTL_SECONDS,
+    MIN_TTL_SECONDS,
+    MULTITASK_STRATEGIES,
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    CancelAction,
+    CreateOutcome,
+    CreateResult,
+    MultitaskStrategy,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    check_cancel_action,
+    check_error,
+    check_final_status,
+    check_id,
+    check_kind,
+    check_limit,
+    check_metadata,
+    check_seconds,
+    check_statuses,
+    check_stop_reason,
+    check_strategy,
+)
+
+__getattr__ = moved_attribute(
+    __name__,
+    {
+        "RunError": "runstore.errors",
+        "InvalidRunError": "runstore.errors",
+        "RunNotFoundError": "runstore.errors",
+        "RunExistsError": "runstore.errors",
+        "IdempotencyConflictError": "runstore.errors",
+        "ThreadBusyError": "runstore.errors",
+        "LeaseHeldError": "runstore.errors",
+        "RunStateError": "runstore.errors",
+        "RunQueuedError": "runstore.errors",
+        "RunAlreadyStartedError": "runstore.errors",
+        "RunFinishedError": "runstore.errors",
+        "LeaseLostError": "runstore.errors",
+        "CancelPendingError": "runstore.errors",
+        "Clock": "runstore.clock",
+        "EPOCH": "runstore.clock",
+        "system_clock": "runstore.clock",
+        "ManualClock": "runstore.clock",
+        "check_time": "runstore.clock",
+        "to_micros": "runstore.clock",
+        "from_micros": "runstore.clock",
+        "seconds_to_micros": "runstore.clock",
+    },
+)
+
+__all__ = [
+    "CANCEL_ACTIONS",
+    "CANCEL_STATUSES",
+    "CancelAction",
+    "CreateOutcome",
+    "CreateResult",
+    "MAX_CLAIM_LIMIT",
+    "MAX_KIND_LENGTH",
+    "MAX_STOP_REASON_LENGTH",
+    "MAX_TTL_SECONDS",
+    "MIN_TTL_SECONDS",
+    "MULTITASK_STRATEGIES",
+    "MultitaskStrategy",
+    "RUN_STATUSES",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "TERMINAL_STATUSES",
+    "check_cancel_action",
+    "check_error",
+    "check_final_status",
+    "check_id",
+    "check_kind",
+    "check_limit",
+    "check_metadata",
+    "check_seconds",
+    "check_statuses",
+    "check_stop_reason",
+    "check_strategy",
+]
