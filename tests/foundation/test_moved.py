@@ -66,13 +66,16 @@ def test_every_exception_class_is_defined_in_errors() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
+    # Control-flow signals caught inside runstore, never raised to a caller: DryRun rolls
+    # a sweep's transaction back carrying its answer.
+    signals = {"DryRun"}
     defined = []
     for folder in ("core", "plugins"):
         for path in (root / folder).rglob("*.py"):
-            if path.name == "errors.py" and path.parent.name == "core" or "bench" in path.parts:
+            if (path.name == "errors.py" and path.parent.name == "core") or "bench" in path.parts:
                 continue  # the tools' own input errors stay with the tools
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 bases = [ast.unparse(b) for b in getattr(node, "bases", [])]
-                if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(b.endswith(("Error", "Exception")) for b in bases):
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and node.name not in signals and any(b.endswith(("Error", "Exception")) for b in bases):
                     defined.append(f"{path.relative_to(root)}: {node.name}")
     assert defined == []
