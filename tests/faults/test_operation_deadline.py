@@ -1,0 +1,225 @@
+"""``operation_timeout`` bounds one whole call, every attempt included, on a half-open network.
+
+A warm pool (connections leased and idle from the call just made) meets a network that
+stops forwarding (`TcpProxy.blackhole`): the first attempt waits on a connection that
+will never answer, the retries on fresh connections wait on connects that are held
+forever. Every PostgreSQL kind (saver, event store, run store, the retention sweep) and
+the Redis stream bridge must then end with `BackendUnavailableError` by the call's
+``operation_timeout`` plus a small margin, not by the deadline plus whatever the attempt
+in flight (or its clean-up) was still allowed. This is the documented contract
+(docs/reliability.md), so the test asserts the bound itself.
+
+One throwaway PostgreSQL and one redis-server, each behind its own proxy, serve the
+whole module; each test opens its stores on a fresh schema (or key prefix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from runstore.checkpoint.retention import RetentionPolicy
+from runstore.conformance.harness import service_unavailable
+from runstore.errors import BackendUnavailableError
+from runstore.options import BackendOptions
+from runstore.retention import Sweeper
+from runstore.settings import Settings
+from runstore.urls import BackendURL
+
+from .servers import PostgresServer, RedisServer, ServerUnavailable, TcpProxy
+from .sqlstacks import Stack, cfg, checkpoint_args, ev, open_stack, put_chain
+
+pytestmark = pytest.mark.faults
+
+#: The bounds of the half-open-network scenario (seconds): an attempt's statement timeout
+#: is shorter than the call's deadline, and the deadline is not a multiple of it.
+CONNECT, COMMAND, OPERATION = 1.0, 1.5, 4.0
+#: How far past ``operation_timeout`` a call may end: raising the error, closing the
+#: abandoned connection. Well under ``COMMAND``, the overrun of an attempt not cut.
+MARGIN = 1.0
+#: A hang detector for every wait (never a timing assertion).
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[tuple[PostgresServer, TcpProxy]]:
+    """One throwaway PostgreSQL and a proxy in front of it, for the whole module."""
+    try:
+        server = PostgresServer()
+    except ServerUnavailable as exc:
+        service_unavailable("a throwaway PostgreSQL cluster", exc)
+        raise
+    with server, TcpProxy(server.port) as proxy:
+        yield server, proxy
+
+
+@pytest.fixture(scope="module")
+def rd() -> Iterator[tuple[RedisServer, TcpProxy]]:
+    """One throwaway redis-server and a proxy in front of it, for the whole module."""
+    try:
+        server = RedisServer()
+    except ServerUnavailable as exc:
+        service_unavailable("a throwaway redis-server", exc)
+        raise
+    with server, TcpProxy(server.port) as proxy:
+        yield server, proxy
+
+
+_serial = itertools.count()
+
+
+def _n() -> str:
+    return f"n{next(_serial)}"
+
+
+#: A call on a `Stack` (its ``runs`` attribute set to the writers' run store); each call
+#: makes its own ids, so the same call runs warm first and then into the black hole.
+PgCall = Callable[[Stack], Awaitable[Any]]
+
+
+async def _aput(stack: Stack) -> Any:
+    return await stack.saver.aput(*checkpoint_args(stack.saver, cfg(_n()), "v", "run", 0))
+
+
+async def _aput_writes(stack: Stack) -> Any:
+    await stack.saver.aput_writes(cfg("h", stack.ids[0]), [("b", _n())], _n(), "")
+
+
+async def _aget_tuple(stack: Stack) -> Any:
+    return await stack.saver.aget_tuple(cfg("h"))
+
+
+async def _alist_threads(stack: Stack) -> Any:
+    return await stack.saver.alist_threads(limit=5)
+
+
+async def _put(stack: Stack) -> Any:
+    return await stack.store.put(**ev("h", "r", _n()), user_id=None)
+
+
+async def _put_batch(stack: Stack) -> Any:
+    return await stack.store.put_batch([ev("h", "r", _n()) for _ in range(3)], user_id=None)
+
+
+async def _put_if_absent(stack: Stack) -> Any:
+    return await stack.store.put_if_absent(**ev("h", _n(), "start", "run_start"), user_id=None)
+
+
+async def _list_messages(stack: Stack) -> Any:
+    return await stack.store.list_messages("h", user_id=None)
+
+
+async def _runs_create(stack: Stack) -> Any:
+    return await stack.runs.create(_n())
+
+
+async def _runs_get(stack: Stack) -> Any:
+    return await stack.runs.get("a")
+
+
+async def _sweep(stack: Stack) -> Any:
+    sweeper = Sweeper(saver=stack.saver, events=stack.store, runs=stack.runs)
+    return await sweeper.sweep(RetentionPolicy(keep_last=1))
+
+
+PG_CALLS: dict[str, PgCall] = {
+    "saver aput": _aput,
+    "saver aput_writes": _aput_writes,
+    "saver aget_tuple": _aget_tuple,
+    "saver alist_threads": _alist_threads,
+    "event store put": _put,
+    "event store put_batch": _put_batch,
+    "event store put_if_absent": _put_if_absent,
+    "event store list_messages": _list_messages,
+    "run store create": _runs_create,
+    "run store get": _runs_get,
+    "retention sweep": _sweep,
+}
+
+
+async def _timed_into_black_hole(proxy: TcpProxy, call: Callable[[], Awaitable[Any]]) -> tuple[float, BackendUnavailableError]:
+    """Black-hole ``proxy``, run ``call``; return how long it took and its error."""
+    proxy.blackhole()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailableError) as caught:
+            await asyncio.wait_for(call(), WAIT)
+        return time.monotonic() - started, caught.value
+    finally:
+        proxy.pass_traffic()
+
+
+@contextlib.asynccontextmanager
+async def _pg_stack(server: PostgresServer, proxy: TcpProxy) -> AsyncIterator[Stack]:
+    bounds = {"connect_timeout_seconds": CONNECT, "command_timeout_seconds": COMMAND,
+              "operation_timeout_seconds": OPERATION}
+    async with open_stack("postgres", server=server, proxy=proxy, postgres=bounds) as stack:
+        stack.runs, _ = await stack.open_runs()  # type: ignore[attr-defined]
+        stack.ids = await put_chain(stack.saver, "h", ["v0"])  # type: ignore[attr-defined]
+        await stack.runs.create("t", run_id="a")  # type: ignore[attr-defined]
+        yield stack
+
+
+@pytest.mark.parametrize("name", list(PG_CALLS))
+async def test_a_postgres_call_into_a_half_open_network_ends_at_its_operation_timeout(
+    name: str, pg: tuple[PostgresServer, TcpProxy]
+) -> None:
+    """Warm pool, then the network stops forwarding: the call raises `BackendUnavailableError`
+    (driver error as ``__cause__``) within ``operation_timeout`` plus the margin, and the same
+    call succeeds once traffic passes again."""
+    server, proxy = pg
+    call = PG_CALLS[name]
+    async with _pg_stack(server, proxy) as stack:
+        await call(stack)  # warm: this call's connections are leased and idle
+        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(stack))
+        assert error.__cause__ is not None, "the driver's error is the cause"
+        assert elapsed <= OPERATION + MARGIN, (
+            f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
+            f"(all attempts included): {error}"
+        )
+        await asyncio.wait_for(call(stack), WAIT)  # the same stores, not reopened
+
+
+# -- Redis ---------------------------------------------------------------------------------
+
+RedisCall = Callable[[Any], Awaitable[Any]]
+
+REDIS_CALLS: dict[str, RedisCall] = {
+    "stream bridge publish": lambda bridge: bridge.publish("r", "v", _n()),
+    "stream bridge publish_end": lambda bridge: bridge.publish_end(_n()),
+    "stream bridge stream_exists": lambda bridge: bridge.stream_exists("r"),
+}
+
+
+@pytest.mark.parametrize("name", list(REDIS_CALLS))
+async def test_a_redis_call_into_a_half_open_network_ends_at_its_operation_timeout(
+    name: str, rd: tuple[RedisServer, TcpProxy]
+) -> None:
+    """The stream bridge under the same rule: warm pool, black hole, `BackendUnavailableError`
+    by ``operation_timeout`` plus the margin; working again once traffic passes."""
+    from runstore.plugins.redis.streams import RedisStreamBridge
+
+    server, proxy = rd
+    url = proxy.url(server.url(
+        socket_connect_timeout=f"{CONNECT:g}", socket_timeout=f"{COMMAND:g}",
+        operation_timeout=f"{OPERATION:g}", prefix=f"deadline-{uuid.uuid4().hex[:8]}:",
+    ))
+    call = REDIS_CALLS[name]
+    async with BackendOptions.scope(Settings()) as options:
+        bridge = await RedisStreamBridge.open(BackendURL.parse(url), options)
+        options.on_close(bridge.close)
+        await call(bridge)  # warm
+        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(bridge))
+        assert error.__cause__ is not None, "the driver's error is the cause"
+        assert elapsed <= OPERATION + MARGIN, (
+            f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
+            f"(all attempts included): {error}"
+        )
+        await asyncio.wait_for(call(bridge), WAIT)
