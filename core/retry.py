@@ -123,6 +123,10 @@ async def retried(
     waits = (0.0, *backoff) if immediate_first else tuple(backoff)
     made = 0 if failed is None else 1
     last: Exception | None = failed
+    if failed is None and deadline.left() <= 0:
+        # The deadline of a larger call, spent before this part of it began.
+        error = give_up(None)
+        raise error from error.__cause__
     while True:
         if last is not None:
             if attempts is not None and made >= attempts:
