@@ -21,6 +21,7 @@ import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -79,53 +80,71 @@ def _n() -> str:
     return f"n{next(_serial)}"
 
 
-#: A call on a `Stack` (its ``runs`` attribute set to the writers' run store); each call
-#: makes its own ids, so the same call runs warm first and then into the black hole.
-PgCall = Callable[[Stack], Awaitable[Any]]
+@dataclass
+class Kinds:
+    """Every PostgreSQL kind on one pool: the stack's saver and event store, a run store,
+    and the checkpoint chain and run the reads look for."""
+
+    stack: Stack
+    runs: Any
+    ids: list[str]
+
+    @property
+    def saver(self) -> Any:
+        return self.stack.saver
+
+    @property
+    def store(self) -> Any:
+        return self.stack.store
 
 
-async def _aput(stack: Stack) -> Any:
-    return await stack.saver.aput(*checkpoint_args(stack.saver, cfg(_n()), "v", "run", 0))
+#: A call on `Kinds`; each call makes its own ids, so the same call runs warm first and
+#: then into the black hole.
+PgCall = Callable[[Kinds], Awaitable[Any]]
 
 
-async def _aput_writes(stack: Stack) -> Any:
-    await stack.saver.aput_writes(cfg("h", stack.ids[0]), [("b", _n())], _n(), "")
+async def _aput(kinds: Kinds) -> Any:
+    return await kinds.saver.aput(*checkpoint_args(kinds.saver, cfg(_n()), "v", "run", 0))
 
 
-async def _aget_tuple(stack: Stack) -> Any:
-    return await stack.saver.aget_tuple(cfg("h"))
+async def _aput_writes(kinds: Kinds) -> Any:
+    await kinds.saver.aput_writes(cfg("h", kinds.ids[0]), [("b", _n())], _n(), "")
 
 
-async def _alist_threads(stack: Stack) -> Any:
-    return await stack.saver.alist_threads(limit=5)
+async def _aget_tuple(kinds: Kinds) -> Any:
+    return await kinds.saver.aget_tuple(cfg("h"))
 
 
-async def _put(stack: Stack) -> Any:
-    return await stack.store.put(**ev("h", "r", _n()), user_id=None)
+async def _alist_threads(kinds: Kinds) -> Any:
+    return await kinds.saver.alist_threads(limit=5)
 
 
-async def _put_batch(stack: Stack) -> Any:
-    return await stack.store.put_batch([ev("h", "r", _n()) for _ in range(3)], user_id=None)
+async def _put(kinds: Kinds) -> Any:
+    return await kinds.store.put(**ev("h", "r", _n()), user_id=None)
 
 
-async def _put_if_absent(stack: Stack) -> Any:
-    return await stack.store.put_if_absent(**ev("h", _n(), "start", "run_start"), user_id=None)
+async def _put_batch(kinds: Kinds) -> Any:
+    return await kinds.store.put_batch([ev("h", "r", _n()) for _ in range(3)], user_id=None)
 
 
-async def _list_messages(stack: Stack) -> Any:
-    return await stack.store.list_messages("h", user_id=None)
+async def _put_if_absent(kinds: Kinds) -> Any:
+    return await kinds.store.put_if_absent(**ev("h", _n(), "start", "run_start"), user_id=None)
 
 
-async def _runs_create(stack: Stack) -> Any:
-    return await stack.runs.create(_n())
+async def _list_messages(kinds: Kinds) -> Any:
+    return await kinds.store.list_messages("h", user_id=None)
 
 
-async def _runs_get(stack: Stack) -> Any:
-    return await stack.runs.get("a")
+async def _runs_create(kinds: Kinds) -> Any:
+    return await kinds.runs.create(_n())
 
 
-async def _sweep(stack: Stack) -> Any:
-    sweeper = Sweeper(saver=stack.saver, events=stack.store, runs=stack.runs)
+async def _runs_get(kinds: Kinds) -> Any:
+    return await kinds.runs.get("a")
+
+
+async def _sweep(kinds: Kinds) -> Any:
+    sweeper = Sweeper(saver=kinds.saver, events=kinds.store, runs=kinds.runs)
     return await sweeper.sweep(RetentionPolicy(keep_last=1))
 
 
@@ -157,14 +176,13 @@ async def _timed_into_black_hole(proxy: TcpProxy, call: Callable[[], Awaitable[A
 
 
 @contextlib.asynccontextmanager
-async def _pg_stack(server: PostgresServer, proxy: TcpProxy) -> AsyncIterator[Stack]:
+async def _pg_kinds(server: PostgresServer, proxy: TcpProxy) -> AsyncIterator[Kinds]:
     bounds = {"connect_timeout_seconds": CONNECT, "command_timeout_seconds": COMMAND,
               "operation_timeout_seconds": OPERATION}
     async with open_stack("postgres", server=server, proxy=proxy, postgres=bounds) as stack:
-        stack.runs, _ = await stack.open_runs()  # type: ignore[attr-defined]
-        stack.ids = await put_chain(stack.saver, "h", ["v0"])  # type: ignore[attr-defined]
-        await stack.runs.create("t", run_id="a")  # type: ignore[attr-defined]
-        yield stack
+        runs, _ = await stack.open_runs()
+        await runs.create("t", run_id="a")
+        yield Kinds(stack, runs, await put_chain(stack.saver, "h", ["v0"]))
 
 
 @pytest.mark.parametrize("name", list(PG_CALLS))
@@ -176,15 +194,15 @@ async def test_a_postgres_call_into_a_half_open_network_ends_at_its_operation_ti
     call succeeds once traffic passes again."""
     server, proxy = pg
     call = PG_CALLS[name]
-    async with _pg_stack(server, proxy) as stack:
-        await call(stack)  # warm: this call's connections are leased and idle
-        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(stack))
+    async with _pg_kinds(server, proxy) as kinds:
+        await call(kinds)  # warm: this call's connections are leased and idle
+        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(kinds))
         assert error.__cause__ is not None, "the driver's error is the cause"
         assert elapsed <= OPERATION + MARGIN, (
             f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
             f"(all attempts included): {error}"
         )
-        await asyncio.wait_for(call(stack), WAIT)  # the same stores, not reopened
+        await asyncio.wait_for(call(kinds), WAIT)  # the same stores, not reopened
 
 
 # -- Redis ---------------------------------------------------------------------------------
