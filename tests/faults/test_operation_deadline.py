@@ -16,7 +16,6 @@ whole module; each test opens its stores on a fresh schema (or key prefix).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 import uuid
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from runstore.checkpoint.retention import RetentionPolicy
 from runstore.conformance.harness import service_unavailable
@@ -37,7 +37,8 @@ from runstore.urls import BackendURL
 from .servers import PostgresServer, RedisServer, ServerUnavailable, TcpProxy
 from .sqlstacks import Stack, cfg, checkpoint_args, ev, open_stack, put_chain
 
-pytestmark = pytest.mark.faults
+# One event loop for the module, so the stores opened once serve every test.
+pytestmark = [pytest.mark.faults, pytest.mark.asyncio(loop_scope="module")]
 
 #: The bounds of the half-open-network scenario (seconds): an attempt's statement timeout
 #: is shorter than the call's deadline, and the deadline is not a multiple of it.
@@ -175,8 +176,10 @@ async def _timed_into_black_hole(proxy: TcpProxy, call: Callable[[], Awaitable[A
         proxy.pass_traffic()
 
 
-@contextlib.asynccontextmanager
-async def _pg_kinds(server: PostgresServer, proxy: TcpProxy) -> AsyncIterator[Kinds]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def kinds(pg: tuple[PostgresServer, TcpProxy]) -> AsyncIterator[Kinds]:
+    """Every PostgreSQL kind through the module's proxy, with the scenario's bounds."""
+    server, proxy = pg
     bounds = {"connect_timeout_seconds": CONNECT, "command_timeout_seconds": COMMAND,
               "operation_timeout_seconds": OPERATION}
     async with open_stack("postgres", server=server, proxy=proxy, postgres=bounds) as stack:
@@ -187,27 +190,44 @@ async def _pg_kinds(server: PostgresServer, proxy: TcpProxy) -> AsyncIterator[Ki
 
 @pytest.mark.parametrize("name", list(PG_CALLS))
 async def test_a_postgres_call_into_a_half_open_network_ends_at_its_operation_timeout(
-    name: str, pg: tuple[PostgresServer, TcpProxy]
+    name: str, pg: tuple[PostgresServer, TcpProxy], kinds: Kinds, fault_report: Any
 ) -> None:
     """Warm pool, then the network stops forwarding: the call raises `BackendUnavailableError`
     (driver error as ``__cause__``) within ``operation_timeout`` plus the margin, and the same
     call succeeds once traffic passes again."""
-    server, proxy = pg
+    _, proxy = pg
     call = PG_CALLS[name]
-    async with _pg_kinds(server, proxy) as kinds:
-        await call(kinds)  # warm: this call's connections are leased and idle
-        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(kinds))
-        assert error.__cause__ is not None, "the driver's error is the cause"
-        assert elapsed <= OPERATION + MARGIN, (
-            f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
-            f"(all attempts included): {error}"
-        )
-        await asyncio.wait_for(call(kinds), WAIT)  # the same stores, not reopened
+    await call(kinds)  # warm: this call's connections are leased and idle
+    elapsed, error = await _timed_into_black_hole(proxy, lambda: call(kinds))
+    assert error.__cause__ is not None, "the driver's error is the cause"
+    assert elapsed <= OPERATION + MARGIN, (
+        f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
+        f"(all attempts included): {error}"
+    )
+    await asyncio.wait_for(call(kinds), WAIT)  # the same stores, not reopened
+    fault_report.add(f"postgres: {name} into a half-open network (warm pool)", trials=1,
+                     acknowledged=0, lost=0, duplicated=0, ms=int(elapsed * 1000))
 
 
 # -- Redis ---------------------------------------------------------------------------------
 
 RedisCall = Callable[[Any], Awaitable[Any]]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def bridge(rd: tuple[RedisServer, TcpProxy]) -> AsyncIterator[Any]:
+    """A Redis stream bridge through the module's proxy, with the scenario's bounds."""
+    from runstore.plugins.redis.streams import RedisStreamBridge
+
+    server, proxy = rd
+    url = proxy.url(server.url(
+        socket_connect_timeout=f"{CONNECT:g}", socket_timeout=f"{COMMAND:g}",
+        operation_timeout=f"{OPERATION:g}", prefix=f"deadline-{uuid.uuid4().hex[:8]}:",
+    ))
+    async with BackendOptions.scope(Settings()) as options:
+        opened = await RedisStreamBridge.open(BackendURL.parse(url), options)
+        options.on_close(opened.close)
+        yield opened
 
 REDIS_CALLS: dict[str, RedisCall] = {
     "stream bridge publish": lambda bridge: bridge.publish("r", "v", _n()),
@@ -218,26 +238,19 @@ REDIS_CALLS: dict[str, RedisCall] = {
 
 @pytest.mark.parametrize("name", list(REDIS_CALLS))
 async def test_a_redis_call_into_a_half_open_network_ends_at_its_operation_timeout(
-    name: str, rd: tuple[RedisServer, TcpProxy]
+    name: str, rd: tuple[RedisServer, TcpProxy], bridge: Any, fault_report: Any
 ) -> None:
     """The stream bridge under the same rule: warm pool, black hole, `BackendUnavailableError`
     by ``operation_timeout`` plus the margin; working again once traffic passes."""
-    from runstore.plugins.redis.streams import RedisStreamBridge
-
-    server, proxy = rd
-    url = proxy.url(server.url(
-        socket_connect_timeout=f"{CONNECT:g}", socket_timeout=f"{COMMAND:g}",
-        operation_timeout=f"{OPERATION:g}", prefix=f"deadline-{uuid.uuid4().hex[:8]}:",
-    ))
+    _, proxy = rd
     call = REDIS_CALLS[name]
-    async with BackendOptions.scope(Settings()) as options:
-        bridge = await RedisStreamBridge.open(BackendURL.parse(url), options)
-        options.on_close(bridge.close)
-        await call(bridge)  # warm
-        elapsed, error = await _timed_into_black_hole(proxy, lambda: call(bridge))
-        assert error.__cause__ is not None, "the driver's error is the cause"
-        assert elapsed <= OPERATION + MARGIN, (
-            f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
-            f"(all attempts included): {error}"
-        )
-        await asyncio.wait_for(call(bridge), WAIT)
+    await call(bridge)  # warm
+    elapsed, error = await _timed_into_black_hole(proxy, lambda: call(bridge))
+    assert error.__cause__ is not None, "the driver's error is the cause"
+    assert elapsed <= OPERATION + MARGIN, (
+        f"{name} ended {elapsed:.2f}s after it started; operation_timeout is {OPERATION:g}s "
+        f"(all attempts included): {error}"
+    )
+    await asyncio.wait_for(call(bridge), WAIT)
+    fault_report.add(f"redis: {name} into a half-open network (warm pool)", trials=1,
+                     acknowledged=0, lost=0, duplicated=0, ms=int(elapsed * 1000))
