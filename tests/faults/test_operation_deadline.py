@@ -1,16 +1,17 @@
 """``operation_timeout`` bounds one whole call, every attempt included, on a half-open network.
 
-A warm pool (connections leased and idle from the call just made) meets a network that
-stops forwarding (`TcpProxy.blackhole`): the first attempt waits on a connection that
-will never answer, the retries on fresh connections wait on connects that are held
-forever. Every PostgreSQL kind (saver, event store, run store, the retention sweep) and
+A warm pool (connections leased and idle from the call just made, more idle in the
+engine's pool past the ping threshold) meets a network that stops forwarding
+(`TcpProxy.blackhole`): the first attempt waits on a connection that will never answer,
+the retries wait on pings of pooled connections and on connects that are held forever. Every PostgreSQL kind (saver, event store, run store, the retention sweep) and
 the Redis stream bridge must then end with `BackendUnavailableError` by the call's
 ``operation_timeout`` plus a small margin, not by the deadline plus whatever the attempt
 in flight (or its clean-up) was still allowed. This is the documented contract
 (docs/reliability.md), so the test asserts the bound itself.
 
-One throwaway PostgreSQL and one redis-server, each behind its own proxy, serve the
-whole module; each test opens its stores on a fresh schema (or key prefix).
+One throwaway PostgreSQL and one redis-server, each behind its own proxy, and the stores
+opened on them (a fresh schema, a fresh key prefix) serve the whole module; each test
+warms the pool again, so the tests do not depend on each other's order.
 """
 
 from __future__ import annotations
@@ -188,15 +189,30 @@ async def kinds(pg: tuple[PostgresServer, TcpProxy]) -> AsyncIterator[Kinds]:
         yield Kinds(stack, runs, await put_chain(stack.saver, "h", ["v0"]))
 
 
+async def _warm_pool(kinds: Kinds, size: int = 3) -> None:
+    """Leave ``size`` connections open and idle in the shared engine's pool."""
+    engine = kinds.stack.store.engine
+    opened = [await engine.connect() for _ in range(size)]
+    for conn in opened:
+        await conn.close()
+
+
 @pytest.mark.parametrize("name", list(PG_CALLS))
 async def test_a_postgres_call_into_a_half_open_network_ends_at_its_operation_timeout(
-    name: str, pg: tuple[PostgresServer, TcpProxy], kinds: Kinds, fault_report: Any
+    name: str, pg: tuple[PostgresServer, TcpProxy], kinds: Kinds, fault_report: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Warm pool, then the network stops forwarding: the call raises `BackendUnavailableError`
     (driver error as ``__cause__``) within ``operation_timeout`` plus the margin, and the same
     call succeeds once traffic passes again."""
+    from runstore.plugins.postgres import engine as postgres_engine
+
     _, proxy = pg
     call = PG_CALLS[name]
+    # Pooled connections idle past the ping threshold, as in a service between bursts:
+    # a retry's checkout pings one (a statement the deadline may cut).
+    monkeypatch.setattr(postgres_engine, "PING_AFTER_IDLE_SECONDS", 0.0)
+    await _warm_pool(kinds)
     await call(kinds)  # warm: this call's connections are leased and idle
     elapsed, error = await _timed_into_black_hole(proxy, lambda: call(kinds))
     assert error.__cause__ is not None, "the driver's error is the cause"
