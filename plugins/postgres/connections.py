@@ -76,7 +76,6 @@ log = logging.getLogger(__name__)
 Statement = tuple[str, Sequence[Any]]
 
 
-
 def import_asyncpg() -> Any:
     """The asyncpg module, or `MissingDriverError` naming the extra to install."""
     try:
