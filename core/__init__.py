@@ -30,14 +30,14 @@ _EXPORTS: dict[str, str] = {
     "SyncStores": "runstore.sync",
     "Settings": "runstore.settings",
     # the kinds' protocols
-    "RunEventStore": "runstore.events",
-    "EventRecord": "runstore.events",
-    "StreamBridge": "runstore.streams",
-    "StreamEvent": "runstore.streams",
-    "END": "runstore.streams",
-    "HEARTBEAT": "runstore.streams",
-    "RunStore": "runstore.runs",
-    "RunRecord": "runstore.runs",
+    "RunEventStore": "runstore.events.protocol",
+    "EventRecord": "runstore.events.protocol",
+    "StreamBridge": "runstore.streams.protocol",
+    "StreamEvent": "runstore.streams.protocol",
+    "END": "runstore.streams.protocol",
+    "HEARTBEAT": "runstore.streams.protocol",
+    "RunStore": "runstore.runs.protocol",
+    "RunRecord": "runstore.runs.protocol",
     "ManualClock": "runstore.clock",
     # who reads and writes events
     "AUTO": "runstore.events.owner",
@@ -84,12 +84,12 @@ _FORMER: dict[str, str] = {
     "SettingsRegistry": "runstore.registry",
     "Kind": "runstore.capabilities",
     "CAPABILITIES": "runstore.capabilities",
-    "StreamGap": "runstore.streams",
-    "parse_event_id": "runstore.streams",
+    "StreamGap": "runstore.streams.protocol",
+    "parse_event_id": "runstore.streams.protocol",
     "sse_frames": "runstore.streams.sse",
     "sse_frame": "runstore.streams.sse",
     "message_identity": "runstore.events.identity",
-    "CreateResult": "runstore.runs",
+    "CreateResult": "runstore.runs.protocol",
     "system_clock": "runstore.clock",
     "freeze_checkpoint_channel_mode": "runstore.checkpoint.modes",
     "freeze_checkpoint_snapshot_frequency": "runstore.checkpoint.modes",
@@ -163,11 +163,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RunstoreError,
         StaleFenceError,
     )
-    from runstore.events import EventRecord, RunEventStore
     from runstore.events.owner import AUTO, current_owner, owner_scope
-    from runstore.runs import RunRecord, RunStore
+    from runstore.events.protocol import EventRecord, RunEventStore
+    from runstore.runs.protocol import RunRecord, RunStore
     from runstore.settings import Settings
     from runstore.stores import Stores, open
-    from runstore.streams import END, HEARTBEAT, StreamBridge, StreamEvent
+    from runstore.streams.protocol import END, HEARTBEAT, StreamBridge, StreamEvent
     from runstore.streams.sse import SSE_HEADERS, SSE_MEDIA_TYPE, sse_stream
     from runstore.sync import SyncStores, open_sync

@@ -48,7 +48,7 @@ _HEADER = {
         "from collections.abc import Iterable, Mapping\n"
         "from typing import Any\n\n"
         "from runstore.options import BackendOptions\n"
-        "from runstore.runs import (\n"
+        "from runstore.runs.protocol import (\n"
         "    CancelAction,\n"
         "    CreateResult,\n"
         "    MultitaskStrategy,\n"
@@ -61,7 +61,7 @@ _HEADER = {
     "events": (
         "from collections.abc import Iterable, Mapping, Sequence\n"
         "from typing import Any\n\n"
-        "from runstore.events import EventContent, EventRecord, RunEventStore, RunSummary\n"
+        "from runstore.events.protocol import EventContent, EventRecord, RunEventStore, RunSummary\n"
         "from runstore.events.owner import AUTO, UserId\n"
         "from runstore.options import BackendOptions\n"
         "from runstore.urls import BackendURL\n"
@@ -70,7 +70,7 @@ _HEADER = {
         "from collections.abc import AsyncGenerator\n"
         "from typing import Any\n\n"
         "from runstore.options import BackendOptions\n"
-        "from runstore.streams import StreamBridge, StreamItem\n"
+        "from runstore.streams.protocol import StreamBridge, StreamItem\n"
         "from runstore.urls import BackendURL\n"
     ),
 }

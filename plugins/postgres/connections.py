@@ -14,18 +14,22 @@ leased between calls. `Leases.run` holds the rules both inherit (docs/reliabilit
 - Bounded. Connecting and checking a pooled connection wait at most
   ``connect_timeout``, each statement at most ``command_timeout``, a whole call
   (waiting for a connection, retries and the rollback included) at most
-  ``operation_timeout`` (`PostgresTimeouts`).
+  ``operation_timeout`` (`PostgresTimeouts`). The attempts run in runstore's one retry
+  loop (`runstore.retry.retried`): each is cut to what is left of the call's deadline,
+  and so are the bounds it hands the driver (the statement timeout of `Leases.query`,
+  the connect and ping timeouts of the engine's pool hooks, the rollback's wait).
 - Retried only where that cannot write twice. A connection failure is retried on a
   fresh connection until the operation deadline for reads, idempotent writes and a
-  transaction whose ``COMMIT`` was never sent; otherwise the outcome is unknown.
+  transaction whose ``COMMIT`` was never sent (the first retry at once: the usual cause
+  is one pooled connection the server closed); otherwise the outcome is unknown.
 - Reported as `BackendUnavailableError` (driver error as ``__cause__``), whose
   ``write_may_have_happened`` is true exactly when a write's commit may have been
   sent and its answer never came.
 
 `Leases.query` is `Leases.run` for one statement call, the saver's hot path: its first
 attempt on an idle leased connection is bounded by the statement's own timeout (cut to
-the operation's), so it needs no ``asyncio.timeout`` of its own; a failed first attempt
-goes on to the same retries under the same deadline.
+the call's deadline), so it needs no ``asyncio.timeout`` of its own; a failed first
+attempt goes on to the same retries under the same deadline.
 
 `run_statement_batch` is the saver's group-commit callback
 (`runstore.batching`): a batch of write statements, one ``executemany``
@@ -48,6 +52,7 @@ from runstore.errors import (
     MissingDriverError,
     RunstoreError,
 )
+from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.sql.dialect import driver_connection
 
 from .settings import PostgresTimeouts
@@ -69,11 +74,6 @@ log = logging.getLogger(__name__)
 
 #: One write: SQL text and its arguments.
 Statement = tuple[str, Sequence[Any]]
-
-#: Waits before the retries of a call after a connection failure (the first retry is
-#: at once: the usual cause is one pooled connection the server closed); the last
-#: wait repeats until the operation deadline, so a call rides out a short restart.
-RETRY_BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 
 
 def import_asyncpg() -> Any:
@@ -147,6 +147,11 @@ class _Failed(Exception):
         self.sent = sent
 
 
+def _lost(exc: Exception) -> bool:
+    """The retry loop's test: an attempt that lost its connection (`_Failed`) is retried."""
+    return isinstance(exc, _Failed)
+
+
 class _Sharing:
     """The `Leases` of one engine, and how many of their callers wait for its pool."""
 
@@ -206,9 +211,6 @@ class Leases:
         self._setup = None if synchronous_commit else "SET synchronous_commit = off"
         self._reset = None if synchronous_commit else "RESET synchronous_commit"
         self._server_error: type[BaseException] = import_asyncpg().PostgresError
-        # A `query`'s first attempt on an idle connection has no deadline of its own: its
-        # statement's timeout, cut to the operation's, ends it by the deadline.
-        self._first_timeout = min(timeouts.command, timeouts.operation)
         self._idle: list[_Lease] = []
         self._closed = False
         self._tasks: set[asyncio.Future[None]] = set()
@@ -223,16 +225,20 @@ class Leases:
         write: bool = False,
         idempotent: bool = False,
         begin: str | None = None,
+        deadline: Deadline | None = None,
     ) -> R:
         """Run ``fn(connection)`` under the rules of the module docstring and return its result.
 
         With ``begin`` (e.g. ``"BEGIN"``), ``fn`` runs inside that transaction, which
         this call commits; ``fn`` must not end it. ``write``/``idempotent`` decide the
         retries and ``write_may_have_happened``; ``operation`` names the call in errors.
+        ``deadline``: the deadline of a larger call this one is part of (default: one of
+        ``operation_timeout`` from now).
         """
         if self._closed:
             raise RuntimeError(f"this {self.backend} is closed")
-        deadline = asyncio.get_running_loop().time() + self.timeouts.operation
+        if deadline is None:
+            deadline = Deadline.after(self.timeouts.operation)
         return await self._retried(fn, operation, write, idempotent, begin, deadline, None)
 
     async def query(
@@ -249,14 +255,15 @@ class Leases:
         work per call (module docstring)."""
         if self._closed:
             raise RuntimeError(f"this {self.backend} is closed")
-        deadline = asyncio.get_running_loop().time() + self.timeouts.operation
+        deadline = Deadline.after(self.timeouts.operation)
+        command = self.timeouts.command
         failed: _Failed | None = None
         idle = self._idle
         if idle:
             lease = idle.pop()
             if lease.clean:
                 try:
-                    result = await getattr(lease.conn, method)(*args, timeout=self._first_timeout)
+                    result = await getattr(lease.conn, method)(*args, timeout=deadline.cap(command))
                 except BaseException as exc:
                     # An autocommit statement commits as it runs: sent.
                     error = await self._failure(lease, exc, operation, deadline, sent=True)
@@ -264,22 +271,17 @@ class Leases:
                         raise
                     if not isinstance(error, _Failed):
                         raise error from exc
-                    if asyncio.get_running_loop().time() >= deadline:
-                        # Cut at the deadline (its statement timeout): no time to retry.
-                        error = self._unavailable(operation, write and error.sent, error.cause)
-                        raise error from error.__cause__
                     failed = error
                 else:
                     self._give_back(lease)
                     return result
             else:
                 self._in_background(self._drop(lease))
+
         # Explicit, as on the first attempt: a caller's engine (`from_engine`) may give its
         # connections no command timeout.
-        timeout = self.timeouts.command
-
         async def call(conn: Any) -> Any:
-            return await getattr(conn, method)(*args, timeout=timeout)
+            return await getattr(conn, method)(*args, timeout=deadline.cap(command))
 
         return await self._retried(call, operation, write, idempotent, None, deadline, failed)
 
@@ -290,49 +292,48 @@ class Leases:
         write: bool,
         idempotent: bool,
         begin: str | None,
-        deadline: float,
+        deadline: Deadline,
         failed: _Failed | None,
     ) -> R:
-        """`run`'s attempts until one succeeds or ``deadline``; ``failed``: the first
-        attempt was made (by `query`) and lost its connection."""
-        may_have_written = False
-        failures = 0
-        last: BaseException | None = None
-        # Whether the attempt in progress has sent what may commit: a deadline that cuts
-        # it there leaves the write's outcome unknown.
+        """`run`'s attempts (`runstore.retry.retried`) until one succeeds or ``deadline``;
+        ``failed``: the first attempt was made (by `query`) and lost its connection."""
+        # Whether the attempt in progress has sent what may commit (a deadline that cuts
+        # it there leaves the write's outcome unknown), and whether an earlier one had.
         progress = _Progress()
-        try:
-            async with asyncio.timeout_at(deadline):
-                while True:
-                    if failed is None:
-                        try:
-                            return await self._attempt(fn, operation, begin, deadline, progress)
-                        except _Failed as exc:
-                            failed = exc
-                    last = failed.cause
-                    if write and failed.sent:
-                        may_have_written = True
-                        if not idempotent:
-                            error = self._unavailable(operation, True, failed.cause)
-                            raise error from error.__cause__
-                    failed = None
-                    delay = RETRY_BACKOFF[min(failures, len(RETRY_BACKOFF) - 1)]
-                    (log.warning if failures == 0 else log.debug)(
-                        "%s: %s lost its connection (%s); retrying on a fresh one for up to %gs",
-                        self.backend, operation, type(driver_error(last)).__name__,
-                        self.timeouts.operation,
-                    )
-                    failures += 1
-                    await asyncio.sleep(delay)
-        except TimeoutError as exc:
-            cause = last or exc
-            if last is None:
-                cause = TimeoutError(f"no answer within {self.timeouts.operation:g}s")
-            # Cut mid-attempt after its commit was sent: the write may be waiting in a send
-            # buffer or a black hole, or committed with its answer lost.
-            may_have = write and (may_have_written or progress.sent)
-            error = self._unavailable(operation, may_have, cause)
-            raise error from error.__cause__
+        may_have_written = False
+
+        def judge(lost: _Failed) -> None:
+            nonlocal may_have_written
+            if write and lost.sent:
+                may_have_written = True
+                if not idempotent:
+                    error = self._unavailable(operation, True, lost.cause)
+                    raise error from error.__cause__
+
+        async def attempt(deadline: Deadline) -> R:
+            try:
+                return await self._attempt(fn, operation, begin, deadline, progress)
+            except _Failed as lost:
+                judge(lost)
+                raise
+
+        def give_up(last: BaseException | None) -> BackendUnavailableError:
+            cause = deadline_cause(last.cause if isinstance(last, _Failed) else last, deadline)
+            return self._unavailable(operation, write and (may_have_written or progress.sent), cause)
+
+        def log_retry(lost: Exception, retries: int) -> None:
+            cause = lost.cause if isinstance(lost, _Failed) else lost
+            (log.warning if retries == 0 else log.debug)(
+                "%s: %s lost its connection (%s); retrying on a fresh one for up to %gs",
+                self.backend, operation, type(driver_error(cause)).__name__, deadline.timeout,
+            )
+
+        if failed is not None:
+            judge(failed)
+        return await retried(
+            attempt, deadline, transient=_lost, give_up=give_up, backoff=BACKOFF,
+            immediate_first=True, failed=failed, on_retry=log_retry,
+        )
 
     def _unavailable(
         self, operation: str, may_have_written: bool, cause: BaseException
@@ -353,12 +354,12 @@ class Leases:
         fn: Callable[[Any], Awaitable[R]],
         operation: str,
         begin: str | None,
-        deadline: float,
+        deadline: Deadline,
         progress: _Progress,
     ) -> R:
         progress.sent = False
         try:
-            lease = await self._take()
+            lease = await self._take(deadline)
         except Exception as exc:
             if connection_lost(exc):
                 raise _Failed(exc, sent=False) from exc
@@ -384,7 +385,7 @@ class Leases:
         return result
 
     async def _failure(
-        self, lease: _Lease, exc: BaseException, operation: str, deadline: float, sent: bool
+        self, lease: _Lease, exc: BaseException, operation: str, deadline: Deadline, sent: bool
     ) -> BaseException | None:
         """After a call on ``lease`` raised ``exc``: give the connection back, or roll it
         back or close it, and return what to raise instead (`_Failed` if the connection
@@ -403,16 +404,16 @@ class Leases:
             return self._refused(operation, exc)
         return None
 
-    async def _take(self) -> _Lease:
+    async def _take(self, deadline: Deadline) -> _Lease:
         """An idle leased connection still open and clean, else a fresh one from the pool."""
         while self._idle:
             lease = self._idle.pop()
             if lease.clean:
                 return lease
             self._in_background(self._drop(lease))
-        return await self._fresh()
+        return await self._fresh(deadline)
 
-    async def _fresh(self) -> _Lease:
+    async def _fresh(self, deadline: Deadline) -> _Lease:
         sharing = self._sharing
         sharing.waiting += 1
         try:
@@ -429,7 +430,7 @@ class Leases:
         try:
             lease = _Lease(sa_conn, await driver_connection(sa_conn))
             if self._setup is not None:
-                await lease.conn.execute(self._setup, timeout=self.timeouts.connect)
+                await lease.conn.execute(self._setup, timeout=deadline.cap(self.timeouts.connect))
         except BaseException:
             if lease is not None:
                 await self._drop(lease)
@@ -438,7 +439,7 @@ class Leases:
             raise
         return lease
 
-    async def _settle(self, lease: _Lease, deadline: float) -> None:
+    async def _settle(self, lease: _Lease, deadline: Deadline) -> None:
         """After a failed or cancelled call: roll ``lease`` back and keep it, or close it.
 
         Runs in its own task: a caller cancelled again meanwhile stops waiting for it,
@@ -447,7 +448,7 @@ class Leases:
         if lease.conn.is_closed():
             await self._drop(lease)
             return
-        budget = min(self.timeouts.command, deadline - asyncio.get_running_loop().time())
+        budget = deadline.cap(self.timeouts.command)
         task = asyncio.ensure_future(self._roll_back(lease, budget))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -12,9 +12,10 @@ round trip; one found inside a transaction is replaced too), ``pool_recycle`` =
 transaction-pooler switch), and the time bounds of `PostgresTimeouts`
 (``postgres.*_timeout_seconds`` or the URL options ``connect_timeout``,
 ``command_timeout``, ``operation_timeout``): asyncpg's connect timeout, its command
-timeout, the ping's and the wait for a free pooled connection. The engine connects once
-when it opens, so a server that refuses us is reported then. asyncpg is imported only
-when an engine is opened.
+timeout, the ping's and the wait for a free pooled connection. Inside a call's attempt
+(`runstore.retry.current_deadline`), the connect and ping timeouts are cut to what is
+left of the call's deadline. The engine connects once when it opens, so a server that
+refuses us is reported then. asyncpg is imported only when an engine is opened.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from runstore.errors import (
     UnboundEngineError,
 )
 from runstore.options import BackendOptions
+from runstore.retry import current_deadline
 from runstore.settings import Settings
 from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of, numbered_placeholders
 from runstore.standalone import Standalone
@@ -183,6 +185,7 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
         connect_args={**connect_args, "command_timeout": timeouts.command, "timeout": timeouts.connect},
     )
     _install_pre_ping(engine, timeouts.connect)
+    _install_connect_deadline(engine)
     bind_dialect(engine, POSTGRES)
     try:
         await _first_connection(engine, schema, url)
@@ -226,8 +229,9 @@ def _install_pre_ping(engine: AsyncEngine, timeout: float) -> None:
     A connection whose socket the server closed (restart, idle kill) is seen as closed
     without a round trip, and one left inside a transaction is never handed out; one
     idle for more than `PING_AFTER_IDLE_SECONDS` also gets a one-round-trip ping
-    (``SELECT 1``, waiting at most ``timeout``). Any of these makes the pool discard
-    it and connect afresh, as SQLAlchemy's own pre-ping does.
+    (``SELECT 1``, waiting at most ``timeout``, cut to what is left of the call's
+    deadline). Any of these makes the pool discard it and connect afresh, as
+    SQLAlchemy's own pre-ping does.
     """
     from sqlalchemy.exc import DisconnectionError
     from sqlalchemy.util import await_only
@@ -243,17 +247,42 @@ def _install_pre_ping(engine: AsyncEngine, timeout: float) -> None:
         last = record.info.get(_CHECKIN_TIME)
         if last is None or time.monotonic() - last > PING_AFTER_IDLE_SECONDS:
             try:
-                await_only(driver.execute("SELECT 1", timeout=timeout))
-            except Exception as exc:
+                await_only(driver.execute("SELECT 1", timeout=_capped(timeout)))
+            except BaseException as exc:
                 # Closed at once: SQLAlchemy would otherwise say goodbye to the server and
-                # wait up to two seconds for an answer that may never come.
+                # wait up to two seconds for an answer that may never come (after a
+                # cancellation, the deadline's included, for asyncpg's cancel request too).
                 driver.terminate()
+                if not isinstance(exc, Exception):
+                    raise
                 raise DisconnectionError(f"ping failed: {type(exc).__name__}") from exc
 
     @event.listens_for(engine.sync_engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
         if record is not None:
             record.info[_CHECKIN_TIME] = time.monotonic()
+
+
+#: The shortest connect or ping timeout handed to asyncpg (a deadline already passed).
+MIN_DRIVER_TIMEOUT = 0.001
+
+
+def _capped(seconds: float) -> float:
+    """``seconds``, cut to what is left of the deadline of the call being attempted, if any."""
+    deadline = current_deadline()
+    if deadline is None:
+        return seconds
+    return max(MIN_DRIVER_TIMEOUT, deadline.cap(seconds))
+
+
+def _install_connect_deadline(engine: AsyncEngine) -> None:
+    """Cut the connect timeout of a connection the pool opens for a call to what is left
+    of the call's deadline, so asyncpg gives up by itself before the call is cut."""
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _on_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        if "timeout" in cparams:
+            cparams["timeout"] = _capped(float(cparams["timeout"]))
 
 
 async def _create_schema(conn: AsyncConnection, schema: str) -> None:

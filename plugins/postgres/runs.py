@@ -8,7 +8,8 @@ imported only when a store is opened.
 
 Connections are leased through `runstore.plugins.postgres.connections.Leases`, the
 rules the event store and the saver follow (docs/reliability.md): a whole call is
-bounded by ``operation_timeout`` (connect and statements by their own bounds), a
+bounded by ``operation_timeout`` (connect and statements by their own bounds, cut to
+what is left of it; the reruns after a lost unique-key race included), a
 connection lost before a write's ``COMMIT`` was sent (or during a read) is retried on
 a fresh one until then, anything else is `BackendUnavailableError`; a call that fails
 or times out mid-statement has its connection rolled back or closed, never reused
@@ -36,6 +37,7 @@ from runstore.errors import (
     RunstoreError,
 )
 from runstore.options import BackendOptions
+from runstore.retry import Deadline, deadline_cause, retried
 from runstore.runs.sql import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Script, SqlRunStore
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
@@ -48,7 +50,8 @@ T = TypeVar("T")
 
 BACKEND = "postgres run store"
 #: Attempts of a write that lost a unique-key race with another thread's create (or,
-#: which the lock order rules out, a deadlock): the rerun sees the winner's row.
+#: which the lock order rules out, a deadlock): the rerun sees the winner's row. All of
+#: them, and their connection retries, share the call's one ``operation_timeout``.
 ATTEMPTS = 3
 
 
@@ -68,10 +71,18 @@ async def _drive(raw: Any, script: Script[T]) -> T:
         return done.value
 
 
-def _retryable(exc: BaseException) -> bool:
+def _server_error(exc: BaseException) -> BaseException:
+    """The server's own error under a `BackendRefusedError` (``exc`` itself otherwise)."""
+    if isinstance(exc, BackendRefusedError) and isinstance(exc.__cause__, Exception):
+        return exc.__cause__
+    return exc
+
+
+def _raced(exc: Exception) -> bool:
+    """A unique or deadlock conflict with another writer: the rerun sees the winner's row."""
     import asyncpg
 
-    return isinstance(exc, asyncpg.UniqueViolationError | asyncpg.DeadlockDetectedError)
+    return isinstance(_server_error(exc), asyncpg.UniqueViolationError | asyncpg.DeadlockDetectedError)
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -130,31 +141,39 @@ class PostgresRunDriver(RunDriver):
         return await settle(self._run(script, operation, write=False))
 
     async def _run(self, script: Callable[[], Script[T]], operation: str, *, write: bool) -> T:
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                # A write's script runs inside BEGIN ... COMMIT (Leases commits it).
-                return await self._leases.run(
-                    lambda raw: _drive(raw, script()), operation=operation, write=write,
-                    begin="BEGIN" if write else None,
-                )
-            except BackendRefusedError as refused:
-                # The server's own error: a unique or deadlock conflict is raced, so retried.
-                exc = refused.__cause__ if isinstance(refused.__cause__, Exception) else refused
-            except RunstoreError:
-                raise
-            except Exception as other:
-                exc = other
-            if _retryable(exc) and attempt < ATTEMPTS:
-                continue
-            # Rolled back before it reached the caller: whatever failed wrote nothing.
-            if _unavailable(exc):
-                raise BackendUnavailableError(
-                    BACKEND, operation, write_may_have_happened=False, cause=exc
-                ) from exc
-            raise RunError(
-                f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written"
+        leases = self._leases
+        # One deadline for the whole call: a rerun after a lost race gets what is left.
+        deadline = Deadline.after(leases.timeouts.operation)
+
+        async def attempt(deadline: Deadline) -> T:
+            # A write's script runs inside BEGIN ... COMMIT (Leases commits it).
+            return await leases.run(
+                lambda raw: _drive(raw, script()), operation=operation, write=write,
+                begin="BEGIN" if write else None, deadline=deadline,
+            )
+
+        def give_up(last: BaseException | None) -> BackendUnavailableError:
+            cause = deadline_cause(None if last is None else _server_error(last), deadline)
+            return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=cause)
+
+        try:
+            return await retried(
+                attempt, deadline, transient=_raced, give_up=give_up, backoff=(0.0,), attempts=ATTEMPTS
+            )
+        except BackendRefusedError as refused:
+            exc = _server_error(refused)
+        except RunstoreError:
+            raise
+        except Exception as other:
+            exc = other
+        # Rolled back before it reached the caller: whatever failed wrote nothing.
+        if _unavailable(exc):
+            raise BackendUnavailableError(
+                BACKEND, operation, write_may_have_happened=False, cause=exc
             ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise RunError(
+            f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written"
+        ) from exc
 
 
 class PostgresRunStore(SqlRunStore):

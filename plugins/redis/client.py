@@ -6,7 +6,9 @@ history cache share:
 - Bounded. Connecting waits at most ``socket_connect_timeout``, the replies of one
   round trip at most ``socket_timeout``, and a whole call, retries included, at most
   ``operation_timeout`` (settings ``redis.*_seconds``; URL options of the same names
-  without ``_seconds``). A pooled connection idle longer than
+  without ``_seconds``). The attempts run in runstore's one retry loop
+  (`runstore.retry.retried`): each is cut to what is left of the call's deadline, and
+  so is its wait for the replies. A pooled connection idle longer than
   ``health_check_interval`` is PINGed before it carries a command.
 - Retried only where that cannot write twice. A failure before the command was
   sent (no connection, a refused or timed-out connect, a pooled connection found
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.settings import seconds_with_url, with_url_options
 from runstore.tls import SYSTEM_ROOTS, TLS_OPTIONS, check_tls_files
 
@@ -40,10 +43,6 @@ if TYPE_CHECKING:
     from .settings import RedisSettings
 
 log = logging.getLogger(__name__)
-
-#: Waits between attempts after a connection failure; the last one repeats until the
-#: operation deadline, so a call rides out a server restart shorter than the deadline.
-RETRY_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 
 #: URL options (seconds) that override the ``redis`` settings of the same name + ``_seconds``.
 TIMEOUT_OPTIONS = ("socket_connect_timeout", "socket_timeout", "health_check_interval", "operation_timeout")
@@ -214,6 +213,11 @@ class _Failed(Exception):
         self.replies = replies
 
 
+def _failed(exc: Exception) -> bool:
+    """The retry loop's test: an attempt that failed on its connection (`_Failed`) is retried."""
+    return isinstance(exc, _Failed)
+
+
 def connection_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean the connection (not the command) failed."""
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -265,7 +269,7 @@ class RedisCalls:
         timeouts: RedisTimeouts,
         *,
         backend: str,
-        retry_backoff: Sequence[float] = RETRY_BACKOFF,
+        retry_backoff: Sequence[float] = BACKOFF,
         owns_pool: bool = True,
     ) -> None:
         self.pool = pool
@@ -291,6 +295,7 @@ class RedisCalls:
         # scope would cut off mid-cleanup (ASYNC109).
         timeout: float | None = None,  # noqa: ASYNC109
         retry: bool = True,
+        deadline: Deadline | None = None,
     ) -> list[Any]:
         """Send ``commands`` in one round trip and return their replies, error replies as objects.
 
@@ -298,44 +303,45 @@ class RedisCalls:
         gets, in place of each missing reply, a `BackendUnavailableError` saying the write
         may have happened; every other failure raises it. ``read_timeout`` replaces
         ``socket_timeout`` for the replies (a blocking XREAD waits longer); ``timeout``
-        replaces ``operation_timeout`` as the bound of the whole call. ``retry=False``
+        replaces ``operation_timeout`` as the bound of the whole call, and ``deadline``
+        (the deadline of a larger call this one is part of) replaces both. ``retry=False``
         makes one attempt: a lost connection raises at once instead of trying fresh ones.
         """
-        loop = asyncio.get_running_loop()
-        bound = self.timeouts.operation_timeout if timeout is None else timeout
-        deadline = loop.time() + bound
+        if deadline is None:
+            deadline = Deadline.after(self.timeouts.operation_timeout if timeout is None else timeout)
         progress = _Progress()
-        failures = 0
-        last: BaseException | None = None
-        try:
-            async with asyncio.timeout_at(deadline):
-                while True:
-                    try:
-                        return await self._attempt(commands, read_timeout, progress)
-                    except _Failed as failed:
-                        self.outages += 1
-                        last = failed.cause
-                        if not retry or _refused_for_good(failed.cause):
-                            # A wrong password or an untrusted certificate stays so: no retry,
-                            # nothing was written.
-                            raise self._unavailable(operation, False, failed.cause) from failed.cause
-                        if failed.sent and write and not idempotent:
-                            missing = len(commands) - len(failed.replies)
-                            lost = [self._unavailable(operation, True, failed.cause) for _ in range(missing)]
-                            return [*failed.replies, *lost]
-                    delay = self.retry_backoff[min(failures, len(self.retry_backoff) - 1)]
-                    (log.warning if failures == 0 else log.debug)(
-                        "%s: %s failed (%s); retrying on a fresh connection for up to %gs",
-                        self.backend, operation, type(last).__name__, bound,
-                    )
-                    failures += 1
-                    await asyncio.sleep(delay)
-        except TimeoutError as exc:
-            cause = last or exc
-            if last is None or isinstance(last, asyncio.CancelledError):
-                cause = TimeoutError(f"no answer within {bound:g}s")
-            # Timed out mid-attempt: the command may be sitting in a send buffer or a black hole.
-            raise self._unavailable(operation, write and progress.sent, cause) from cause
+
+        async def attempt(deadline: Deadline) -> list[Any]:
+            try:
+                return await self._attempt(commands, read_timeout, progress, deadline)
+            except _Failed as failed:
+                self.outages += 1
+                if not retry or _refused_for_good(failed.cause):
+                    # A wrong password or an untrusted certificate stays so: no retry,
+                    # nothing was written.
+                    raise self._unavailable(operation, False, failed.cause) from failed.cause
+                if failed.sent and write and not idempotent:
+                    missing = len(commands) - len(failed.replies)
+                    lost = [self._unavailable(operation, True, failed.cause) for _ in range(missing)]
+                    return [*failed.replies, *lost]
+                raise
+
+        def give_up(last: BaseException | None) -> BackendUnavailableError:
+            cause = deadline_cause(last.cause if isinstance(last, _Failed) else last, deadline)
+            # Cut mid-attempt: the command may be sitting in a send buffer or a black hole.
+            return self._unavailable(operation, write and progress.sent, cause)
+
+        def log_retry(failed: Exception, retries: int) -> None:
+            cause = failed.cause if isinstance(failed, _Failed) else failed
+            (log.warning if retries == 0 else log.debug)(
+                "%s: %s failed (%s); retrying on a fresh connection for up to %gs",
+                self.backend, operation, type(cause).__name__, deadline.timeout,
+            )
+
+        return await retried(
+            attempt, deadline, transient=_failed, give_up=give_up, backoff=self.retry_backoff,
+            on_retry=log_retry,
+        )
 
     def _unavailable(self, operation: str, may_have_written: bool, cause: BaseException) -> BackendUnavailableError:
         return BackendUnavailableError(
@@ -343,13 +349,15 @@ class RedisCalls:
         )
 
     async def _attempt(
-        self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
+        self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress,
+        deadline: Deadline,
     ) -> list[Any]:
         """One try of a call; a subclass picks the pool here (a cluster routes by key)."""
-        return await self._attempt_on(self.pool, commands, read_timeout, progress)
+        return await self._attempt_on(self.pool, commands, read_timeout, progress, deadline)
 
     async def _attempt_on(
-        self, pool: Any, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
+        self, pool: Any, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress,
+        deadline: Deadline,
     ) -> list[Any]:
         from redis.exceptions import ResponseError
 
@@ -381,7 +389,8 @@ class RedisCalls:
             progress.sent = True
             try:
                 await conn.send_packed_command(packed, check_health=False)
-                await self._read(conn, len(commands), replies, read_timeout)
+                bound = self.timeouts.socket_timeout if read_timeout is None else read_timeout
+                await self._read(conn, len(commands), replies, deadline.cap(bound))
             except errors as exc:
                 raise _Failed(exc, sent=True, replies=replies) from exc
             clean = True

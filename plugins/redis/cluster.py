@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from redis.crc import key_slot
 
 from runstore.errors import InvalidURLError
+from runstore.retry import BACKOFF, Deadline
 
-from .client import RETRY_BACKOFF, RedisCalls, RedisTimeouts, _Failed, _Progress, open_pool
+from .client import RedisCalls, RedisTimeouts, _Failed, _Progress, open_pool
 
 if TYPE_CHECKING:
     from runstore.urls import BackendURL
@@ -114,7 +115,7 @@ class ClusterCalls(RedisCalls):
         timeouts: RedisTimeouts,
         *,
         backend: str,
-        retry_backoff: Sequence[float] = RETRY_BACKOFF,
+        retry_backoff: Sequence[float] = BACKOFF,
     ) -> None:
         super().__init__(None, timeouts, backend=backend, retry_backoff=retry_backoff)
         self._make_pool = make_pool
@@ -150,13 +151,14 @@ class ClusterCalls(RedisCalls):
         return None if self._owners is None else self._owners[slot]
 
     async def _attempt(
-        self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress
+        self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress,
+        deadline: Deadline,
     ) -> list[Any]:
         slots = {slot for slot in map(command_slot, commands) if slot is not None}
         if len(slots) > 1:
             raise ValueError(f"{self.backend}: one call must stay in one hash slot (got slots {sorted(slots)})")
         if self._owners is None:
-            await self._refresh()
+            await self._refresh(deadline)
         owners = self._owners or []
         address = owners[slots.pop()] if slots else (next(filter(None, owners), None) or self.seeds[0])
         if address is None:
@@ -166,7 +168,7 @@ class ClusterCalls(RedisCalls):
             cause = RedisConnectionError("the cluster names no master for this key's slot")
             raise _Failed(cause, sent=False, replies=[])
         try:
-            replies = await self._attempt_on(self._pool(address), commands, read_timeout, progress)
+            replies = await self._attempt_on(self._pool(address), commands, read_timeout, progress, deadline)
         except _Failed:
             self._owners = None  # the master may have died: ask for the slot map again
             raise
@@ -179,7 +181,7 @@ class ClusterCalls(RedisCalls):
             raise _Failed(cause, sent=refused[0] > 0, replies=replies[: refused[0]])
         return replies
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, deadline: Deadline) -> None:
         """Read the slot map from the first node that answers ``CLUSTER SLOTS``."""
         async with self._refresh_lock:
             if self._owners is not None:
@@ -187,7 +189,9 @@ class ClusterCalls(RedisCalls):
             failure: _Failed | None = None
             for address in dict.fromkeys([*self._known, *self.seeds]):
                 try:
-                    (reply,) = await self._attempt_on(self._pool(address), [("CLUSTER", "SLOTS")], None, _Progress())
+                    (reply,) = await self._attempt_on(
+                        self._pool(address), [("CLUSTER", "SLOTS")], None, _Progress(), deadline
+                    )
                 except _Failed as failed:
                     failure = failed
                     continue

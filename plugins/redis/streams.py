@@ -50,6 +50,7 @@ from runstore.errors import (
     InvalidStreamInputError,
     StreamEndedError,
 )
+from runstore.retry import Deadline
 from runstore.settings import Settings
 from runstore.standalone import Standalone
 from runstore.streams.protocol import (
@@ -446,9 +447,8 @@ class RedisStreamBridge(StreamBridge, Standalone):
         The pipeline carries publishes, so it is never resent as a whole; this call may
         be, within what is left of its own deadline.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.calls.timeouts.operation_timeout
-        future: asyncio.Future[Any] = loop.create_future()
+        deadline = Deadline.after(self.calls.timeouts.operation_timeout)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         call = _Call(operation, key, future, script=script, args=args, command=command, end=end)
         self._enqueue(call)
         try:
@@ -456,14 +456,13 @@ class RedisStreamBridge(StreamBridge, Standalone):
         except BackendUnavailableError as exc:
             if not exc.write_may_have_happened:
                 raise
-            left = deadline - loop.time()
-            if left <= 0:
+            if deadline.left() <= 0:
                 raise BackendUnavailableError(
                     self.calls.backend, operation, write_may_have_happened=write, cause=exc.__cause__ or exc
                 ) from exc.__cause__
-        (reply,) = await self.calls.run(operation, [call.request(False)], write=write, timeout=left)
+        (reply,) = await self.calls.run(operation, [call.request(False)], write=write, deadline=deadline)
         if script is not None and _no_script(reply):
-            (reply,) = await self.calls.run(operation, [call.request(True)], write=write, timeout=left)
+            (reply,) = await self.calls.run(operation, [call.request(True)], write=write, deadline=deadline)
         if isinstance(reply, Exception):
             raise reply
         self._deliver(call, reply)
@@ -508,13 +507,16 @@ class RedisStreamBridge(StreamBridge, Standalone):
         # A caller cancelled while queued is dropped: its call has no effect at all.
         todo = [call for call in batch if not call.future.done()]
         by_text = False
+        # One deadline for the batch: resending it by text after NOSCRIPT gets what is left.
+        deadline = Deadline.after(self.calls.timeouts.operation_timeout)
         while todo:
             if len(todo) == 1:
                 operation = todo[0].operation
             else:
                 operation = f"{'/'.join(dict.fromkeys(call.operation for call in todo))} (pipeline of {len(todo)})"
             replies = await self.calls.run(
-                operation, [call.request(by_text) for call in todo], write=True, idempotent=False
+                operation, [call.request(by_text) for call in todo], write=True, idempotent=False,
+                deadline=deadline,
             )
             retry = []
             for call, reply in zip(todo, replies, strict=True):

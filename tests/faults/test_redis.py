@@ -21,7 +21,7 @@ from runstore import END, HEARTBEAT, StreamEvent
 from runstore.errors import BackendUnavailableError
 from runstore.options import BackendOptions
 from runstore.settings import Settings
-from runstore.streams import StreamGap
+from runstore.streams.protocol import StreamGap
 from runstore.urls import BackendURL
 
 from .servers import RedisServer, TcpProxy

@@ -184,9 +184,9 @@ async def test_without_a_fresh_slot_map_the_failover_is_not_survived(
     first_map: dict[int, Any] = {}
     refresh = ClusterCalls._refresh
 
-    async def stale_refresh(self: ClusterCalls) -> None:
+    async def stale_refresh(self: ClusterCalls, deadline: Any) -> None:
         if id(self) not in first_map:
-            await refresh(self)
+            await refresh(self, deadline)
             first_map[id(self)] = self._owners
         self._owners = first_map[id(self)]
 

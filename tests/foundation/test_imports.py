@@ -6,7 +6,7 @@
   module's import of its own package is not counted (Python has imported it first anyway).
 * The kind wings (``runstore.checkpoint``, ``.events``, ``.streams``, ``.runs``) are
   mutually independent: what two kinds share lives in a module of its own.
-* No runtime module imports the tools (``runstore.cli``, ``runstore.bench``), the
+* No runtime module imports the tools (``runstore.cli.main``, ``runstore.bench``), the
   conformance suite or a plugin; no kind wing imports plugin discovery (the loader).
 * Configuration (``runstore.settings``) does not import plugin discovery.
 """
@@ -23,8 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Source folder -> the package it ships as (pyproject's package-dir).
 PACKAGES = {"core": "runstore", "plugins": "runstore.plugins", "conformance": "runstore.conformance"}
-WINGS = ("runstore.checkpoint", "runstore.events", "runstore.streams", "runstore.runs")
-TOOLS = ("runstore.cli", "runstore.bench", "runstore.conformance", "runstore.__main__")
+WINGS = ("runstore.checkpoint", "runstore.events.protocol", "runstore.streams.protocol", "runstore.runs.protocol")
+TOOLS = ("runstore.cli.main", "runstore.bench", "runstore.conformance", "runstore.__main__")
 #: Modules that exist to keep old import paths working; they name every new home.
 COMPATIBILITY = {"runstore", "runstore.moved"}
 

@@ -17,9 +17,9 @@ from runstore import END, StreamEvent
 from runstore.errors import BackendUnavailableError, ConfigError, InvalidURLError, StreamEndedError
 from runstore.options import BackendOptions
 from runstore.settings import Settings
-from runstore.streams import StreamGap
 from runstore.streams.protocol import (
     HEARTBEAT,
+    StreamGap,
     format_event_id,
     heartbeat_loop,
     parse_event_id,

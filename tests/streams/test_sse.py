@@ -21,7 +21,7 @@ from starlette.routing import Route
 import runstore
 from runstore import END, HEARTBEAT, StreamEvent
 from runstore.plugins.memory.streams import MemoryStreamBridge
-from runstore.streams import StreamGap
+from runstore.streams.protocol import StreamGap
 from runstore.streams.sse import GAP_RECOVERY_HINT, format_sse, sse_frame, sse_frames
 
 WAIT = 10.0
