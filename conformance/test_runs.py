@@ -1,4 +1,4 @@
-"""Run store conformance: the contract of `runstore.runs.protocol` (docs/runs.md), checked on any backend.
+"""Run store conformance: the contract of `runstore.runs` (docs/runs.md), checked on any backend.
 
 Every test takes ``runs_target`` and is synchronous. Assertion messages start with
 ``contract:`` and name the rule a backend broke. Time is a `ManualClock` the tests move,

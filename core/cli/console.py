@@ -1,4 +1,4 @@
-"""Terminal output shared by the ``runstore`` commands (`runstore.cli.main` and the commands it
+"""Terminal output shared by the ``runstore`` commands (`runstore.cli` and the commands it
 attaches: bench, retention), so none of them imports another for it."""
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def run_cmd(
     configured policy applies. Several processes may run this at once (PostgreSQL
     claims batches with SKIP LOCKED).
     """
-    # Imported here: `python -m runstore.cli.main` loads this module while cli runs as __main__.
+    # Imported here: `python -m runstore.cli` loads this module while the command runs as __main__.
     from runstore.cli.console import console, emit_json
     report = asyncio.run(
         _run(

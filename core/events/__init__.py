@@ -1,6 +1,6 @@
 """The run event store wing: the protocol, what a record is, and the SQL store.
 
-``runstore.events.protocol`` gives the protocol (`RunEventStore`) and the record types; the
+``runstore.events`` gives the protocol (`RunEventStore`) and the record types; the
 parts live in ``protocol`` (the store contract and its call preamble), ``records``
 (events, prepared events and read-argument checks), ``identity`` (message identity),
 ``owner`` (the owner scope), ``schema`` and ``sql`` (the dialect-neutral SQL store).

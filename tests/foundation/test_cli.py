@@ -39,7 +39,7 @@ def runstore_register_savers(registry):
 
 def _runstore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "runstore.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
     )
 
 

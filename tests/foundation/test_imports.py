@@ -6,7 +6,7 @@
   module's import of its own package is not counted (Python has imported it first anyway).
 * The kind wings (``runstore.checkpoint``, ``.events``, ``.streams``, ``.runs``) are
   mutually independent: what two kinds share lives in a module of its own.
-* No runtime module imports the tools (``runstore.cli.main``, ``runstore.bench``), the
+* No runtime module imports the tools (``runstore.cli``, ``runstore.bench``), the
   conformance suite or a plugin; no kind wing imports plugin discovery (the loader).
 * Configuration (``runstore.settings``) does not import plugin discovery.
 """
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Source folder -> the package it ships as (pyproject's package-dir).
 PACKAGES = {"core": "runstore", "plugins": "runstore.plugins", "conformance": "runstore.conformance"}
-WINGS = ("runstore.checkpoint", "runstore.events.protocol", "runstore.streams.protocol", "runstore.runs.protocol")
-TOOLS = ("runstore.cli.main", "runstore.bench", "runstore.conformance", "runstore.__main__")
+WINGS = ("runstore.checkpoint", "runstore.events", "runstore.streams", "runstore.runs")
+TOOLS = ("runstore.cli", "runstore.bench", "runstore.conformance", "runstore.__main__")
 #: Modules that exist to keep old import paths working; they name every new home.
 COMPATIBILITY = {"runstore", "runstore.moved"}
 
@@ -58,6 +59,11 @@ def _imported(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> lis
 
 def import_graph() -> dict[str, set[str]]:
     """Each shipped module -> the shipped modules it imports, wherever the import sits."""
+    return {module: set(targets) for module, targets in _graph().items()}
+
+
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     known = modules()
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
@@ -67,7 +73,7 @@ def import_graph() -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target and target != name and not name.startswith(target + "."):
                     graph[name].add(target)
-    return graph
+    return {name: frozenset(targets) for name, targets in graph.items()}
 
 
 def _within(module: str, package: str) -> bool:

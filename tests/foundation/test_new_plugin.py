@@ -74,14 +74,14 @@ def test_every_skeleton_imports_and_its_annotations_resolve(tmp_path: Path, kind
 
 def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", "new-plugin", "acme", "--directory", str(tmp_path)],
+        [sys.executable, "-m", "runstore.cli", "new-plugin", "acme", "--directory", str(tmp_path)],
         capture_output=True, text=True, check=True,
     )
     project = tmp_path / "runstore-acme"
     assert "created" in out.stdout and (project / "pyproject.toml").is_file()
     fresh_env.install(project)
 
-    listed = fresh_env.run("-m", "runstore.cli.main", "backends", "--json", cwd=tmp_path)
+    listed = fresh_env.run("-m", "runstore.cli", "backends", "--json", cwd=tmp_path)
     acme = [r for r in json.loads(listed.stdout)["backends"] if r["name"] == "acme"]
     assert acme and acme[0]["distribution"] == "runstore-acme" and acme[0]["schemes"] == ["acme"]
 
@@ -101,7 +101,7 @@ def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp
 def test_saver_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp_path: Path) -> None:
     """The same flow for a saver, certified with `runstore check` from the fresh environment."""
     subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", "new-plugin", "acme", "--kind", "saver",
+        [sys.executable, "-m", "runstore.cli", "new-plugin", "acme", "--kind", "saver",
          "--directory", str(tmp_path)],
         capture_output=True, text=True, check=True,
     )

@@ -55,7 +55,7 @@ def with_password(url: str, user: str | None = None) -> str:
 
 def _runstore(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "runstore.cli", *args], capture_output=True, text=True, cwd=cwd,
         timeout=600, env={**os.environ, **(env or {})},
     )
 
@@ -220,7 +220,7 @@ def test_no_password_in_bench_rows_argv_case_ids_or_warnings(redis_with_password
     dead = with_password(f"redis://127.0.0.1:{free_port()}/0?operation_timeout=0.5")
     rows = tmp_path / "rows.jsonl"
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", "bench", "streams", "-b", good, "-b", dead, "--events", "3",
+        [sys.executable, "-m", "runstore.cli", "bench", "streams", "-b", good, "-b", dead, "--events", "3",
          "--throughput-events", "3", "--subscribers", "1", "--repetitions", "1", "-o", str(rows)],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )

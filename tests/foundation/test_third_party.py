@@ -68,7 +68,7 @@ def _env(site: Path, **extra: str) -> dict[str, str]:
 
 def test_backends_lists_third_party_plugin(site: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", "backends", "--json"],
+        [sys.executable, "-m", "runstore.cli", "backends", "--json"],
         capture_output=True, text=True, env=_env(site), cwd=tmp_path, check=True,
     )
     listed = json.loads(out.stdout)
@@ -142,7 +142,7 @@ def test_third_party_settings_section_from_env_and_yaml(site: Path, tmp_path: Pa
 
 def test_third_party_plugin_can_be_disabled(site: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", "backends", "--json"],
+        [sys.executable, "-m", "runstore.cli", "backends", "--json"],
         capture_output=True, text=True, env=_env(site, RUNSTORE_DISABLE_PLUGINS="acme"),
         cwd=tmp_path, check=True,
     )
