@@ -268,6 +268,3 @@ def test_durable_data_survives_reopen(events_target: Any) -> None:
         await store.delete_by_thread(thread, user_id=None)
 
     events_target.run(reopen)
-
-
-# =====================================================================================

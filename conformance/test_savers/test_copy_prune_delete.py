@@ -241,6 +241,3 @@ def test_delete_for_runs_is_delta_safe(saver_target: Any) -> None:
             session.run(body())
 
         check()
-
-
-# --------------------------------------------------------------------------- sync twins

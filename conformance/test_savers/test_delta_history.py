@@ -106,6 +106,3 @@ def test_declared_delta_history_is_native(saver_target: Any) -> None:
             ), "contract: capability delta_history means get_delta_channel_history is overridden"
 
     saver_target.run(body)
-
-
-# --------------------------------------------------------------------------- extended API

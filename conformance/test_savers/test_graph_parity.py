@@ -94,6 +94,3 @@ def test_graph_parity_with_add_messages_fold(saver_target: Any, scenario: str) -
             session.run(body())
 
         check()
-
-
-# --------------------------------------------------------------------------- listing, filters, ids

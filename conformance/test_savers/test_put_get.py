@@ -319,9 +319,6 @@ def test_values_and_writes_go_through_saver_serde(saver_target: Any) -> None:
     saver_target.run(body)
 
 
-# --------------------------------------------------------------------------- durability
-
-
 #: Text no saver can store the same way: PostgreSQL text refuses NUL, and a lone
 #: surrogate is not Unicode (sqlite and JSON encoders refuse it).
 _UNSTORABLE = {"a NUL character": "bad\x00id", "a lone surrogate": "bad\ud800id"}

@@ -78,6 +78,3 @@ def test_sync_twins_match_async(saver_target: Any) -> None:
             session.run(body())
 
         check()
-
-
-# --------------------------------------------------------------------------- serde
