@@ -190,3 +190,37 @@ created_ats = st.one_of(
         st.sampled_from(_OFFSETS),
     ),
 )
+
+
+# -- shared by the test modules ---------------------------------------------------------
+
+#: What a store raises for bad input.
+BAD_INPUT = (ValueError, TypeError)
+#: A valid event, less its thread_id.
+GOOD = {"run_id": "run-1", "event_type": "llm.ai.response", "category": "message", "content": "ok"}
+
+
+def check_owner(target: Any, record: Mapping[str, Any], owner: str | None) -> None:
+    """On a backend declaring ``owner_filter``, ``record`` carries ``owner`` as its user_id."""
+    if target.has("owner_filter"):
+        assert record.get("user_id") == owner, (
+            f"contract: owner_filter backends return the write's owner as user_id "
+            f"(expected {owner!r}, got {record.get('user_id')!r})"
+        )
+
+
+def message_event(thread: str, run: str, content: Any, seq_hint: int = 0, **extra: Any) -> dict[str, Any]:
+    """An event for ``put``: an AI response message unless ``extra`` says otherwise."""
+    return {
+        "thread_id": thread,
+        "run_id": run,
+        "event_type": extra.pop("event_type", "llm.ai.response"),
+        "category": extra.pop("category", "message"),
+        "content": content,
+        **extra,
+    }
+
+
+def ai_message_event(thread: str, run: str, mid: str, **extra: Any) -> dict[str, Any]:
+    """An AI message event whose message id (and text) is ``mid``."""
+    return message_event(thread, run, {"type": "ai", "id": mid, "content": mid}, **extra)

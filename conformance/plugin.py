@@ -30,6 +30,7 @@ from .session import (
     project_settings,
     provisions_of,
     resolve_backends,
+    suite_module,
     suite_timeout,
 )
 
@@ -230,10 +231,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 )
 
 
-def _short_id(item: pytest.Item) -> str:
-    """``test_events.py::TestPaging::test_walk[memory]`` whatever the rootdir or install path."""
-    module = Path(str(getattr(item, "path", item.nodeid.split("::")[0]))).name
-    return "::".join([module, *item.nodeid.split("::")[1:]])
+def _short_ids(item: pytest.Item) -> list[str]:
+    """``test_runs.py::TestPaging::test_walk[memory]`` whatever the rootdir or install path.
+
+    A test of a suite split into a package has two: ``test_events/test_paging.py::...``
+    and its suite's module name, ``test_events.py::...``, which declared xfails written
+    before the split name.
+    """
+    path = Path(str(getattr(item, "path", item.nodeid.split("::")[0])))
+    rest = item.nodeid.split("::")[1:]
+    suite = suite_module(path)
+    if suite == path.stem:
+        return ["::".join([path.name, *rest])]
+    return ["::".join([f"{suite}/{path.name}", *rest]), "::".join([f"{suite}.py", *rest])]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -268,8 +278,8 @@ def _declared_xfails(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not declared:
         return
     for item in items:
-        short = _short_id(item)
+        names = [*_short_ids(item), item.nodeid]
         for pattern, reason in declared.items():
-            if fnmatch.fnmatchcase(short, pattern) or fnmatch.fnmatchcase(item.nodeid, pattern):
+            if any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"declared known failure: {reason}"))
                 break

@@ -16,7 +16,7 @@ from runstore.capabilities import Kind
 from runstore.urls import BackendURL
 
 from .harness import spec_for
-from .session import TARGET_FIXTURES, backend_ids, per_session, suite_timeout
+from .session import TARGET_FIXTURES, backend_ids, per_session, suite_module, suite_timeout
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,7 +79,8 @@ def _describe(item: pytest.Item) -> dict[str, Any]:
                 backend = _label_ids(item.config).get((kind_name, url)) if url else None
                 break
     test_module, test_class = getattr(item, "module", None), getattr(item, "cls", None)
-    module = test_module.__name__.rsplit(".", 1)[-1] if test_module else ""
+    # A suite split into modules by contract area is still one suite (one matrix column).
+    module = suite_module(item.path) if test_module else ""
     cls = test_class.__name__ if test_class else ""
     suite = module.removeprefix("test_") + (f".{cls.removeprefix('Test')}" if cls else "")
     requires = sorted({c for m in item.iter_markers("requires") for c in m.args})

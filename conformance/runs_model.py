@@ -24,6 +24,7 @@ from runstore.errors import (
     RunQueuedError,
     ThreadBusyError,
 )
+from runstore.runs import RunStore
 
 TERMINAL = {"success", "error", "interrupted", "timeout", "cancelled"}
 
@@ -208,3 +209,10 @@ class RunsModel:
         self._end(run, now)
         del self.runs[run_id]
         return True
+
+
+async def delete_all(store: RunStore, thread_ids: list[str]) -> None:
+    """Delete every run of ``thread_ids`` (claims see every run of a store, so tests clean up)."""
+    for thread_id in thread_ids:
+        for run in await store.list_by_thread(thread_id):
+            await store.delete(run["run_id"])

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 BACKEND_OPTION = "--runstore-backend"
+#: The folder of the suite's modules; a suite split by contract area is a package in it.
+SUITE_ROOT = Path(__file__).resolve().parent
 #: Suite kind -> the fixture a test of that kind takes.
 TARGET_FIXTURES = {
     "saver": "saver_target",
@@ -26,6 +28,15 @@ TARGET_FIXTURES = {
     "streams": "streams_target",
     "runs": "runs_target",
 }
+
+
+def suite_module(path: str | Path) -> str:
+    """The suite module a test file belongs to, as users name it: ``test_savers`` for
+    ``test_savers/test_list.py`` (a suite split into a package), else the file's own name."""
+    file = Path(path).resolve()
+    if file.parent.parent == SUITE_ROOT and file.parent.name.startswith("test_"):
+        return file.parent.name
+    return file.stem
 
 
 def per_session(config: pytest.Config, name: str, make: Callable[[], T]) -> T:

@@ -1,0 +1,263 @@
+"""`EventStoreMachine`: the event store suite's Hypothesis state machine (exported by
+`runstore.conformance.machines`, where subclassing it is described).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from runstore.events.protocol import RunEventStore
+
+from .events_model import (
+    CATEGORIES,
+    EVENT_TYPES,
+    MESSAGE_IDS,
+    ThreadModel,
+    check_owner,
+    core,
+    created_ats,
+    fresh_id,
+    message_contents,
+    metadatas,
+    page,
+    utc_iso,
+)
+
+RUNS = ["run-a", "run-b", "run-c"]
+limits = st.integers(min_value=0, max_value=8)
+cursors = st.one_of(st.none(), st.integers(min_value=-1, max_value=45))
+
+
+class EventStoreMachine(RuleBasedStateMachine):
+    """Drives writes, every read and deletes; checks each answer against `ThreadModel`."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        self.store: RunEventStore = session.backend
+        self.target = session.target
+        self.threads = [fresh_id("sm"), fresh_id("sm")]
+        self.model = {t: ThreadModel() for t in self.threads}
+
+    def call(self, coro: Awaitable[Any]) -> Any:
+        return self.session.run(coro)
+
+    def _expect_record(self, got: dict[str, Any], event: dict[str, Any]) -> None:
+        expected = {
+            "thread_id": event["thread_id"],
+            "run_id": event["run_id"],
+            "event_type": event["event_type"],
+            "category": event["category"],
+            "content": event.get("content", ""),
+            "metadata": dict(event.get("metadata") or {}),
+            "seq": got.get("seq"),
+            "created_at": (
+                utc_iso(event["created_at"]) if event.get("created_at") else got.get("created_at")
+            ),
+        }
+        assert core(got) == expected, (
+            "contract: a write returns its record: the fields as given, metadata {} for None, "
+            f"created_at normalized to UTC ISO-8601\n got:      {core(got)}\n expected: {expected}"
+        )
+        assert isinstance(got["seq"], int) and got["seq"] >= 1, "contract: seq is an int >= 1"
+        check_owner(self.target, got, None)
+
+    # -- writes ---------------------------------------------------------------------
+
+    events = st.fixed_dictionaries(
+        {
+            "run_id": st.sampled_from(RUNS),
+            "event_type": st.sampled_from(EVENT_TYPES),
+            "category": st.sampled_from(CATEGORIES),
+            "content": message_contents(),
+        },
+        optional={"metadata": metadatas, "created_at": created_ats},
+    )
+
+    @rule(t=st.integers(0, 1), event=events)
+    def put(self, t: int, event: dict[str, Any]) -> None:
+        event = {"thread_id": self.threads[t], **event}
+        got = self.call(self.store.put(**event, user_id=None))
+        self._expect_record(got, event)
+        self.model[event["thread_id"]].add(core(got))
+
+    @rule(batch=st.lists(st.tuples(st.integers(0, 1), events), max_size=5))
+    def put_batch(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        events = [{"thread_id": self.threads[t], **e} for t, e in batch]
+        got = self.call(self.store.put_batch(events, user_id=None))
+        assert len(got) == len(events), "contract: put_batch returns one record per event, in order"
+        by_thread: dict[str, list[int]] = {}
+        for record, event in zip(got, events, strict=True):
+            self._expect_record(record, event)
+            by_thread.setdefault(event["thread_id"], []).append(record["seq"])
+        for seqs in by_thread.values():
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (
+                f"contract: a batch gets one contiguous seq block per thread, in input order: {seqs}"
+            )
+        for record in got:
+            self.model[record["thread_id"]].add(core(record))
+
+    @rule(t=st.integers(0, 1), event=events)
+    def put_if_absent(self, t: int, event: dict[str, Any]) -> None:
+        event = {"thread_id": self.threads[t], **event}
+        model = self.model[event["thread_id"]]
+        existing = model.find_key(event["run_id"], event["event_type"])
+        got, created = self.call(self.store.put_if_absent(**event, user_id=None))
+        if existing is not None:
+            assert created is False and core(got) == existing, (
+                "contract: put_if_absent returns the existing (thread, run, event_type) record "
+                f"with created=False\n got: {core(got)} created={created}\n existing: {existing}"
+            )
+        else:
+            assert created is True, "contract: put_if_absent creates a record when none exists"
+            self._expect_record(got, event)
+            model.add(core(got))
+
+    # -- reads ----------------------------------------------------------------------
+
+    @rule(t=st.integers(0, 1), limit=limits, before=cursors, after=cursors)
+    def list_messages(self, t: int, limit: int, before: int | None, after: int | None) -> None:
+        thread = self.threads[t]
+        got = self.call(
+            self.store.list_messages(thread, limit=limit, before_seq=before, after_seq=after, user_id=None)
+        )
+        expected = page(self.model[thread].messages, limit, before, after)
+        assert [core(r) for r in got] == expected, (
+            f"contract: list_messages(limit={limit}, before_seq={before}, after_seq={after}) pages "
+            "category=message ascending; cursors are exclusive (before_seq is exclusive, "
+            "after_seq is exclusive); before_seq gives the last `limit` below it, after_seq the "
+            f"first `limit` above it, both the first `limit` between them\n got seqs: "
+            f"{[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
+        )
+
+    @rule(
+        t=st.integers(0, 1),
+        run=st.sampled_from(RUNS),
+        types=st.one_of(st.none(), st.lists(st.sampled_from(EVENT_TYPES), max_size=3, unique=True)),
+        task=st.one_of(st.none(), st.sampled_from(["task-a", "task-b"])),
+        limit=limits,
+        after=cursors,
+    )
+    def list_events(
+        self, t: int, run: str, types: list[str] | None, task: str | None, limit: int, after: int | None
+    ) -> None:
+        thread = self.threads[t]
+        got = self.call(
+            self.store.list_events(
+                thread, run, event_types=types, task_id=task, limit=limit, after_seq=after, user_id=None
+            )
+        )
+        expected = self.model[thread].list_events(run, types, task, limit, after)
+        assert [core(r) for r in got] == expected, (
+            f"contract: list_events(event_types={types}, task_id={task!r}, limit={limit}, "
+            f"after_seq={after}) gives the run's first `limit` events above after_seq, every "
+            "category, filters applied before the limit, event_types=[] matching nothing\n"
+            f" got seqs: {[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
+        )
+
+    @rule(t=st.integers(0, 1), run=st.sampled_from(RUNS), limit=limits, before=cursors, after=cursors)
+    def list_messages_by_run(
+        self, t: int, run: str, limit: int, before: int | None, after: int | None
+    ) -> None:
+        thread = self.threads[t]
+        got = self.call(
+            self.store.list_messages_by_run(
+                thread, run, limit=limit, before_seq=before, after_seq=after, user_id=None
+            )
+        )
+        rows = [r for r in self.model[thread].messages if r["run_id"] == run]
+        expected = page(rows, limit, before, after)
+        assert [core(r) for r in got] == expected, (
+            f"contract: list_messages_by_run pages one run's messages like list_messages "
+            f"(limit={limit}, before_seq={before}, after_seq={after}; cursors exclusive)\n"
+            f" got seqs: {[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
+        )
+
+    @rule(t=st.integers(0, 1), runs=st.one_of(st.none(), st.sets(st.sampled_from([*RUNS, "run-x"]))))
+    def last_visible_ai(self, t: int, runs: set[str] | None) -> None:
+        thread = self.threads[t]
+        got = self.call(self.store.get_last_visible_ai_seq_by_run(thread, run_ids=runs, user_id=None))
+        expected = self.model[thread].last_visible(runs)
+        assert got == expected, (
+            "contract: get_last_visible_ai_seq_by_run maps each run to its last message event of "
+            "an AI type whose metadata.caller is not middleware:*\n"
+            f" run_ids={runs}\n got: {got}\n expected: {expected}"
+        )
+
+    identities = st.sets(
+        st.sampled_from(
+            [f"message:{m}" for m in MESSAGE_IDS]
+            + [f"tool:{c}" for c in ("call_1", "call_2", "call_9")]
+            + ["message:m1__user", "message:m%", "message:m_1", "message:unknown"]
+        ),
+        max_size=6,
+    )
+
+    @rule(t=st.integers(0, 1), identities=identities)
+    def get_message_seqs(self, t: int, identities: set[str]) -> None:
+        thread = self.threads[t]
+        got = self.call(self.store.get_message_seqs(thread, identities, user_id=None))
+        expected = self.model[thread].message_seqs(identities)
+        assert got == expected, (
+            "contract: get_message_seqs maps identities to the earliest message seq; unknown "
+            f"identities are absent (LIKE wildcards match literally)\n asked: {sorted(identities)}\n"
+            f" got: {got}\n expected: {expected}"
+        )
+
+    @rule(t=st.integers(0, 1), ids=st.sets(st.sampled_from([*MESSAGE_IDS, "nope"]), max_size=4))
+    def find_latest(self, t: int, ids: set[str]) -> None:
+        thread = self.threads[t]
+        got = self.call(self.store.find_latest_ai_message_run_ids(thread, ids, user_id=None))
+        expected = self.model[thread].latest_ai_runs(ids)
+        assert got == expected, (
+            "contract: find_latest_ai_message_run_ids maps each AI message id to the run of its "
+            f"newest AI message event\n asked: {sorted(ids)}\n got: {got}\n expected: {expected}"
+        )
+
+    # -- deletes --------------------------------------------------------------------
+
+    @precondition(lambda self: any(m.records for m in self.model.values()))
+    @rule(t=st.integers(0, 1), run=st.sampled_from(RUNS))
+    def delete_by_run(self, t: int, run: str) -> None:
+        thread = self.threads[t]
+        model = self.model[thread]
+        got = self.call(self.store.delete_by_run(thread, run, user_id=None))
+        expected = len(model.run_events(run))
+        assert got == expected, f"contract: delete_by_run returns how many events it deleted ({got} != {expected})"
+        model.records = [r for r in model.records if r["run_id"] != run]
+
+    @precondition(lambda self: any(m.records for m in self.model.values()))
+    @rule(t=st.integers(0, 1))
+    def delete_by_thread(self, t: int) -> None:
+        thread = self.threads[t]
+        model = self.model[thread]
+        got = self.call(self.store.delete_by_thread(thread, user_id=None))
+        assert got == len(model.records), (
+            f"contract: delete_by_thread returns how many events it deleted ({got} != {len(model.records)})"
+        )
+        model.records = []
+
+    # -- invariants -----------------------------------------------------------------
+
+    @invariant()
+    def thread_matches_model(self) -> None:
+        for thread in self.threads:
+            model = self.model[thread]
+            count = self.call(self.store.count_messages(thread, user_id=None))
+            assert count == len(model.messages), (
+                f"contract: count_messages counts the thread's message events ({count} != {len(model.messages)})"
+            )
+            got = self.call(self.store.list_messages(thread, limit=10_000, user_id=None))
+            seqs = [r["seq"] for r in got]
+            assert seqs == sorted(set(seqs)), f"contract: seq strictly increases per thread: {seqs}"
+            assert [core(r) for r in got] == model.messages, (
+                "contract: a thread holds exactly what was written and not deleted"
+            )
+
+    def teardown(self) -> None:
+        for thread in self.threads:
+            self.call(self.store.delete_by_thread(thread, user_id=None))

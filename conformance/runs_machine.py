@@ -1,0 +1,271 @@
+"""`RunStoreMachine`: the run store suite's Hypothesis state machine (exported by
+`runstore.conformance.machines`, where subclassing it is described).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from runstore.clock import ManualClock
+from runstore.runs.protocol import MULTITASK_STRATEGIES, RunStore
+
+from .events_model import fresh_id
+from .runs_model import Err, RunsModel, delete_all
+
+#: Where the state machine's clock starts: far before any real lease.
+MACHINE_EPOCH = datetime(1990, 1, 1, tzinfo=UTC)
+
+
+OWNERS = ["worker-a", "worker-b"]
+TTLS = [1, 5, 30]
+FINAL_STATUSES = ["success", "error", "interrupted", "timeout", "cancelled"]
+
+
+def _outcome(rule: str, expected: Any) -> None:
+    """Label the step for ``--hypothesis-show-statistics`` (how often each path is taken)."""
+    event(f"{rule}: {expected.cls.__name__ if isinstance(expected, Err) else 'ok'}")
+
+
+def _check_error(got: BaseException | None, expected: Err, what: str) -> None:
+    assert got is not None and isinstance(got, expected.cls), (
+        f"contract: {what} raises {expected.cls.__name__}; got "
+        f"{type(got).__name__ if got is not None else 'a result'}: {got}"
+    )
+    if expected.names is not None:
+        assert expected.names in str(got), (
+            f"contract: {expected.cls.__name__} names run {expected.names!r}: {got}"
+        )
+
+
+class RunStoreMachine(RuleBasedStateMachine):
+    """Creates with each strategy, starts, renews, cancels, finalizes, claims, deletes and
+    moves the clock; checks every answer and the whole store against `RunsModel`."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+        self.store: RunStore = session.backend
+        self.target = session.target
+        self.clock = ManualClock(MACHINE_EPOCH)
+        self.store.clock = self.clock
+        prefix = fresh_id("sm")
+        self.threads = [f"{prefix}-t0", f"{prefix}-t1"]
+        self.keys = [f"{prefix}-k0", f"{prefix}-k1"]
+        self.missing = f"{prefix}-missing"
+        self.model = RunsModel()
+        self.next_id = 0
+        self.issued: dict[str, int] = {}
+
+    def call(self, coro: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+        try:
+            return self.session.run(coro), None
+        except Exception as exc:  # compared with the model's expectation
+            return None, exc
+
+    def pick_run(self, data: st.DataObject, *, prefer: str | None = None) -> str:
+        """Mostly a known run (mostly one in status ``prefer``), sometimes an unknown id."""
+        # Creation order, not sorted ids: a generated id is a random UUID, and picking by
+        # its rank would draw differently when Hypothesis replays the same steps.
+        known = list(self.model.runs)
+        preferred = [r for r in known if self.model.runs[r]["status"] == prefer]
+        choice = data.draw(st.integers(0, 9), label="pick")
+        if not known or choice == 9:
+            return self.missing
+        pool = preferred if preferred and choice < 6 else known
+        return data.draw(st.sampled_from(pool), label="run_id")
+
+    def pick_owner(self, data: st.DataObject, run_id: str) -> str:
+        """Mostly the run's owner (when it has one), sometimes another worker."""
+        run = self.model.runs.get(run_id)
+        owner = run["owner"] if run is not None else None
+        choices = [owner, owner, *OWNERS] if owner is not None else OWNERS
+        return data.draw(st.sampled_from(choices), label="owner")
+
+    def _check_token(self, run: dict[str, Any], what: str) -> None:
+        thread = run["thread_id"]
+        assert run["fence"] > self.issued.get(thread, 0), (
+            f"contract: every lease {what} issues a fencing token greater than any earlier one "
+            f"of its thread (got {run['fence']} after {self.issued.get(thread, 0)})"
+        )
+        self.issued[thread] = run["fence"]
+
+    @rule(
+        t=st.integers(0, 1),
+        strategy=st.sampled_from(MULTITASK_STRATEGIES),
+        key=st.sampled_from([None, None, "same", "same", "other"]),
+        ident=st.sampled_from(["new", "new", "new", "new", "generated", "existing"]),
+        metadata=st.sampled_from([None, {"source": "sm", "n": 1}]),
+    )
+    def create(self, t: int, strategy: str, key: str | None, ident: str, metadata: Any) -> None:
+        thread = self.threads[t]
+        idem = None if key is None else self.keys[t if key == "same" else 1 - t]
+        if ident == "existing" and self.model.runs:
+            run_id: str | None = next(iter(self.model.runs))
+        elif ident == "generated":
+            run_id = None
+        else:
+            run_id = f"{thread}-r{self.next_id}"
+            self.next_id += 1
+        now = self.clock()
+        got, exc = self.call(
+            self.store.create(
+                thread, run_id=run_id, kind="run", multitask_strategy=strategy,  # type: ignore[arg-type]
+                idempotency_key=idem, metadata=metadata,
+            )
+        )  # fmt: skip
+        model_id = run_id if run_id is not None else (got.run["run_id"] if got is not None else "?")
+        expected = self.model.create(thread, model_id, "run", strategy, idem, metadata, now)
+        _outcome("create", expected)
+        what = f"create(strategy={strategy!r}, idempotency_key={idem!r}, run_id={run_id!r})"
+        if isinstance(expected, Err):
+            _check_error(exc, expected, what)
+            return
+        assert exc is None, f"contract: {what} succeeds here ({expected[0]}); it raised {exc!r}"
+        outcome, run, interrupted = expected
+        assert got.outcome == outcome, (
+            f"contract: {what} gives outcome {outcome!r} (reject/interrupt/rollback create the "
+            f"active run, enqueue queues behind an active run, a known idempotency key returns "
+            f"the existing run); got {got.outcome!r}"
+        )
+        assert got.run == run, f"contract: {what} returns the run as stored\n got: {got.run}\n expected: {run}"
+        assert got.interrupted == interrupted, (
+            f"contract: {what} reports the run it interrupted (status interrupted, stop_reason = "
+            f"the strategy, lease dropped)\n got: {got.interrupted}\n expected: {interrupted}"
+        )
+
+    @precondition(lambda self: bool(self.model.runs))
+    @rule(data=st.data(), owner=st.sampled_from(OWNERS), ttl=st.sampled_from(TTLS))
+    def start(self, data: st.DataObject, owner: str, ttl: int) -> None:
+        run_id = self.pick_run(data, prefer="pending")
+        now = self.clock()
+        got, exc = self.call(self.store.start(run_id, owner, ttl))
+        expected = self.model.start(run_id, owner, ttl, now)
+        _outcome("start", expected)
+        if isinstance(expected, Err):
+            _check_error(exc, expected, f"start of {run_id!r}")
+            return
+        assert exc is None, f"contract: start of the active pending run {run_id!r} succeeds; got {exc!r}"
+        if got["fence"] != self.issued.get(got["thread_id"]):
+            self._check_token(got, "grant (start)")
+        assert got == expected, (
+            f"contract: start makes the active pending run running under owner {owner!r}, a "
+            f"lease until now + ttl and a new fencing token\n got: {got}\n expected: {expected}"
+        )
+
+    @precondition(lambda self: bool(self.model.runs))
+    @rule(data=st.data(), ttl=st.sampled_from(TTLS))
+    def renew(self, data: st.DataObject, ttl: int) -> None:
+        run_id = self.pick_run(data, prefer="running")
+        owner = self.pick_owner(data, run_id)
+        now = self.clock()
+        got, exc = self.call(self.store.renew_lease(run_id, owner, ttl))
+        expected = self.model.renew(run_id, owner, ttl, now)
+        event(f"renew: {expected[0]}")
+        assert exc is None, f"contract: renew_lease answers (renewed, cancel_action), never raises: {exc!r}"
+        assert tuple(got) == expected, (
+            f"contract: renew_lease extends only the owner's live lease and reports the pending "
+            f"cancel action ({run_id!r}, {owner!r}): got {got}, expected {expected}"
+        )
+
+    @precondition(lambda self: bool(self.model.runs))
+    @rule(data=st.data(), action=st.sampled_from(["interrupt", "rollback"]))
+    def cancel(self, data: st.DataObject, action: str) -> None:
+        run_id = self.pick_run(data, prefer="running")
+        now = self.clock()
+        got, exc = self.call(self.store.request_cancel(run_id, action))  # type: ignore[arg-type]
+        expected = self.model.cancel(run_id, action, now)
+        _outcome("cancel", expected)
+        if isinstance(expected, Err):
+            _check_error(exc, expected, f"request_cancel of {run_id!r}")
+            return
+        assert exc is None and got == expected, (
+            f"contract: request_cancel is first-writer-wins and returns the winning action "
+            f"(expected {expected!r}, got {got!r} / {exc!r})"
+        )
+
+    @precondition(lambda self: bool(self.model.runs))
+    @rule(data=st.data(), status=st.sampled_from(FINAL_STATUSES), error=st.sampled_from([None, "boom"]))
+    def finalize(self, data: st.DataObject, status: str, error: str | None) -> None:
+        run_id = self.pick_run(data, prefer="running")
+        owner = self.pick_owner(data, run_id)
+        now = self.clock()
+        got, exc = self.call(self.store.finalize(run_id, owner, status, stop_reason="done", error=error))  # type: ignore[arg-type]
+        expected = self.model.finalize(run_id, owner, status, "done", error, now)
+        _outcome("finalize", expected)
+        if isinstance(expected, Err):
+            _check_error(
+                exc,
+                expected,
+                f"finalize({run_id!r}, {owner!r}, {status!r}) (finalize refuses a caller without a "
+                "live lease, and any status but cancelled/interrupted while a cancel is pending)",
+            )
+            return
+        assert exc is None and got == expected, (
+            f"contract: finalize by the owner of a live lease ends the run (no lease, not active, "
+            f"the next queued run becomes active)\n got: {got} / {exc!r}\n expected: {expected}"
+        )
+
+    @rule(seconds=st.sampled_from([3, 40, 0.5, 10]))
+    def advance_clock(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        event(f"advance: {seconds}")
+
+    @precondition(lambda self: any(r["status"] == "running" for r in self.model.runs.values()))
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        ttl=st.sampled_from(TTLS),
+        grace=st.sampled_from([0, 2]),
+        limit=st.sampled_from([1, 2, 50]),
+        wait=st.sampled_from([40, 0, 2]),
+    )
+    def claim(self, owner: str, ttl: int, grace: int, limit: int, wait: float) -> None:
+        """Claim after the clock moved ``wait`` seconds (so claims mostly find expired leases)."""
+        now = self.clock.advance(wait)
+        got, exc = self.call(self.store.claim_expired(owner, ttl, grace=grace, limit=limit))
+        expected = self.model.claim(owner, ttl, grace, limit, now)
+        event(f"claim: {min(len(expected), 2)} runs")
+        assert exc is None, f"contract: claim_expired does not raise here: {exc!r}"
+        assert [r["run_id"] for r in got] == [r["run_id"] for r in expected], (
+            f"contract: claim_expired takes only runs whose lease ended at least grace seconds "
+            f"ago (grace={grace}, limit={limit}), the longest-expired first\n"
+            f" got: {[r['run_id'] for r in got]}\n expected: {[r['run_id'] for r in expected]}"
+        )
+        for run in got:
+            self._check_token(run, "grant (claim)")
+        assert got == expected, (
+            f"contract: a claimed run gets the claimer as owner, a lease until now + ttl and a new "
+            f"fencing token\n got: {got}\n expected: {expected}"
+        )
+
+    @precondition(lambda self: bool(self.model.runs))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        run_id = self.pick_run(data, prefer="success")
+        now = self.clock()
+        got, exc = self.call(self.store.delete(run_id))
+        expected = self.model.delete(run_id, now)
+        assert exc is None and got is expected, (
+            f"contract: delete returns whether the run existed ({run_id!r}: got {got!r}/{exc!r})"
+        )
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        for thread in self.threads:
+            got, exc = self.call(self.store.list_by_thread(thread))
+            expected = self.model.thread_runs(thread)
+            assert exc is None and got == expected, (
+                f"contract: a thread holds exactly its runs in creation order, each as the contract "
+                f"left it (one active run at most; nothing half-written by a failed call)\n"
+                f" got: {got}\n expected: {expected}"
+            )
+            actives = [r["run_id"] for r in got if r["active"]]
+            assert len(actives) <= 1, f"contract: a thread has at most one active run: {actives}"
+
+    def teardown(self) -> None:
+        self.session.run(delete_all(self.store, self.threads))
