@@ -134,12 +134,19 @@ class BackendSpec(Generic[T]):
         """Open an instance, raising `MissingDriverError` first if a driver is absent.
 
         ``options`` takes charge of closing it (`BackendOptions.adopt`): it closes when
-        they do, whatever the kind.
+        they do, whatever the kind. A saver is then held to the methods of the
+        capabilities it declares (`runstore.checkpoint.contracts`): one lacking any is
+        refused with `PluginError` naming them (and closes with ``options``).
         """
         module = self.missing_driver()
         if module is not None:
             raise MissingDriverError(self.name, module, self.extra or self.name)
-        return await options.adopt(await self.opener()(url, options))
+        backend: T = await options.adopt(await self.opener()(url, options))
+        if self.kind is Kind.SAVER:
+            from runstore.checkpoint.contracts import check_saver
+
+            check_saver(backend, self.capabilities, where=self.describe())
+        return backend
 
 
 class BackendRegistry(Generic[T]):
