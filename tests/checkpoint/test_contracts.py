@@ -176,3 +176,25 @@ async def test_the_worker_runs_on_a_saver_without_fencing() -> None:
         worker = Worker(runs, InMemorySaver(), owner="w1")
         lease = await worker.start("t1")
         assert (await worker.execute(lease, _nothing)).outcome == "finished"
+
+
+def test_the_plugin_authors_page_lists_each_contract() -> None:
+    """docs/plugin-authors.md's table of contracts cannot drift from `CONTRACTS`."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "plugin-authors.md").read_text(encoding="utf-8")
+    section = page.split("\n## A saver's extra methods", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0].strip("`")] = (cells[1].strip("`"), re.findall(r"`(\w+)`", cells[2]))
+    assert rows.keys() == CONTRACTS.keys()
+    for capability, (protocol, methods) in rows.items():
+        assert protocol == CONTRACTS[capability].__name__
+        expected = list(contract_methods(CONTRACTS[capability]))
+        if capability == "sync_api":
+            expected += [m for p in SYNC_CONTRACTS.values() for m in contract_methods(p)]
+            methods = [m for m in methods if m != "SYNC_CONTRACTS"]
+        assert methods == expected, capability
