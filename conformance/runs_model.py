@@ -24,7 +24,7 @@ from runstore.errors import (
     RunQueuedError,
     ThreadBusyError,
 )
-from runstore.runs import RunStore
+from runstore.runs.protocol import RunStore
 
 TERMINAL = {"success", "error", "interrupted", "timeout", "cancelled"}
 

@@ -1,15 +1,26 @@
 """Plugin discovery: the pluggy manager, the ``runstore`` entry-point group, and loading.
 
-Built-in backends are listed under the same entry-point group as third-party ones,
-so nothing here knows about them.
+Built-in backends are listed under the same entry-point group as third-party ones, so
+they load the same way. Only when the ``runstore`` distribution's own entry points are
+absent (a source tree or an unpacked copy on ``PYTHONPATH``, without its metadata) does
+the loader import the built-in plugin modules itself (`BUILTIN_PLUGINS`).
+
+Which plugins load: every one installed, or only those ``RUNSTORE_PLUGINS`` lists (an
+allow-list for reproducible deployments; naming one that is not installed is an error),
+minus those ``RUNSTORE_DISABLE_PLUGINS`` lists. Plugins registered in the process
+(`register_plugin`, ``--plugin``) load as asked.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.metadata
 import os
+import re
 import threading
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from types import ModuleType
 
@@ -30,6 +41,18 @@ from runstore.registry import (
 
 ENTRY_POINT_GROUP = "runstore"
 DISABLE_ENV = "RUNSTORE_DISABLE_PLUGINS"
+ALLOW_ENV = "RUNSTORE_PLUGINS"
+#: The distribution whose entry points list the built-in plugins.
+DISTRIBUTION = "runstore"
+#: The built-in plugins as the ``runstore`` distribution's entry points list them; loaded
+#: from here only when those entry points are absent.
+BUILTIN_PLUGINS: dict[str, str] = {
+    "memory": "runstore.plugins.memory",
+    "jsonl": "runstore.plugins.jsonl",
+    "sqlite": "runstore.plugins.sqlite",
+    "postgres": "runstore.plugins.postgres",
+    "redis": "runstore.plugins.redis",
+}
 
 
 _lock = threading.Lock()
@@ -38,38 +61,102 @@ _backends: Backends | None = None
 _infos: dict[str, PluginInfo] = {}
 
 
+def _names(variable: str) -> set[str]:
+    return {name.strip() for name in os.environ.get(variable, "").split(",") if name.strip()}
+
+
 def disabled_plugins() -> set[str]:
     """Plugin names listed in ``RUNSTORE_DISABLE_PLUGINS``."""
-    return {name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()}
+    return _names(DISABLE_ENV)
+
+
+def allowed_plugins() -> set[str] | None:
+    """Plugin names listed in ``RUNSTORE_PLUGINS``, or ``None`` when it is unset or empty
+    (every installed plugin loads)."""
+    return _names(ALLOW_ENV) or None
+
+
+def _canonical(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def _entry_points() -> list[EntryPoint]:
-    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    # Looked up through the module so that a test can hide the installed metadata.
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted(found, key=lambda ep: ep.name)
+
+
+def _builtin_fallback(eps: list[EntryPoint]) -> list[tuple[str, str]]:
+    """The built-in plugins to import by module name: all of them when no entry point
+    comes from the ``runstore`` distribution, none otherwise (never both ways)."""
+    if any(ep.dist is not None and _canonical(ep.dist.name) == DISTRIBUTION for ep in eps):
+        return []
+    return list(BUILTIN_PLUGINS.items())
+
+
+def _candidates(
+    eps: list[EntryPoint], fallback: list[tuple[str, str]]
+) -> list[tuple[str, PluginInfo, str, Callable[[], object]]]:
+    """``(name, info, source, load)`` of each plugin to load: the entry points, then the
+    built-in fallback modules."""
+    found: list[tuple[str, PluginInfo, str, Callable[[], object]]] = []
+    for ep in eps:
+        dist = ep.dist
+        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        found.append((ep.name, info, ep.value, ep.load))
+    if fallback:
+        from runstore import __version__
+
+        for name, module in fallback:
+            info = PluginInfo(name, DISTRIBUTION, __version__)
+            found.append((name, info, module, functools.partial(importlib.import_module, module)))
+    return found
+
+
+def _check_allowed(allowed: set[str] | None, available: set[str]) -> None:
+    if allowed is None:
+        return
+    missing = sorted(allowed - available)
+    if missing:
+        raise PluginError(
+            f"{ALLOW_ENV} names {', '.join(map(repr, missing))}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; the runstore plugins "
+            f"found: {', '.join(sorted(available)) or 'none'}. Install the plugin's "
+            f"distribution or remove the name from {ALLOW_ENV}"
+        )
 
 
 def _new_manager(extra: tuple[tuple[str, object], ...]) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     blocked = disabled_plugins()
+    allowed = allowed_plugins()
     for name in blocked:
         pm.set_blocked(name)
     _infos.clear()
-    for ep in _entry_points():
-        if ep.name in blocked:
+    eps = _entry_points()
+    fallback = _builtin_fallback(eps)
+    _check_allowed(allowed, {ep.name for ep in eps} | {n for n, _ in fallback} | {n for n, _ in extra})
+
+    def wanted(name: str) -> bool:
+        return name not in blocked and (allowed is None or name in allowed)
+
+    for name, info, source, load in _candidates(eps, fallback):
+        if not wanted(name):
             continue
-        dist = ep.dist
-        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        if ep.name in _infos:
+        if name in _infos:
             raise PluginError(
-                f"two distributions declare the runstore plugin {ep.name!r}: "
-                f"{_infos[ep.name]} and {info}; uninstall one or disable it with {DISABLE_ENV}"
+                f"two distributions declare the runstore plugin {name!r}: "
+                f"{_infos[name]} and {info}; uninstall one or disable it with {DISABLE_ENV}"
             )
         try:
-            plugin = ep.load()
+            plugin = load()
         except Exception as exc:
-            raise PluginError(f"could not load runstore plugin {info} ({ep.value}): {exc}") from exc
-        pm.register(plugin, name=ep.name)
-        _infos[ep.name] = info
+            raise PluginError(f"could not load runstore plugin {info} ({source}): {exc}") from exc
+        if pm.is_registered(plugin):
+            continue
+        pm.register(plugin, name=name)
+        _infos[name] = info
     for name, plugin in extra:
         if name in blocked or pm.is_registered(plugin):
             # Already registered: an installed plugin also named as a development one.

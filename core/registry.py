@@ -9,11 +9,12 @@ to that plugin (`SaverRegistry`, `EventStoreRegistry`, ..., `SettingsRegistry`) 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from runstore.capabilities import Kind, validate_capabilities
 from runstore.errors import (
@@ -39,6 +40,44 @@ T = TypeVar("T")
 #: ``async def factory(url, options) -> backend``: opens one backend instance.
 Factory = Callable[[BackendURL, "BackendOptions"], Awaitable[T]]
 
+#: How a factory is named instead of passed: ``"package.module:attr"`` with a dotted
+#: ``attr`` (``"runstore.plugins.sqlite.saver:SqliteSaver.open"``), the object reference
+#: syntax of entry points. The named object is the factory itself.
+_FACTORY_REF = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def check_factory(factory: object, *, where: str) -> None:
+    """Refuse a ``factory`` that is neither callable nor a well-formed ``"package.module:attr"``
+    reference, with `PluginError` (nothing is imported)."""
+    if isinstance(factory, str) and _FACTORY_REF.fullmatch(factory):
+        return
+    if callable(factory) and not isinstance(factory, str):
+        return
+    raise PluginError(
+        f"{where}: factory must be an async callable (url, options) -> backend or a "
+        f"'package.module:attr' reference naming one (e.g. 'acme_runstore.saver:AcmeSaver.open'), "
+        f"not {factory!r}"
+    )
+
+
+def resolve_factory(ref: str, *, where: str = "factory") -> Callable[..., Any]:
+    """Import the object ``ref`` (``"package.module:attr"``) names and return it.
+
+    Raises `PluginError`, with the import's error as its cause, when the module or the
+    attribute is missing or names something that is not callable.
+    """
+    check_factory(ref, where=where)
+    module_name, _, attr_path = ref.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for attr in attr_path.split("."):
+            target = getattr(target, attr)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"{where}: cannot import its factory {ref!r}: {exc}") from exc
+    if not callable(target):
+        raise PluginError(f"{where}: factory {ref!r} names {target!r}, which is not callable")
+    return cast("Callable[..., Any]", target)
+
 
 @dataclass(frozen=True)
 class PluginInfo:
@@ -61,7 +100,9 @@ class BackendSpec(Generic[T]):
     kind: Kind
     name: str
     schemes: tuple[str, ...]
-    factory: Factory[T] = field(repr=False)
+    #: The async callable that opens an instance, or its ``"package.module:attr"`` name
+    #: (imported on first open, so listing backends imports no backend module).
+    factory: Factory[T] | str = field(repr=False)
     capabilities: frozenset[str]
     plugin: PluginInfo
     drivers: tuple[str, ...] = ()
@@ -79,16 +120,33 @@ class BackendSpec(Generic[T]):
         """Whether this backend declares ``capability``."""
         return capability in self.capabilities
 
+    def describe(self) -> str:
+        """``saver backend 'sqlite' from plugin sqlite (runstore 0.1.0)``: for messages."""
+        return f"{self.kind} backend {self.name!r} from plugin {self.plugin}"
+
+    def opener(self) -> Factory[T]:
+        """The factory as a callable, importing it first when it was registered by name."""
+        if isinstance(self.factory, str):
+            return cast("Factory[T]", resolve_factory(self.factory, where=self.describe()))
+        return self.factory
+
     async def open(self, url: BackendURL, options: BackendOptions) -> T:
         """Open an instance, raising `MissingDriverError` first if a driver is absent.
 
         ``options`` takes charge of closing it (`BackendOptions.adopt`): it closes when
-        they do, whatever the kind.
+        they do, whatever the kind. A saver is then held to the methods of the
+        capabilities it declares (`runstore.checkpoint.contracts`): one lacking any is
+        refused with `PluginError` naming them (and closes with ``options``).
         """
         module = self.missing_driver()
         if module is not None:
             raise MissingDriverError(self.name, module, self.extra or self.name)
-        return await options.adopt(await self.factory(url, options))
+        backend: T = await options.adopt(await self.opener()(url, options))
+        if self.kind is Kind.SAVER:
+            from runstore.checkpoint.contracts import check_saver
+
+            check_saver(backend, self.capabilities, where=self.describe())
+        return backend
 
 
 class BackendRegistry(Generic[T]):
@@ -105,7 +163,7 @@ class BackendRegistry(Generic[T]):
         *,
         plugin: PluginInfo,
         schemes: Iterable[str],
-        factory: Factory[T],
+        factory: Factory[T] | str,
         capabilities: Iterable[str] = (),
         drivers: Iterable[str] = (),
         extra: str | None = None,
@@ -116,6 +174,7 @@ class BackendRegistry(Generic[T]):
         scheme_list = tuple(s.lower() for s in schemes)
         if not name or not scheme_list:
             raise PluginError(f"{where}: a backend needs a name and at least one URL scheme")
+        check_factory(factory, where=where)
         spec = BackendSpec(
             kind=self.kind,
             name=name,
@@ -200,7 +259,7 @@ class PluginRegistry(_PluginView, Generic[T]):
         name: str,
         *,
         schemes: Iterable[str],
-        factory: Factory[T],
+        factory: Factory[T] | str,
         capabilities: Iterable[str] = (),
         drivers: Iterable[str] = (),
         extra: str | None = None,
@@ -208,9 +267,11 @@ class PluginRegistry(_PluginView, Generic[T]):
     ) -> BackendSpec[T]:
         """Register a backend; a name or scheme already taken raises `DuplicateBackendError`.
 
-        ``factory`` opens an instance: ``async (url, options) -> backend``. ``drivers``
-        are modules it imports (a missing one makes `BackendSpec.open` raise
-        `MissingDriverError` naming ``extra``, the pip extra that installs them).
+        ``factory`` opens an instance: ``async (url, options) -> backend``, given as the
+        callable or as its ``"package.module:attr"`` name (``"acme_runstore.saver:AcmeSaver.open"``),
+        which runstore imports on the first open. ``drivers`` are modules it imports (a
+        missing one makes `BackendSpec.open` raise `MissingDriverError` naming ``extra``,
+        the pip extra that installs them).
         """
         return self._table.add(
             name,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from runstore.checkpoint.contracts import CompactingSaver, RetentionSaver, contract_methods
 from runstore.checkpoint.forwarding import unwrap_saver
 from runstore.checkpoint.policy import RetentionPolicy, SweepBatch
 from runstore.checkpoint.threads import Removed
@@ -140,10 +141,12 @@ class Sweeper:
         )
 
     def __post_init__(self) -> None:
-        if not callable(getattr(self.saver, "asweep", None)):
+        if not isinstance(unwrap_saver(self.saver), RetentionSaver):
+            missing = [m for m in contract_methods(RetentionSaver) if not hasattr(self.saver, m)]
             raise InvalidSaverInputError(
-                f"{type(self.saver).__name__} does not declare retention (no asweep); "
-                "runstore's memory, sqlite and postgres savers do"
+                f"{type(self.saver).__name__} does not declare retention: it lacks "
+                f"{', '.join(missing)} (runstore.checkpoint.contracts.RetentionSaver); "
+                "runstore's memory, sqlite and postgres savers have them"
             )
 
     async def _run_ids(self, thread_id: str) -> list[str]:
@@ -219,9 +222,9 @@ class Sweeper:
                 break
             after = batch.cursor
         if compact and not dry_run and report.removed.bytes:
-            compactor = getattr(self.saver, "acompact", None)
-            if callable(compactor):
-                report.reclaimed_bytes = (await compactor()).reclaimed
+            saver = unwrap_saver(self.saver)
+            if isinstance(saver, CompactingSaver):
+                report.reclaimed_bytes = (await saver.acompact()).reclaimed
                 report.seconds = time.perf_counter() - started
         return report
 

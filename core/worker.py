@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from runstore.checkpoint.contracts import FencingSaver
 from runstore.checkpoint.rules import FENCE_KEY
 from runstore.errors import LeaseLostError, StaleFenceError
 from runstore.runs.protocol import CancelAction, RunRecord, RunStore, check_id, check_seconds
@@ -166,6 +167,16 @@ class Worker:
                 await self.streams.publish(lease.run["run_id"], "updates", chunk)
         return last
 
+    def _fencing_saver(self) -> FencingSaver | None:
+        """The saver behind its wrappers when it can be fenced ahead of a write (`FencingSaver`);
+        ``None`` for no saver or one without fencing (its writes still carry the token)."""
+        if self.saver is None:
+            return None
+        from runstore.checkpoint.forwarding import unwrap_saver
+
+        saver = unwrap_saver(self.saver)
+        return saver if isinstance(saver, FencingSaver) else None
+
     async def execute(self, lease: Lease, work: Callable[[Lease], Awaitable[T]]) -> WorkResult[T]:
         """Run ``work(lease)`` under the lease: fence, renew in the background, finalize.
 
@@ -174,9 +185,10 @@ class Worker:
         cancels the work and finalizes the run as its action says.
         """
         run_id = lease.run["run_id"]
-        if self.saver is not None and hasattr(self.saver, "afence_thread"):
+        fencing = self._fencing_saver()
+        if fencing is not None:
             try:
-                await self.saver.afence_thread(lease.run["thread_id"], lease.fence)
+                await fencing.afence_thread(lease.run["thread_id"], lease.fence)
             except StaleFenceError:
                 return await self._lost(lease, "a newer token already fenced the thread")
         task = asyncio.ensure_future(work(lease))
@@ -281,9 +293,10 @@ class Worker:
             if work is not None:
                 results.append(await self.execute(lease, work))
                 continue
-            if self.saver is not None and hasattr(self.saver, "afence_thread"):
+            fencing = self._fencing_saver()
+            if fencing is not None:
                 with contextlib.suppress(StaleFenceError):
-                    await self.saver.afence_thread(run["thread_id"], lease.fence)
+                    await fencing.afence_thread(run["thread_id"], lease.fence)
             status = "cancelled" if run["cancel_action"] is not None else "error"
             results.append(
                 await self._finish(

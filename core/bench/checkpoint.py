@@ -288,6 +288,9 @@ async def _wrap_cache(
 
 async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
     """Run one case and return its metrics (the row minus planning fields)."""
+    from runstore.checkpoint.contracts import FencingSaver
+    from runstore.checkpoint.forwarding import unwrap_saver
+
     mode: str = case["mode"]
     freq: int | None = case.get("snapshot_frequency")
     updates: int = case["updates"]
@@ -418,7 +421,7 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         result["messages"] = len(messages)
         result["digest"] = message_digest(messages)
         result["saver_calls"] = probe.report()
-        if case.get("fenced") and hasattr(storage, "afence_thread"):
+        if case.get("fenced") and isinstance(unwrap_saver(storage), FencingSaver):
             result.update(await _fence_metrics(cold_graph, updates, payloads, mode, thread_id))
         await target.close()
         if result.get("history_matches_base") is False:

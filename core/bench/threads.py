@@ -107,6 +107,7 @@ async def _insert_records(saver: Any, pg: tuple[str, str] | None, count: int, pr
 
 async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
     """Benchmark retention and thread pages on one saver and return its measurements."""
+    from runstore.checkpoint.contracts import CompactingSaver
     from runstore.checkpoint.policy import RetentionPolicy
     from runstore.checkpoint.threads import encode_cursor
     from runstore.loader import get_backends
@@ -157,7 +158,7 @@ async def run_threads_case(case: dict[str, Any]) -> dict[str, Any]:
             report = await sweeper.sweep(RetentionPolicy(keep_last=keep), batch_size=100)
             swept = time.perf_counter() - started
             started = time.perf_counter()
-            compaction = await saver.acompact() if callable(getattr(saver, "acompact", None)) else None
+            compaction = await saver.acompact() if isinstance(saver, CompactingSaver) else None
             compacted = time.perf_counter() - started
             after = await _size(saver, url, pg)
             variant = f"{threads}x{turns} keep {keep}"

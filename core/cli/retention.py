@@ -162,14 +162,17 @@ def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_jso
 
 
 async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
+    from runstore.checkpoint.contracts import CompactingSaver
     from runstore.checkpoint.forwarding import unwrap_saver
     from runstore.cli.console import err_console
     from runstore.errors import ConfigError
     from runstore.stores import open as open_stores
 
     async with open_stores(**open_kwargs) as stores:
-        saver: Any = unwrap_saver(stores.checkpointer)
-        if not callable(getattr(saver, "acompact", None)):
-            raise ConfigError(f"{type(saver).__name__} has nothing to compact (memory holds no file)")
+        saver = unwrap_saver(stores.checkpointer)
+        if not isinstance(saver, CompactingSaver):
+            raise ConfigError(
+                f"{type(saver).__name__} has nothing to compact (no acompact; memory holds no file)"
+            )
         with err_console.status("compacting"):
             return await saver.acompact(full=full)

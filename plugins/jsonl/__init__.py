@@ -11,16 +11,7 @@ from runstore.hookspecs import hookimpl
 from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
-    from runstore.options import BackendOptions
     from runstore.registry import EventStoreRegistry
-
-    from .events import JsonlEventStore
-
-
-async def _open_events(url: BackendURL, options: BackendOptions) -> JsonlEventStore:
-    from .events import JsonlEventStore
-
-    return await JsonlEventStore.open(url, options)
 
 
 @hookimpl
@@ -28,7 +19,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
     registry.add(
         "jsonl",
         schemes=["jsonl"],
-        factory=_open_events,
+        factory="runstore.plugins.jsonl.events:JsonlEventStore.open",
         capabilities=["durable", "fencing"],
         description="one JSON-lines file per run: jsonl:///var/runs",
     )

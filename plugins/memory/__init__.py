@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from runstore.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from runstore.options import BackendOptions
     from runstore.registry import (
         EventStoreRegistry,
         HistoryCacheRegistry,
@@ -18,43 +17,6 @@ if TYPE_CHECKING:
         SaverRegistry,
         StreamBridgeRegistry,
     )
-    from runstore.urls import BackendURL
-
-    from .cache import MemoryHistoryCache
-    from .events import MemoryEventStore
-    from .runs import MemoryRunStore
-    from .saver import MemorySaver
-    from .streams import MemoryStreamBridge
-
-
-async def _open_saver(url: BackendURL, options: BackendOptions) -> MemorySaver:
-    from .saver import MemorySaver
-
-    return await MemorySaver.open(url, options)
-
-
-async def _open_events(url: BackendURL, options: BackendOptions) -> MemoryEventStore:
-    from .events import MemoryEventStore
-
-    return await MemoryEventStore.open(url, options)
-
-
-async def _open_streams(url: BackendURL, options: BackendOptions) -> MemoryStreamBridge:
-    from .streams import MemoryStreamBridge
-
-    return await MemoryStreamBridge.open(url, options)
-
-
-async def _open_runs(url: BackendURL, options: BackendOptions) -> MemoryRunStore:
-    from .runs import MemoryRunStore
-
-    return await MemoryRunStore.open(url, options)
-
-
-async def _open_history_cache(url: BackendURL, options: BackendOptions) -> MemoryHistoryCache:
-    from .cache import MemoryHistoryCache
-
-    return await MemoryHistoryCache.open(url, options)
 
 
 @hookimpl
@@ -62,7 +24,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
-        factory=_open_saver,
+        factory="runstore.plugins.memory.saver:MemorySaver.open",
         capabilities=[
             "copy_thread",
             "prune",
@@ -85,7 +47,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
-        factory=_open_events,
+        factory="runstore.plugins.memory.events:MemoryEventStore.open",
         capabilities=["fencing"],
         description="in-process event store with per-thread indexes",
     )
@@ -96,7 +58,7 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
-        factory=_open_streams,
+        factory="runstore.plugins.memory.streams:MemoryStreamBridge.open",
         capabilities=["replay"],
         description="in-process stream bridge",
     )
@@ -107,7 +69,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
-        factory=_open_runs,
+        factory="runstore.plugins.memory.runs:MemoryRunStore.open",
         capabilities=[],
         description="in-process run store (the SQL run store's rules on a private in-memory db)",
     )
@@ -118,6 +80,6 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
-        factory=_open_history_cache,
+        factory="runstore.plugins.memory.cache:MemoryHistoryCache.open",
         description="in-process LRU cache of delta history",
     )

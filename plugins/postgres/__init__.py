@@ -19,7 +19,6 @@ from runstore.urls import BackendURL
 from .settings import PostgresSettings
 
 if TYPE_CHECKING:
-    from runstore.options import BackendOptions
     from runstore.registry import (
         EventStoreRegistry,
         RunStoreRegistry,
@@ -27,30 +26,8 @@ if TYPE_CHECKING:
         SettingsRegistry,
     )
 
-    from .events import PostgresEventStore
-    from .runs import PostgresRunStore
-    from .saver import PostgresSaver
-
 SCHEMES = ["postgresql", "postgres"]
 DRIVERS = ["asyncpg"]
-
-
-async def _open_saver(url: BackendURL, options: BackendOptions) -> PostgresSaver:
-    from .saver import PostgresSaver
-
-    return await PostgresSaver.open(url, options)
-
-
-async def _open_events(url: BackendURL, options: BackendOptions) -> PostgresEventStore:
-    from .events import PostgresEventStore
-
-    return await PostgresEventStore.open(url, options)
-
-
-async def _open_runs(url: BackendURL, options: BackendOptions) -> PostgresRunStore:
-    from .runs import PostgresRunStore
-
-    return await PostgresRunStore.open(url, options)
 
 
 @hookimpl
@@ -58,7 +35,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
     registry.add(
         "postgres",
         schemes=SCHEMES,
-        factory=_open_saver,
+        factory="runstore.plugins.postgres.saver:PostgresSaver.open",
         capabilities=[
             "durable",
             "cross_process",
@@ -85,7 +62,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
     registry.add(
         "postgres",
         schemes=SCHEMES,
-        factory=_open_events,
+        factory="runstore.plugins.postgres.events:PostgresEventStore.open",
         capabilities=["durable", "cross_process", "owner_filter", "fencing"],
         drivers=DRIVERS,
         extra="postgres",
@@ -98,7 +75,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
     registry.add(
         "postgres",
         schemes=SCHEMES,
-        factory=_open_runs,
+        factory="runstore.plugins.postgres.runs:PostgresRunStore.open",
         capabilities=["durable", "cross_process"],
         drivers=DRIVERS,
         extra="postgres",

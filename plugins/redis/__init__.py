@@ -20,34 +20,11 @@ from runstore.urls import BackendURL
 from .settings import RedisSettings
 
 if TYPE_CHECKING:
-    from runstore.options import BackendOptions
     from runstore.registry import HistoryCacheRegistry, SettingsRegistry, StreamBridgeRegistry
-
-    from .cache import RedisHistoryCache
-    from .cluster_streams import RedisClusterStreamBridge
-    from .streams import RedisStreamBridge
 
 SCHEMES = ["redis", "rediss"]
 CLUSTER_SCHEMES = ["redis+cluster", "rediss+cluster"]
 DRIVERS = ["redis"]
-
-
-async def _open_streams(url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
-    from .streams import RedisStreamBridge
-
-    return await RedisStreamBridge.open(url, options)
-
-
-async def _open_cluster_streams(url: BackendURL, options: BackendOptions) -> RedisClusterStreamBridge:
-    from .cluster_streams import RedisClusterStreamBridge
-
-    return await RedisClusterStreamBridge.open(url, options)
-
-
-async def _open_history_cache(url: BackendURL, options: BackendOptions) -> RedisHistoryCache:
-    from .cache import RedisHistoryCache
-
-    return await RedisHistoryCache.open(url, options)
 
 
 @hookimpl
@@ -55,7 +32,7 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
     registry.add(
         "redis",
         schemes=SCHEMES,
-        factory=_open_streams,
+        factory="runstore.plugins.redis.streams:RedisStreamBridge.open",
         capabilities=["cross_process", "replay"],
         drivers=DRIVERS,
         extra="redis",
@@ -64,7 +41,7 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
     registry.add(
         "redis-cluster",
         schemes=CLUSTER_SCHEMES,
-        factory=_open_cluster_streams,
+        factory="runstore.plugins.redis.cluster_streams:RedisClusterStreamBridge.open",
         capabilities=["cross_process", "replay"],
         drivers=DRIVERS,
         extra="redis",
@@ -77,7 +54,7 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     registry.add(
         "redis",
         schemes=SCHEMES,
-        factory=_open_history_cache,
+        factory="runstore.plugins.redis.cache:RedisHistoryCache.open",
         capabilities=["cross_process"],
         drivers=DRIVERS,
         extra="redis",
@@ -86,7 +63,7 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     registry.add(
         "redis-cluster",
         schemes=CLUSTER_SCHEMES,
-        factory=_open_history_cache,
+        factory="runstore.plugins.redis.cache:RedisHistoryCache.open",
         capabilities=["cross_process"],
         drivers=DRIVERS,
         extra="redis",

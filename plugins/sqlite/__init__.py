@@ -18,7 +18,6 @@ from runstore.urls import BackendURL
 from .settings import SqliteSettings
 
 if TYPE_CHECKING:
-    from runstore.options import BackendOptions
     from runstore.registry import (
         EventStoreRegistry,
         RunStoreRegistry,
@@ -26,35 +25,13 @@ if TYPE_CHECKING:
         SettingsRegistry,
     )
 
-    from .events import SqliteEventStore
-    from .runs import SqliteRunStore
-    from .saver import SqliteSaver
-
-
-async def _open_saver(url: BackendURL, options: BackendOptions) -> SqliteSaver:
-    from .saver import SqliteSaver
-
-    return await SqliteSaver.open(url, options)
-
-
-async def _open_events(url: BackendURL, options: BackendOptions) -> SqliteEventStore:
-    from .events import SqliteEventStore
-
-    return await SqliteEventStore.open(url, options)
-
-
-async def _open_runs(url: BackendURL, options: BackendOptions) -> SqliteRunStore:
-    from .runs import SqliteRunStore
-
-    return await SqliteRunStore.open(url, options)
-
 
 @hookimpl
 def runstore_register_savers(registry: SaverRegistry) -> None:
     registry.add(
         "sqlite",
         schemes=["sqlite"],
-        factory=_open_saver,
+        factory="runstore.plugins.sqlite.saver:SqliteSaver.open",
         capabilities=[
             "durable",
             "cross_process",
@@ -79,7 +56,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
     registry.add(
         "sqlite",
         schemes=["sqlite"],
-        factory=_open_events,
+        factory="runstore.plugins.sqlite.events:SqliteEventStore.open",
         capabilities=["durable", "cross_process", "owner_filter", "fencing"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
     )
@@ -90,7 +67,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
     registry.add(
         "sqlite",
         schemes=["sqlite"],
-        factory=_open_runs,
+        factory="runstore.plugins.sqlite.runs:SqliteRunStore.open",
         capabilities=["durable", "cross_process"],
         description="aiosqlite run store: sqlite:///path/app.db",
     )

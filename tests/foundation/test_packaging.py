@@ -19,6 +19,7 @@ PACKAGES = [
 def test_wheel_installs_and_imports_from_anywhere(fresh_env: FreshEnv, tmp_path: Path) -> None:
     code = (
         "import importlib, runstore\n"
+        "from runstore.loader import get_backends\n"
         f"for name in {PACKAGES!r}: importlib.import_module(name)\n"
         "print(runstore.__file__)\n"
         "print(sorted(s.name for s in get_backends().events))\n"

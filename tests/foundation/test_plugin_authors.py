@@ -25,16 +25,18 @@ from dataclasses import replace
 
 import runstore
 from runstore.hookspecs import hookimpl
-from runstore.plugins.redis import _open_streams
-from runstore.plugins.sqlite import _open_events
 
 
 async def _events(url, options):
-    return await _open_events(replace(url, scheme="sqlite"), options)
+    from runstore.plugins.sqlite.events import SqliteEventStore
+
+    return await SqliteEventStore.open(replace(url, scheme="sqlite"), options)
 
 
 async def _streams(url, options):
-    return await _open_streams(replace(url, scheme="redis"), options)
+    from runstore.plugins.redis.streams import RedisStreamBridge
+
+    return await RedisStreamBridge.open(replace(url, scheme="redis"), options)
 
 
 @hookimpl
@@ -202,18 +204,13 @@ def runstore_register_savers(registry):
     registry.add("zoosaver", schemes=["zoosaver"], factory=_open_saver, description="in a context")
 
 
-def _opener(cls):
-    async def open_bridge(url, options):
-        return await cls.open(url, options)
-    return open_bridge
-
-
 @hookimpl
 def runstore_register_stream_bridges(registry):
     for name, cls in [("zoodeadlock", DeadlockBridge), ("zoostuck", StuckBridge),
                       ("zoochatty", ChattyBridge), ("zoogroup", GroupBridge)]:
-        registry.add(name, schemes=[name], factory=_opener(cls), capabilities=["replay"],
-                     description=name)
+        # Named, not passed: runstore imports runstore_zoo:<Class>.open on first open.
+        registry.add(name, schemes=[name], factory=f"runstore_zoo:{cls.__name__}.open",
+                     capabilities=["replay"], description=name)
 '''
 
 

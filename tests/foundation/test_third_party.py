@@ -16,7 +16,7 @@ import dataclasses
 
 from runstore.hookspecs import hookimpl
 import runstore
-from runstore.plugins.memory import _open_events
+from runstore.plugins.memory.events import MemoryEventStore
 from runstore.settings import bounds
 
 
@@ -38,7 +38,7 @@ def runstore_register_settings(registry):
 
 
 async def _open_acme(url, options):
-    store = await _open_events(url, options)
+    store = await MemoryEventStore.open(url, options)
     store.acme_url = str(url)
     store.acme_settings = options.settings.section(AcmeSettings)
     return store
