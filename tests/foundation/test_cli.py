@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -190,15 +191,16 @@ def test_new_plugin_messages_keep_brackets(tmp_path: Path) -> None:
 
 
 def test_errors_keep_brackets(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from runstore import cli
     from runstore.errors import MissingDriverError
 
     def fail(**_: Any) -> None:
         raise MissingDriverError("postgres", "asyncpg", "postgres")
 
-    monkeypatch.setattr(cli, "main", fail)
+    # The module, not the package attribute `main` (the click group it re-exports).
+    command = importlib.import_module("runstore.cli.main")
+    monkeypatch.setattr(command, "main", fail)
     with pytest.raises(SystemExit) as exited:
-        cli.run()
+        command.run()
     assert exited.value.code == 2
     assert "pip install 'runstore[postgres]'" in capsys.readouterr().err
 
