@@ -59,9 +59,8 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from . import sql
-from .connect_options import PostgresConnectOptions
-from .connections import Leases, Statement, import_asyncpg, one_at_a_time, run_statement_batch
-from .engine import FromEngine
+from .connections import Leases, Statement, one_at_a_time, run_statement_batch
+from .engine import FromEngine, shared_database
 from .history import walk_range
 from .pooler_functions import statement_functions
 from .settings import PostgresTimeouts
@@ -153,26 +152,18 @@ class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
         """Open the saver on ``url`` (creating/upgrading its tables) and register its cleanup."""
         from runstore.sql.migrations import ensure_schema
 
-        from .engine import URL_OPTIONS, shared_engine
-        from .settings import PostgresSettings
-
-        url = BackendURL.parse(url)
-        url.check_options(URL_OPTIONS)
-        import_asyncpg()
-        cfg = options.settings.section(PostgresSettings)
-        timeouts = PostgresTimeouts.resolve(url, cfg)
-        engine = await shared_engine(url, options)
+        database = await shared_database(url, options)
         if options.migrate:
-            await ensure_schema(engine, COMPONENT, SCHEMA_MIGRATIONS)
+            await ensure_schema(database.engine, COMPONENT, SCHEMA_MIGRATIONS)
         saver = cls(
-            engine,
-            url=url,
+            database.engine,
+            url=database.url,
             serde=serde,
-            synchronous_commit=cfg.saver_synchronous_commit == "on",
-            timeouts=timeouts,
+            synchronous_commit=database.settings.saver_synchronous_commit == "on",
+            timeouts=database.timeouts,
         )
         options.on_close(saver.aclose)
-        saver._behind_pooler = not PostgresConnectOptions.resolve(url, cfg).prepared_statements
+        saver._behind_pooler = database.behind_pooler
         if saver._behind_pooler:
             await saver._call_functions(create=options.migrate)
         return saver
