@@ -184,7 +184,6 @@ async def shared_database(url: BackendURL | str, options: BackendOptions) -> Pos
     key = engine_key(url)
 
     async def opener() -> PostgresDatabase:
-        url.check_options(URL_OPTIONS)
         try:
             import asyncpg  # noqa: F401
         except ImportError:
