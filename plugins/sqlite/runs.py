@@ -7,8 +7,9 @@ share: a write runs its whole script as one op of the file's next ``BEGIN IMMEDI
 every writer of every process is serialized and each operation is all-or-nothing.
 Reads run on the file's writer while no write is queued, else on a pooled connection
 the store holds for its lifetime (`FileCommits.read`). A caller cancelled meanwhile
-does not stop its write: the op commits or rolls back with its batch, and the
-cancelled caller returns once it has (`FileCommits.submit`).
+does not stop its write, even one still queued: the op runs and commits or rolls back
+with its batch, and the cancelled caller returns once it has
+(`runstore.cancellation.settle`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
+from runstore.cancellation import settle
 from runstore.errors import BackendUnavailableError, RunError
 from runstore.options import BackendOptions
 from runstore.runs.sql import (
@@ -71,7 +73,8 @@ class SqliteRunDriver(RunDriver):
         if not self._writing:
             raise RuntimeError(_CLOSED)
         try:
-            result: T = await self._commits.submit(run_script, script())
+            # Settled, not withdrawn: a cancelled caller's write still runs to its end.
+            result: T = await settle(self._commits.submit(run_script, script()))
         except sqlite3.Error as exc:
             raise _translate(exc, operation) from exc
         return result
