@@ -6,23 +6,20 @@ channel values) by id plus a sorted id list, channel value blobs keyed by
 checkpoint keyed by ``(task_id, slot)``. Channel values, writes and metadata go
 through ``self.serde`` so custom and encrypted serializers behave as on disk.
 
-Why one module of this size: the structures above (`_Namespace`, its records, blobs
-and writes) and every method that reads or changes them are guarded by one lock and
-share their invariants (the sorted id list matches the records, a blob stays while a
-checkpoint refers to it); split apart, one invariant would be spread over several
-files. The logic is in the sync methods; the async ones only call them.
+The structures (`runstore.plugins.memory.layout`) and every method that reads or
+changes them are guarded by the saver's one lock (`layout.locked`); the thread index,
+retention and purges are `runstore.plugins.memory.threads.ThreadRecords`, a base
+class. The logic is in the sync methods; the async ones only call them.
 """
 
 from __future__ import annotations
 
 import bisect
 import builtins
-import functools
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -41,18 +38,6 @@ from langgraph.checkpoint.base import (
 
 from runstore.checkpoint import codec
 from runstore.checkpoint.filters import filter_terms, metadata_matches
-from runstore.checkpoint.policy import (
-    CheckpointGraph,
-    RetentionPolicy,
-    SweepBatch,
-    ThreadSwept,
-    batch_of,
-    check_overrides,
-    check_sweep,
-    claimable,
-    due,
-    plan_thread,
-)
 from runstore.checkpoint.rules import (
     check_fence,
     check_prune_strategy,
@@ -68,191 +53,30 @@ from runstore.checkpoint.rules import (
     write_slot,
 )
 from runstore.checkpoint.threads import (
-    Removed,
-    ThreadInfo,
-    ThreadPage,
     clock_micros,
-    next_cursor,
-    status_of,
-    thread_info,
-    thread_query,
 )
 from runstore.clock import Clock, system_clock
-from runstore.errors import StaleFenceError, ThreadDeletedError
+from runstore.errors import ThreadDeletedError
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
+
+from .layout import (
+    Entry,
+    Namespace,
+    PendingWrites,
+    ThreadRecord,
+    Typed,
+    check_record_fence,
+    copy_skeleton,
+    locked,
+)
+from .threads import ThreadRecords
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
 
-Typed = tuple[str, bytes]
-#: (task_id, channel, serialized value, task_path)
-StoredWrite = tuple[str, str, Typed, str]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _locked(method: F) -> F:
-    # Sync twins may run on worker threads next to the loop; one lock keeps every
-    # compound update (ids + entries + blobs) and every read consistent.
-    @functools.wraps(method)
-    def wrapper(self: MemorySaver, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@dataclass
-class _Entry:
-    """One stored checkpoint without its channel values."""
-
-    skeleton: dict[str, Any]
-    versions: dict[str, Any]
-    metadata: Typed
-    parent: str | None
-    run_id: Any
-    # The metadata as the SQL savers store it (JSON form), for filters and the
-    # delta counters (`saverbase.delta_channels`).
-    stored_metadata: dict[str, Any] = field(default_factory=dict)
-    # The saver's clock at the first put of this id (microseconds since the epoch).
-    created_at: int = 0
-    # What the entry holds, as `ThreadInfo.bytes` counts it (record and metadata).
-    size: int = 0
-
-
-@dataclass
-class _Record:
-    """A thread's index record; counts, latest checkpoint and status are read from the
-    namespaces when asked (nothing here can fall behind them)."""
-
-    created_at: int
-    updated_at: int
-    touched_at: int
-    retention: dict[str, Any] | None = None
-    swept_at: int | None = None
-    sweep_after: int | None = None
-    claimed_until: int | None = None
-    fence: int = 0
-    deleted_at: int | None = None
-
-    def restart(self, now: int) -> None:
-        """Begin a new history after a tombstone (only ``fence`` survives)."""
-        self.created_at = self.updated_at = self.touched_at = now
-        self.retention = self.swept_at = self.sweep_after = self.deleted_at = None
-        self.claimed_until = None
-
-
-@dataclass
-class _Writes:
-    """The pending writes of one checkpoint; sorted lazily in `writes_sort_key` order."""
-
-    by_key: dict[tuple[str, int], StoredWrite] = field(default_factory=dict)
-    _sorted: list[StoredWrite] | None = None
-
-    def ordered(self) -> list[StoredWrite]:
-        if self._sorted is None:
-            self._sorted = [
-                self.by_key[key]
-                for key in sorted(self.by_key, key=lambda k: (self.by_key[k][3], k[0], k[1]))
-            ]
-        return self._sorted
-
-
-@dataclass
-class _Namespace:
-    entries: dict[str, _Entry] = field(default_factory=dict)
-    order: list[str] = field(default_factory=list)
-    # (channel, version) -> serialized value, or None for "version exists, no value stored"
-    blobs: dict[tuple[str, Any], Typed | None] = field(default_factory=dict)
-    writes: dict[str, _Writes] = field(default_factory=dict)
-
-    def add_id(self, checkpoint_id: str) -> None:
-        if checkpoint_id in self.entries:
-            return
-        if not self.order or checkpoint_id > self.order[-1]:
-            self.order.append(checkpoint_id)
-        else:
-            bisect.insort(self.order, checkpoint_id)
-
-    def latest(self) -> str | None:
-        return self.order[-1] if self.order else None
-
-    def has_value(self, checkpoint_id: str, channel: str) -> bool:
-        entry = self.entries.get(checkpoint_id)
-        if entry is None or channel not in entry.versions:
-            return False
-        return self.blobs.get((channel, entry.versions[channel])) is not None
-
-    def valued_channels(self, checkpoint_id: str) -> set[str]:
-        entry = self.entries.get(checkpoint_id)
-        if entry is None:
-            return set()
-        return {
-            ch for ch, ver in entry.versions.items() if self.blobs.get((ch, ver)) is not None
-        }
-
-    def graph(self) -> CheckpointGraph:
-        """The namespace as the retention and pruning rules read it."""
-        return CheckpointGraph(
-            (cid, e.parent, e.run_id, e.stored_metadata, sorted(self.valued_channels(cid)),
-             e.versions, e.created_at)
-            for cid, e in self.entries.items()
-        )
-
-    def remove(self, doomed: set[str]) -> None:
-        if not doomed:
-            return
-        for checkpoint_id in doomed:
-            self.entries.pop(checkpoint_id, None)
-            self.writes.pop(checkpoint_id, None)
-        self.order = [cid for cid in self.order if cid not in doomed]
-        # A parent that can no longer be loaded is not named (docs/threads.md).
-        for entry in self.entries.values():
-            if entry.parent in doomed:
-                entry.parent = None
-        # Blobs are shared by version across checkpoints: keep what survivors reference.
-        referenced = {
-            (ch, ver) for entry in self.entries.values() for ch, ver in entry.versions.items()
-        }
-        for key in [key for key in self.blobs if key not in referenced]:
-            del self.blobs[key]
-
-    def copy(self) -> _Namespace:
-        clone = _Namespace(
-            entries={
-                cid: _Entry(
-                    skeleton=_copy_skeleton(e.skeleton),
-                    versions=dict(e.versions),
-                    metadata=e.metadata,
-                    stored_metadata=e.stored_metadata,
-                    parent=e.parent,
-                    run_id=e.run_id,
-                    created_at=e.created_at,
-                    size=e.size,
-                )
-                for cid, e in self.entries.items()
-            },
-            order=list(self.order),
-            blobs=dict(self.blobs),
-        )
-        for cid, writes in self.writes.items():
-            clone.writes[cid] = _Writes(by_key=dict(writes.by_key))
-        return clone
-
-
-def _copy_skeleton(skeleton: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(skeleton)
-    out["channel_versions"] = dict(skeleton.get("channel_versions", {}))
-    out["versions_seen"] = {k: dict(v) for k, v in skeleton.get("versions_seen", {}).items()}
-    if isinstance(out.get("pending_sends"), list):
-        out["pending_sends"] = list(out["pending_sends"])
-    if isinstance(out.get("updated_channels"), list):
-        out["updated_channels"] = list(out["updated_channels"])
-    return out
-
-
-class MemorySaver(BaseCheckpointSaver[str], Standalone):
+class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
     """In-process LangGraph checkpoint saver with copy, prune, delete-for-runs and a native
     delta-history walk. Sync twins are safe on any thread (nothing here blocks)."""
 
@@ -261,8 +85,8 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
 
     def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
-        self._threads: dict[str, dict[str, _Namespace]] = {}
-        self._records: dict[str, _Record] = {}
+        self._threads: dict[str, dict[str, Namespace]] = {}
+        self._records: dict[str, ThreadRecord] = {}
         self._lock = threading.RLock()
 
     @classmethod
@@ -280,12 +104,12 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
 
     # ------------------------------------------------------------------ helpers
 
-    def _ns(self, thread_id: str, checkpoint_ns: str) -> _Namespace | None:
+    def _ns(self, thread_id: str, checkpoint_ns: str) -> Namespace | None:
         namespaces = self._threads.get(thread_id)
         return namespaces.get(checkpoint_ns) if namespaces is not None else None
 
     def _tuple(
-        self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str
+        self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str
     ) -> CheckpointTuple:
         entry = ns.entries[checkpoint_id]
         loads = self.serde.loads_typed
@@ -294,7 +118,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
             blob = ns.blobs.get((channel, version))
             if blob is not None:
                 values[channel] = loads(blob)
-        checkpoint = _copy_skeleton(entry.skeleton)
+        checkpoint = copy_skeleton(entry.skeleton)
         checkpoint["channel_values"] = values
         writes = ns.writes.get(checkpoint_id)
         pending: list[PendingWrite] = (
@@ -314,7 +138,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
 
     # ------------------------------------------------------------------ sync API
 
-    @_locked
+    @locked
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (or the thread's latest), with its pending writes."""
         thread_id, checkpoint_ns, checkpoint_id = config_address(config)
@@ -356,7 +180,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
                 if remaining <= 0:
                     return
 
-    @_locked
+    @locked
     def _list_candidates(
         self, config: RunnableConfig | None, before: RunnableConfig | None
     ) -> builtins.list[tuple[str, str, str]]:
@@ -392,7 +216,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         found.sort(reverse=True)
         return [(thread_id, ns_name, cid) for cid, thread_id, ns_name in found]
 
-    @_locked
+    @locked
     def put(
         self,
         config: RunnableConfig,
@@ -412,12 +236,12 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         now = clock_micros(self.clock)
         record = self._touch(thread_id, now, starts=parent is None, fence=fence)
         record.updated_at = max(record.updated_at, now)
-        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
+        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, Namespace())
         values = checkpoint.get("channel_values") or {}
         dumps = self.serde.dumps_typed
         for channel, version in new_versions.items():
             ns.blobs[(channel, version)] = dumps(values[channel]) if channel in values else None
-        skeleton = _copy_skeleton({k: v for k, v in checkpoint.items() if k != "channel_values"})
+        skeleton = copy_skeleton({k: v for k, v in checkpoint.items() if k != "channel_values"})
         # A value whose version is not new normally has its blob already; a hand-written
         # checkpoint may not, and what was put must come back.
         for channel, value in values.items():
@@ -432,7 +256,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         previous = ns.entries.get(checkpoint_id)
         ns.add_id(checkpoint_id)
         record_bytes = dumps(skeleton)
-        ns.entries[checkpoint_id] = _Entry(
+        ns.entries[checkpoint_id] = Entry(
             skeleton=skeleton,
             versions=skeleton["channel_versions"],
             metadata=dumps(full_metadata),
@@ -444,7 +268,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         )
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint_id)
 
-    @_locked
+    @locked
     def put_writes(
         self,
         config: RunnableConfig,
@@ -460,10 +284,10 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         if not writes:
             return
         self._touch(thread_id, clock_micros(self.clock), starts=False, fence=fence)
-        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, _Namespace())
+        ns = self._threads.setdefault(thread_id, {}).setdefault(checkpoint_ns, Namespace())
         stored = ns.writes.get(checkpoint_id)
         if stored is None:
-            stored = ns.writes[checkpoint_id] = _Writes()
+            stored = ns.writes[checkpoint_id] = PendingWrites()
         dumps = self.serde.dumps_typed
         changed = False
         for idx, (channel, value) in enumerate(writes):
@@ -476,15 +300,15 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         if changed:
             stored._sorted = None
 
-    def _touch(self, thread_id: str, now: int, *, starts: bool, fence: int | None) -> _Record:
+    def _touch(self, thread_id: str, now: int, *, starts: bool, fence: int | None) -> ThreadRecord:
         """The thread's record for a write at ``now``; a write carrying a stale ``fence``
         is refused, and so is a write that does not start a history (``starts``: a put
         without a parent) on a deleted thread."""
         record = self._records.get(thread_id)
         if fence is not None:
-            _check_fence(thread_id, record, fence)
+            check_record_fence(thread_id, record, fence)
         if record is None:
-            record = self._records[thread_id] = _Record(now, now, now)
+            record = self._records[thread_id] = ThreadRecord(now, now, now)
         elif record.deleted_at is not None:
             if not starts:
                 raise ThreadDeletedError(thread_id)
@@ -498,12 +322,12 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         """Raise the thread's fence to ``fence`` (compare and set under the saver's lock);
         `StaleFenceError` if it already holds a higher token."""
         record = self._records.get(thread_id)
-        _check_fence(thread_id, record, fence)
+        check_record_fence(thread_id, record, fence)
         if record is None:
-            record = self._records[thread_id] = _Record(now, now, now)
+            record = self._records[thread_id] = ThreadRecord(now, now, now)
         record.fence = fence
 
-    @_locked
+    @locked
     def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
         """Delete every checkpoint and write of ``thread_id``; the thread keeps a tombstone
         that refuses late writes. With ``fence``, refused (`StaleFenceError`) if the thread
@@ -513,29 +337,12 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
             self._fenced(thread_id, check_fence(fence), clock_micros(self.clock))
         self._purge([thread_id], dry_run=False)
 
-    @_locked
+    @locked
     def fence_thread(self, thread_id: str, fence: int) -> None:
         """Raise the thread's fence to ``fence`` without writing anything else: from now on
         writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
         self._fenced(checked_text(thread_id, "thread_id"), check_fence(fence), clock_micros(self.clock))
 
-    def _purge(self, thread_ids: Sequence[str], *, dry_run: bool) -> Removed:
-        now = clock_micros(self.clock)
-        removed = Removed()
-        for thread_id in thread_ids:
-            namespaces = self._threads.get(thread_id, {})
-            live = self._info(thread_id) is not None
-            removed += Removed(int(live)) + _footprint(namespaces.values())
-            if dry_run:
-                continue
-            self._threads.pop(thread_id, None)
-            record = self._records.get(thread_id)
-            if record is not None:
-                record.restart(now)
-                record.deleted_at = now
-        return removed
-
-    @_locked
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole of ``source_thread_id`` (every checkpoint, blob and write) into
         ``target_thread_id``; on an id present in both, the source's copy wins."""
@@ -546,7 +353,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         now = clock_micros(self.clock)
         record = self._records.get(target_id)
         if record is None or record.deleted_at is not None:
-            self._records[target_id] = _Record(now, now, now, fence=record.fence if record else 0)
+            self._records[target_id] = ThreadRecord(now, now, now, fence=record.fence if record else 0)
         else:
             record.updated_at = max(record.updated_at, now)
             record.touched_at = max(record.touched_at, now)
@@ -563,7 +370,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
             existing.blobs.update(clone.blobs)
             existing.writes.update(clone.writes)
 
-    @_locked
+    @locked
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
         ancestor its delta reconstruction reads (for each delta channel the metadata counters
@@ -580,7 +387,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
                 keep = {latest, *ns.graph().needed(latest)}
                 ns.remove(set(ns.entries) - keep)
 
-    @_locked
+    @locked
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in
         ``run_ids``, except ancestors a surviving checkpoint's delta reconstruction reads."""
@@ -604,7 +411,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
             if not namespaces:
                 del self._threads[thread_id]
 
-    @_locked
+    @locked
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -653,248 +460,6 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
                 history["seed"] = loads(seeds[ch])
             result[ch] = history
         return result
-
-    # ------------------------------------------------------------------ retention
-
-    @_locked
-    def set_thread_retention(self, thread_id: str, overrides: Mapping[str, Any] | None) -> None:
-        """Store retention overrides with the thread (``None`` clears them; docs/threads.md)."""
-        text = check_overrides(overrides)
-        thread = checked_text(thread_id, "thread_id")
-        now = clock_micros(self.clock)
-        record = self._records.get(thread)
-        if record is not None and record.deleted_at is not None:
-            raise ThreadDeletedError(thread)
-        if record is None:
-            record = self._records[thread] = _Record(now, now, now)
-        record.retention = None if text is None else orjson.loads(text)
-        record.swept_at = None
-
-    async def aset_thread_retention(
-        self, thread_id: str, overrides: Mapping[str, Any] | None
-    ) -> None:
-        """Async `set_thread_retention`."""
-        self.set_thread_retention(thread_id, overrides)
-
-    @_locked
-    def touch_thread(self, thread_id: str) -> bool:
-        """Count a read as activity: ``touched_at`` (where ``idle_ttl`` counts from) becomes
-        now; whether the thread exists."""
-        record = self._records.get(checked_text(thread_id, "thread_id"))
-        if record is None or record.deleted_at is not None:
-            return False
-        record.touched_at = max(record.touched_at, clock_micros(self.clock))
-        return True
-
-    async def atouch_thread(self, thread_id: str) -> bool:
-        """Async `touch_thread`."""
-        return self.touch_thread(thread_id)
-
-    async def asweep(
-        self,
-        policy: RetentionPolicy,
-        *,
-        after: str | None = None,
-        limit: int = 100,
-        dry_run: bool = False,
-        claim_seconds: float = 300.0,
-        rescan: bool = False,
-        thread_ids: Sequence[str] | None = None,
-    ) -> SweepBatch:
-        """One bounded batch of a retention sweep (the SQL savers' contract: claims up to
-        ``limit`` threads after ``after`` and applies ``policy`` to each live one)."""
-        claim = check_sweep(policy, limit, claim_seconds)
-        only = None if thread_ids is None else checked_ids(thread_ids, "thread_ids")
-        now = clock_micros(self.clock)
-        until = None if dry_run else now + claim
-        claimed = self._sweep_claim(policy, now, after, limit, until, rescan, only)
-        swept = [self._sweep_thread(t, policy, now, dry_run) for t, gone in claimed if not gone]
-        return batch_of(claimed, swept, limit)
-
-    @_locked
-    def _sweep_claim(
-        self,
-        policy: RetentionPolicy,
-        now: int,
-        after: str | None,
-        limit: int,
-        until: int | None,
-        rescan: bool,
-        only: Sequence[str] | None,
-    ) -> builtins.list[tuple[str, bool]]:
-        claimed: builtins.list[tuple[str, bool]] = []
-        pool = self._records if only is None else [t for t in set(only) if t in self._records]
-        for thread_id in sorted(t for t in pool if after is None or t > after):
-            record = self._records[thread_id]
-            if not claimable(record.claimed_until, now):
-                continue
-            if record.deleted_at is not None:
-                wanted = record.swept_at is None
-            else:
-                namespaces = self._threads.get(thread_id, {}).values()
-                created = [e.created_at for ns in namespaces for e in ns.entries.values()]
-                wanted = due(
-                    policy,
-                    now,
-                    has_overrides=record.retention is not None,
-                    touched_at=record.touched_at,
-                    checkpoints=len(created),
-                    oldest_at=min(created, default=None),
-                    swept_at=record.swept_at,
-                    sweep_after=record.sweep_after,
-                    rescan=rescan,
-                )
-            if wanted:
-                if until is not None:
-                    record.claimed_until = until
-                claimed.append((thread_id, record.deleted_at is not None))
-                if len(claimed) == limit:
-                    break
-        return claimed
-
-    @_locked
-    def _sweep_thread(
-        self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool
-    ) -> ThreadSwept | None:
-        record = self._records.get(thread_id)
-        if record is None or self._info(thread_id) is None:
-            return None
-        namespaces = self._threads.get(thread_id, {})
-        plan = plan_thread(
-            lambda: {name: ns.graph() for name, ns in namespaces.items()},
-            policy.overridden(record.retention),
-            now=now,
-            touched_at=record.touched_at,
-        )
-        if plan.expire:
-            return ThreadSwept(thread_id, True, self._purge([thread_id], dry_run=dry_run))
-        removed = Removed()
-        for name, gone in plan.doomed.items():
-            ns = namespaces[name] if not dry_run else namespaces[name].copy()
-            before = _footprint([ns])
-            ns.remove(set(gone))
-            removed += before - _footprint([ns])
-        if not dry_run:
-            record.swept_at, record.sweep_after = now, plan.sweep_after
-            record.claimed_until = None
-        return ThreadSwept(thread_id, False, removed)
-
-    @_locked
-    def purge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
-        """`delete_thread` for several threads, answering what went (a dry run only counts)."""
-        return self._purge(checked_ids(thread_ids, "thread_ids"), dry_run=dry_run)
-
-    async def apurge_threads(self, thread_ids: Sequence[str], *, dry_run: bool = False) -> Removed:
-        """Async `purge_threads`."""
-        return self.purge_threads(thread_ids, dry_run=dry_run)
-
-    @_locked
-    def finish_cleanup(self, thread_ids: Sequence[str]) -> None:
-        """Mark deleted threads whose events and stream keys are gone as done (the sweeper)."""
-        now = clock_micros(self.clock)
-        for thread_id in checked_ids(thread_ids, "thread_ids"):
-            record = self._records.get(thread_id)
-            if record is not None and record.deleted_at is not None:
-                record.swept_at, record.claimed_until = now, None
-
-    async def afinish_cleanup(self, thread_ids: Sequence[str]) -> None:
-        """Async `finish_cleanup`."""
-        self.finish_cleanup(thread_ids)
-
-    # ------------------------------------------------------------------ thread index
-
-    def _info(self, thread_id: str) -> ThreadInfo | None:
-        """The thread's `ThreadInfo`, computed from its namespaces (``None``: not live)."""
-        record = self._records.get(thread_id)
-        namespaces = self._threads.get(thread_id)
-        if record is None or record.deleted_at is not None or not namespaces:
-            return None
-        checkpoints = sum(len(ns.entries) for ns in namespaces.values())
-        if not checkpoints:
-            return None
-        root = namespaces.get("")
-        head = root.latest() if root is not None else None
-        metadata: dict[str, Any] = {}
-        status = "idle"
-        if root is not None and head is not None:
-            metadata = root.entries[head].stored_metadata
-            head_writes = root.writes.get(head)
-            if head_writes is not None:
-                status = status_of(w[1] for w in head_writes.by_key.values())
-        footprint = _footprint(namespaces.values())
-        return thread_info(
-            thread_id,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            touched_at=record.touched_at,
-            latest_checkpoint_id=head,
-            checkpoints=checkpoints,
-            writes=footprint.writes,
-            bytes=footprint.bytes,
-            status=status,
-            metadata=metadata,
-            retention=record.retention,
-        )
-
-    @_locked
-    def get_thread(self, thread_id: str) -> ThreadInfo | None:
-        """The thread's index record, or ``None`` if it has no checkpoint (or was deleted)."""
-        return self._info(checked_text(thread_id, "thread_id"))
-
-    @_locked
-    def list_threads(
-        self,
-        *,
-        filter: Mapping[str, Any] | None = None,
-        status: str | None = None,
-        updated_after: Any = None,
-        updated_before: Any = None,
-        order_by: str = "updated_at",
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> ThreadPage:
-        """One page of threads, newest first by ``order_by`` (docs/threads.md)."""
-        query = thread_query(
-            filter=filter,
-            status=status,
-            updated_after=updated_after,
-            updated_before=updated_before,
-            order_by=order_by,
-            limit=limit,
-            cursor=cursor,
-        )
-        keyed: list[tuple[tuple[int, str], str]] = []
-        for thread_id, record in self._records.items():
-            if record.deleted_at is not None:
-                continue
-            if query.updated_after is not None and record.updated_at <= query.updated_after:
-                continue
-            if query.updated_before is not None and record.updated_at >= query.updated_before:
-                continue
-            key = (record.updated_at if order_by == "updated_at" else record.created_at, thread_id)
-            if query.after is not None and key >= query.after:
-                continue
-            keyed.append((key, thread_id))
-        keyed.sort(reverse=True)
-        threads: list[ThreadInfo] = []
-        for _, thread_id in keyed:
-            info = self._info(thread_id)
-            if info is None or (query.status is not None and info.status != query.status):
-                continue
-            if not metadata_matches(info.metadata, query.terms):
-                continue
-            threads.append(info)
-            if len(threads) == query.limit:
-                break
-        return ThreadPage(threads, next_cursor(query, threads))
-
-    async def aget_thread(self, thread_id: str) -> ThreadInfo | None:
-        """Async `get_thread`."""
-        return self.get_thread(thread_id)
-
-    async def alist_threads(self, **kwargs: Any) -> ThreadPage:
-        """Async `list_threads` (same keyword arguments)."""
-        return self.list_threads(**kwargs)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A string version: a zero-padded counter (orders versions) plus a random tail."""
@@ -972,24 +537,3 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
         return self.get_delta_channel_history(config=config, channels=channels)
 
 
-def _check_fence(thread_id: str, record: _Record | None, fence: int) -> None:
-    """`StaleFenceError` if the thread has seen a token newer than ``fence``."""
-    current = record.fence if record is not None else 0
-    if fence < current:
-        raise StaleFenceError(thread_id, fence, current)
-
-
-def _footprint(namespaces: Iterable[_Namespace]) -> Removed:
-    """The rows and bytes namespaces hold, counted as the SQL savers count them."""
-    checkpoints = writes = blobs = size = 0
-    for ns in namespaces:
-        checkpoints += len(ns.entries)
-        size += sum(e.size for e in ns.entries.values())
-        for stored in ns.writes.values():
-            writes += len(stored.by_key)
-            size += sum(len(w[2][1]) for w in stored.by_key.values())
-        for blob in ns.blobs.values():
-            if blob is not None:
-                blobs += 1
-                size += len(blob[1])
-    return Removed(0, checkpoints, writes, blobs, size)

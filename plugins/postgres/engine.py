@@ -1,21 +1,24 @@
-"""The shared SQLAlchemy engine of a PostgreSQL database, configured for runstore's backends.
+"""One PostgreSQL database as runstore's backends see it: `PostgresDatabase`.
 
-Every postgres backend opened on one `BackendOptions` for the same database (and
-``schema``) gets the same engine and pool from `shared_engine`. ``?schema=NAME``
-becomes the connection's ``search_path`` (a startup parameter, so it holds on every
-pooled connection, raw ones included) and the schema is created if missing. Pool
-pre-ping (a closed connection is replaced; one idle over a second is pinged with one
-round trip; one found inside a transaction is replaced too), ``pool_recycle`` =
-``postgres.pool_recycle_seconds``, pool size ``postgres.pool_max_size`` of which
-``postgres.pool_max_idle`` stay open when idle, the connect options of
-`PostgresConnectOptions` (TLS, session settings, ``target_session_attrs``, the
-transaction-pooler switch), and the time bounds of `PostgresTimeouts`
-(``postgres.*_timeout_seconds`` or the URL options ``connect_timeout``,
-``command_timeout``, ``operation_timeout``): asyncpg's connect timeout, its command
-timeout, the ping's and the wait for a free pooled connection. Inside a call's attempt
-(`runstore.retry.current_deadline`), the connect and ping timeouts are cut to what is
-left of the call's deadline. The engine connects once when it opens, so a server that
-refuses us is reported then. asyncpg is imported only when an engine is opened.
+Every postgres backend (saver, event store, run store) opened on one `BackendOptions`
+for the same database (and ``schema``) shares one `PostgresDatabase` from
+`shared_database`: the URL is parsed, checked and resolved once (its servers, TLS and
+session options, the transaction-pooler switch: `PostgresConnectOptions`; its time
+bounds: `PostgresTimeouts`; its ``schema``) and the database holds the one engine and
+pool the backends lease connections from. ``?schema=NAME`` becomes the connection's
+``search_path`` (a startup parameter, so it holds on every pooled connection, raw ones
+included) and the schema is created if missing. Pool pre-ping (a closed connection is
+replaced; one idle over a second is pinged with one round trip; one found inside a
+transaction is replaced too), ``pool_recycle`` = ``postgres.pool_recycle_seconds``, pool
+size ``postgres.pool_max_size`` of which ``postgres.pool_max_idle`` stay open when idle,
+the connect options, and the time bounds (``postgres.*_timeout_seconds`` or the URL
+options ``connect_timeout``, ``command_timeout``, ``operation_timeout``): asyncpg's
+connect timeout, its command timeout, the ping's and the wait for a free pooled
+connection. Inside a call's attempt (`runstore.retry.current_deadline`), the connect and
+ping timeouts are cut to what is left of the call's deadline. The engine connects once
+when it opens, so a server that refuses us is
+reported then. A caller's own engine (``from_engine``) is adopted as a database that
+is never disposed (`adopt_engine`). asyncpg is imported only when an engine is opened.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import event
@@ -60,6 +64,9 @@ URL_OPTIONS = frozenset({"schema", *SERVER_OPTIONS, *TIMEOUT_OPTIONS, *CONNECT_O
 
 #: Advisory lock key taken around schema creation and migrations (any constant works).
 SCHEMA_LOCK_KEY = zlib.crc32(b"runstore.schema") - 2**31
+
+#: Stands for the engine while a URL is resolved, before the engine is created.
+_UNOPENED: Any = None
 
 #: A pooled connection idle longer than this is pinged before reuse.
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -134,33 +141,74 @@ def engine_key(url: BackendURL) -> tuple[str, str]:
     return ("sqlalchemy-engine", "postgresql" + keep.render(hide_password=False)[len(url.scheme) :])
 
 
-async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine:
-    """Return the engine for ``postgresql://...[?schema=NAME]``, shared through ``options``.
+@dataclass(frozen=True)
+class PostgresDatabase:
+    """One database's URL resolved once, and the engine its backends share (module docstring)."""
 
-    Created once (the schema too, if missing) and disposed when ``options`` close.
+    #: The URL the database was opened with (its password is never logged).
+    url: BackendURL
+    engine: AsyncEngine
+    #: The ``postgres`` settings section.
+    settings: PostgresSettings
+    timeouts: PostgresTimeouts
+    connect: PostgresConnectOptions
+    #: The ``?schema=`` option (``None``: the server's default ``search_path``).
+    schema: str | None
+
+    @property
+    def behind_pooler(self) -> bool:
+        """Whether a transaction pooler sits in between (``pooler=transaction``): no
+        prepared statements and no session settings survive between transactions."""
+        return not self.connect.prepared_statements
+
+    @classmethod
+    def on(cls, engine: AsyncEngine, url: BackendURL, settings: Settings) -> PostgresDatabase:
+        """``url`` checked (its options: `URL_OPTIONS`) and resolved with ``settings``, on ``engine``."""
+        url.check_options(URL_OPTIONS)
+        cfg = settings.section(PostgresSettings)
+        return cls(
+            url=url,
+            engine=engine,
+            settings=cfg,
+            timeouts=PostgresTimeouts.resolve(url, cfg),
+            connect=PostgresConnectOptions.resolve(url, cfg),
+            schema=postgres_schema(url),
+        )
+
+
+async def shared_database(url: BackendURL | str, options: BackendOptions) -> PostgresDatabase:
+    """Return the `PostgresDatabase` for ``postgresql://...[?schema=NAME]``, shared through ``options``.
+
+    Checked, resolved and opened once (the schema created if missing); its engine is
+    disposed when ``options`` close. A bad URL is an `InvalidURLError` naming what is
+    accepted, a bad setting a `ConfigError`, before any connection is made.
     """
+    url = BackendURL.parse(url)
     key = engine_key(url)
 
-    async def opener() -> AsyncEngine:
-        return await _open(url, options)
+    async def opener() -> PostgresDatabase:
+        try:
+            import asyncpg  # noqa: F401
+        except ImportError:
+            raise MissingDriverError("postgres", "asyncpg", "postgres") from None
+        return await _open(url, options.settings)
 
-    async def closer(engine: AsyncEngine) -> None:
-        await engine.dispose()
+    async def closer(database: PostgresDatabase) -> None:
+        await database.engine.dispose()
 
     return await options.shared(key, opener, closer)
 
 
-async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
-    try:
-        import asyncpg  # noqa: F401
-    except ImportError:
-        raise MissingDriverError("postgres", "asyncpg", "postgres") from None
-    url.check_options(URL_OPTIONS)
-    cfg = options.settings.section(PostgresSettings)
-    timeouts = PostgresTimeouts.resolve(url, cfg)
-    connect = PostgresConnectOptions.resolve(url, cfg)
+async def shared_engine(url: BackendURL, options: BackendOptions) -> AsyncEngine:
+    """The engine of `shared_database` (for code that needs only the engine)."""
+    return (await shared_database(url, options)).engine
+
+
+async def _open(url: BackendURL, settings: Settings) -> PostgresDatabase:
+    # Resolved before the engine exists: a bad URL or setting opens nothing.
+    resolved = PostgresDatabase.on(_UNOPENED, url, settings)
+    cfg, timeouts, connect, schema = resolved.settings, resolved.timeouts, resolved.connect, resolved.schema
     pool_size, max_overflow = pool_sizes(cfg)
-    schema = postgres_schema(url)
     # The servers go to asyncpg as keyword arguments (`PostgresConnectOptions.connect_args`):
     # a list of hosts and ports, socket directories among them, exactly as checked.
     sa_url = URL.create(
@@ -192,7 +240,7 @@ async def _open(url: BackendURL, options: BackendOptions) -> AsyncEngine:
     except BaseException:
         await engine.dispose()
         raise
-    return engine
+    return replace(resolved, engine=engine)
 
 
 async def _first_connection(engine: AsyncEngine, schema: str | None, url: BackendURL) -> None:
@@ -304,8 +352,9 @@ def adopt_engine(engine: AsyncEngine, options: BackendOptions) -> BackendURL:
 
     The engine must use asyncpg (``postgresql+asyncpg://``); runstore binds its dialect
     to it, never disposes it, and installs none of its own hooks (the engine's pool
-    settings, ``search_path`` and pre-ping are the caller's). Returns the URL to open
-    the backends with.
+    settings, ``search_path`` and pre-ping are the caller's): `shared_database` then
+    returns a database on it, its time bounds and connect options from the settings.
+    Returns the URL to open the backends with.
     """
     if engine.dialect.name != "postgresql" or engine.dialect.driver != "asyncpg":
         raise InvalidURLError(
@@ -327,7 +376,7 @@ def adopt_engine(engine: AsyncEngine, options: BackendOptions) -> BackendURL:
         dialect_of(engine)
     except UnboundEngineError:
         bind_dialect(engine, POSTGRES)
-    options.provide(engine_key(url), engine)
+    options.provide(engine_key(url), PostgresDatabase.on(engine, url, options.settings))
     return url
 
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.batching import GroupCommit, Outcome
-from runstore.errors import BackendUnavailableError, InvalidURLError, StaleFenceError
+from runstore.errors import BackendUnavailableError, StaleFenceError
 from runstore.events.protocol import HIDDEN_CALLER_PREFIX
 from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.events.sql import (
@@ -29,8 +29,8 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from .connections import Leases, one_at_a_time
-from .engine import POSTGRES, SCHEMES, URL_OPTIONS, FromEngine, shared_engine
-from .settings import PostgresSettings, PostgresTimeouts
+from .engine import POSTGRES, URL_OPTIONS, FromEngine, shared_database
+from .settings import PostgresTimeouts
 
 #: First key of the two-int advisory lock on a thread (the second is hashtext(thread_id)),
 #: so our locks never collide with single-bigint advisory locks of other software.
@@ -267,11 +267,6 @@ class PostgresEventStore(SqlEventStore, FromEngine):
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresEventStore:
         """Open ``postgresql://...``, creating the schema/table or upgrading them as needed."""
-        url = BackendURL.parse(url)
-        if url.scheme not in SCHEMES:
-            raise InvalidURLError(f"{url} is not a postgresql:// URL")
-        url.check_options(cls.url_options)
-        timeouts = PostgresTimeouts.resolve(url, options.settings.section(PostgresSettings))
-        engine = await shared_engine(url, options)
-        driver = PostgresEventDriver(engine, timeouts)
-        return await cls.start(engine, driver, options, POSTGRES_MIGRATIONS)
+        database = await shared_database(url, options)
+        driver = PostgresEventDriver(database.engine, database.timeouts)
+        return await cls.start(database.engine, driver, options, POSTGRES_MIGRATIONS)

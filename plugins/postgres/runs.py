@@ -32,7 +32,6 @@ from runstore.cancellation import settle
 from runstore.errors import (
     BackendRefusedError,
     BackendUnavailableError,
-    InvalidURLError,
     RunError,
     RunstoreError,
 )
@@ -43,8 +42,8 @@ from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
 from .connections import Leases
-from .engine import POSTGRES, SCHEMES, URL_OPTIONS, shared_engine
-from .settings import PostgresSettings, PostgresTimeouts
+from .engine import POSTGRES, URL_OPTIONS, FromEngine, shared_database
+from .settings import PostgresTimeouts
 
 T = TypeVar("T")
 
@@ -176,7 +175,7 @@ class PostgresRunDriver(RunDriver):
         ) from exc
 
 
-class PostgresRunStore(SqlRunStore):
+class PostgresRunStore(SqlRunStore, FromEngine):
     """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema."""
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
@@ -187,15 +186,10 @@ class PostgresRunStore(SqlRunStore):
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> PostgresRunStore:
         """Open ``postgresql://...``, creating the schema and tables or upgrading them as needed."""
-        url = BackendURL.parse(url)
-        if url.scheme not in SCHEMES:
-            raise InvalidURLError(f"{url} is not a postgresql:// URL")
-        url.check_options(cls.url_options)
-        engine = await shared_engine(url, options)
+        database = await shared_database(url, options)
         if options.migrate:
-            await ensure_schema(engine, COMPONENT, MIGRATIONS)
-        timeouts = PostgresTimeouts.resolve(url, options.settings.section(PostgresSettings))
-        store = cls(PostgresRunDriver(engine, timeouts))
-        store.engine = engine
+            await ensure_schema(database.engine, COMPONENT, MIGRATIONS)
+        store = cls(PostgresRunDriver(database.engine, database.timeouts))
+        store.engine = database.engine
         options.on_close(store.close)
         return store

@@ -26,8 +26,9 @@ from runstore.streams.protocol import check_run_id
 
 from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisTimeouts, backend_name
 from .cluster import CLUSTER_OPTIONS, SLOTS, ClusterCalls
+from .scripts import Call
 from .settings import RedisSettings
-from .streams import BACKEND, RedisStreamBridge, _Call
+from .streams import BACKEND, RedisStreamBridge
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -86,9 +87,9 @@ class RedisClusterStreamBridge(RedisStreamBridge):
     def _control_key(self, group: Any) -> bytes:
         return f"{self.prefix}ctl:{{{TAGS[group]}}}{self._control.decode().rpartition(':')[2]}".encode()
 
-    async def _send_batch(self, batch: list[_Call]) -> None:
+    async def _send_batch(self, batch: list[Call]) -> None:
         """One pipeline per slot group (a pipeline goes to one node), sent concurrently."""
-        groups: dict[Any, list[_Call]] = {}
+        groups: dict[Any, list[Call]] = {}
         for item in batch:
             groups.setdefault(self._group(item.key), []).append(item)
         if len(groups) == 1:

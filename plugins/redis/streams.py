@@ -23,23 +23,22 @@ entry with the next id), so a publish is retried only when it provably never rea
 the server; publishing END, cleanup and every read are idempotent and retried (alone,
 when their shared pipeline's reply was lost).
 
-Why one module of this size: publishing (ids ``0-<seq>``, END never evicting data) and
-reading (the waker, the gap proof from ids alone) are two halves of one entry layout
-and id scheme; a change to either side must be read against the other.
+Publishing (ids ``0-<seq>``, END never evicting data) and reading (the waker, the gap
+proof from ids alone) are two halves of one entry layout and id scheme, so both stay in
+this module; the Lua scripts and the pipeline's calls are in
+`runstore.plugins.redis.scripts`, the followed streams' caches and the subscribers'
+positions in `runstore.plugins.redis.watches`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import uuid
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -55,7 +54,6 @@ from runstore.settings import Settings
 from runstore.standalone import Standalone
 from runstore.streams.protocol import (
     END,
-    Notifier,
     StreamBridge,
     StreamEvent,
     StreamGap,
@@ -69,8 +67,10 @@ from runstore.streams.protocol import (
 )
 from runstore.urls import BackendURL
 
+from . import scripts
 from .client import TIMEOUT_OPTIONS, URL_OPTIONS, RedisCalls, RedisTimeouts, backend_name, open_pool
 from .settings import RedisSettings
+from .watches import Cursor, Watch, entry_fields, entry_item, entry_seq
 
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
@@ -82,77 +82,6 @@ DEFAULT_PREFIX = "runstore:"
 BACKEND = "redis stream bridge"
 #: Upper bound of one blocking XREAD of the waker (it is woken earlier for new runs).
 WAKER_BLOCK_MS = 5000
-_ENDED = "RUNSTORE_ENDED"
-
-# KEYS[1] stream; ARGV maxlen, ttl_ms, event, payload. One round trip, atomic.
-_PUBLISH = """
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if last[1] and last[1][2][1] == 'end' then return redis.error_reply('RUNSTORE_ENDED') end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'e', ARGV[3], 'd', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return id
-"""
-
-# KEYS[1] stream; ARGV maxlen + 1, window_ms. Idempotent; END takes no data slot.
-# Returns END's id, or 0 when the stream had ended already.
-_PUBLISH_END = """
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if last[1] and last[1][2][1] == 'end' then return 0 end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return id
-"""
-
-# KEYS[1] stream; ARGV after_seq (exclusive), count. Bounds and entries from one instant.
-_SNAPSHOT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
-local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
-return {first[1][1], last[1], entries}
-"""
-
-
-class _Script:
-    """A Lua script sent by SHA; its full text goes along only when the server lacks it."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
-
-    def by_sha(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
-        return ("EVALSHA", self.sha, len(keys), *keys, *args)
-
-    def by_text(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
-        # EVAL also caches the script, so later EVALSHA calls find it again.
-        return ("EVAL", self.text, len(keys), *keys, *args)
-
-
-PUBLISH = _Script(_PUBLISH)
-PUBLISH_END = _Script(_PUBLISH_END)
-SNAPSHOT = _Script(_SNAPSHOT)
-
-
-def _no_script(reply: Any) -> bool:
-    from redis.exceptions import NoScriptError
-
-    return isinstance(reply, NoScriptError)
-
-
-def _seq(entry_id: bytes | str) -> int:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.partition("-")[2] or 0)
-
-
-def _item(entry_id: bytes, fields: dict[bytes, bytes]) -> StreamItem:
-    if b"end" in fields:
-        return END
-    return StreamEvent(entry_id.decode(), fields[b"e"].decode(), orjson.loads(fields[b"d"]))
-
-
-def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
-
 
 def _poke_commands(control: bytes) -> list[tuple[Any, ...]]:
     """Add an entry to a waker's control stream (ending its XREAD) and keep the stream an hour."""
@@ -165,124 +94,6 @@ def _settled(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-class _Watch:
-    """What this process knows of one followed stream, shared by its local subscribers."""
-
-    __slots__ = ("cache", "error", "group", "key", "latest", "news", "recheck", "refs")
-
-    def __init__(self, key: bytes, maxsize: int, group: Any = None) -> None:
-        self.key = key
-        self.group = group  # which waker reads this stream (see RedisStreamBridge._group)
-        self.latest = 0  # highest sequence seen in the stream so far
-        self.cache: deque[tuple[int, StreamItem]] = deque(maxlen=maxsize + 1)
-        self.refs = 0
-        self.error: BaseException | None = None
-        self.recheck = 0  # bumped when the stream may have been removed or lost
-        self.news = Notifier()
-
-    def notify(self) -> None:
-        self.news.notify()
-
-    def observe(self, last_seq: int, before: int) -> None:
-        """Record the newest sequence a snapshot saw; ``before`` is `latest` when it was sent.
-
-        Only a stream that went back behind what was known before the snapshot was
-        recreated: entries cached while it was out (a publish in the same pipeline,
-        the reader) are newer than the snapshot, not signs of a new stream.
-        """
-        if last_seq < before:
-            # Lost (server restart without persistence) or deleted and published again:
-            # what the cache holds belongs to the old stream.
-            self.cache.clear()
-            self.latest = last_seq
-        else:
-            self.latest = max(self.latest, last_seq)
-
-    def add(self, entries: Sequence[tuple[bytes, Sequence[bytes]]]) -> bool:
-        """Take entries the waker read (flat field lists); True if any was new.
-
-        Entries this process published are usually cached already (`put` from the
-        publish reply): those are skipped before being decoded.
-        """
-        added = False
-        for entry_id, flat in entries:
-            seq = _seq(entry_id)
-            if self.cache and seq <= self.cache[-1][0]:
-                continue
-            self.put(seq, _item(entry_id, _pairs(flat)))
-            added = True
-        return added
-
-    def put(self, seq: int, item: StreamItem) -> None:
-        """Cache one entry; the cache stays a hole-free run of sequences (a hole empties it,
-        and a follower that needs what is missing reads a snapshot)."""
-        cache = self.cache
-        if cache:
-            last = cache[-1][0]
-            if seq <= last:
-                return
-            if seq != last + 1:
-                cache.clear()
-        cache.append((seq, item))
-        if seq > self.latest:
-            self.latest = seq
-
-    def after(self, pos: int) -> list[tuple[int, StreamItem]] | None:
-        """Cached entries right after ``pos``, or ``None`` when the cache cannot prove them."""
-        if not self.cache or not self.cache[0][0] <= pos + 1 <= self.cache[-1][0]:
-            return None
-        return list(islice(self.cache, pos + 1 - self.cache[0][0], None))
-
-
-class _Cursor:
-    __slots__ = ("outages", "pos", "requested", "seen")
-
-    def __init__(self) -> None:
-        self.pos = 0
-        self.requested: str | None = None
-        self.seen = False  # the stream existed while we followed it
-        self.outages = 0  # connection failures counted when the cursor last saw the stream
-
-
-class _Call:
-    """One call waiting for the bridge's shared pipeline.
-
-    ``script`` with ``args`` (its ARGV, ``key`` the one key), or a plain ``command`` on
-    ``key``. ``publish`` is set (run id, event, payload) for an event publish, the only
-    call that is not idempotent; ``end`` for END. Both are delivered to this process's
-    followers of ``key`` from the reply, without waiting for the reader.
-    """
-
-    __slots__ = ("args", "command", "end", "future", "key", "operation", "publish", "script")
-
-    def __init__(
-        self,
-        operation: str,
-        key: bytes,
-        future: asyncio.Future[Any],
-        *,
-        script: _Script | None = None,
-        args: Sequence[Any] = (),
-        command: tuple[Any, ...] = (),
-        publish: tuple[str, str, bytes] | None = None,
-        end: bool = False,
-    ) -> None:
-        self.operation = operation
-        self.key = key
-        self.future = future
-        self.script = script
-        self.args = args
-        self.command = command
-        self.publish = publish
-        self.end = end
-
-    def request(self, by_text: bool) -> tuple[Any, ...]:
-        """The command to send (a script by its text once the server said it lacks it)."""
-        if self.script is None:
-            return self.command
-        if by_text:
-            return self.script.by_text((self.key,), self.args)
-        return self.script.by_sha((self.key,), self.args)
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
@@ -309,14 +120,14 @@ class RedisStreamBridge(StreamBridge, Standalone):
         timeouts = calls.timeouts
         # The blocking read must end well inside the socket timeout, or it would count as dead.
         self.waker_block_ms = max(1, min(WAKER_BLOCK_MS, int(timeouts.socket_timeout * 500)))
-        self._watches: dict[bytes, _Watch] = {}
+        self._watches: dict[bytes, Watch] = {}
         self._control = f"{prefix}ctl:{uuid.uuid4().hex}".encode()
         # One waker per group of streams one XREAD may cover (one group here; a cluster has more).
         self._wakers: dict[Any, asyncio.Task[None]] = {}
         self._waker_idle: dict[Any, asyncio.Event] = {}
         #: Per group: its waker's XREAD is out and no poke was sent since (see `_wake`).
         self._blocked: dict[Any, bool] = {}
-        self._pending: list[_Call] = []
+        self._pending: list[scripts.Call] = []
         self._inflight = False
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()  # strong refs: the loop keeps only weak ones
@@ -426,20 +237,20 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 f"float, bool, None; dataclasses and datetimes too): {exc}"
             ) from exc
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Call(
-            "publish", key, future, script=PUBLISH,
+        self._enqueue(scripts.Call(
+            "publish", key, future, script=scripts.PUBLISH,
             args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
         ))
         reply = await future
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
-        if _ENDED in str(exc):
+        if scripts.ENDED in str(exc):
             return StreamEndedError(f"run {run_id!r} already published END; no more events")
         return exc
 
     async def _pipelined(
-        self, operation: str, key: bytes, *, script: _Script | None = None, args: Sequence[Any] = (),
+        self, operation: str, key: bytes, *, script: scripts.LuaScript | None = None, args: Sequence[Any] = (),
         command: tuple[Any, ...] = (), write: bool, end: bool = False,
     ) -> Any:
         """An idempotent call in the shared pipeline; sent again alone if its reply was lost.
@@ -449,7 +260,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """
         deadline = Deadline.after(self.calls.timeouts.operation_timeout)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        call = _Call(operation, key, future, script=script, args=args, command=command, end=end)
+        call = scripts.Call(operation, key, future, script=script, args=args, command=command, end=end)
         self._enqueue(call)
         try:
             return await future
@@ -461,14 +272,14 @@ class RedisStreamBridge(StreamBridge, Standalone):
                     self.calls.backend, operation, write_may_have_happened=write, cause=exc.__cause__ or exc
                 ) from exc.__cause__
         (reply,) = await self.calls.run(operation, [call.request(False)], write=write, deadline=deadline)
-        if script is not None and _no_script(reply):
+        if script is not None and scripts.no_script(reply):
             (reply,) = await self.calls.run(operation, [call.request(True)], write=write, deadline=deadline)
         if isinstance(reply, Exception):
             raise reply
         self._deliver(call, reply)
         return reply
 
-    def _enqueue(self, call: _Call) -> None:
+    def _enqueue(self, call: scripts.Call) -> None:
         """Queue ``call`` for the shared pipeline.
 
         One sender task sends everything queued so far in one round trip, waits for the
@@ -502,7 +313,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                     call.future.set_exception(RuntimeError("stream bridge publisher stopped"))
             self._pending = []
 
-    async def _send_batch(self, batch: list[_Call]) -> None:
+    async def _send_batch(self, batch: list[scripts.Call]) -> None:
         """Send ``batch`` in one round trip and settle each caller's future."""
         # A caller cancelled while queued is dropped: its call has no effect at all.
         todo = [call for call in batch if not call.future.done()]
@@ -521,7 +332,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             retry = []
             for call, reply in zip(todo, replies, strict=True):
                 future = call.future
-                if call.script is not None and not by_text and _no_script(reply):
+                if call.script is not None and not by_text and scripts.no_script(reply):
                     retry.append(call)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
                 elif isinstance(reply, Exception):
                     if not future.done():
@@ -532,7 +343,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                         future.set_result(reply)
             todo, by_text = retry, True
 
-    def _deliver(self, call: _Call, reply: Any) -> None:
+    def _deliver(self, call: scripts.Call, reply: Any) -> None:
         """Hand a published event or END to this process's followers of its stream at once.
 
         The reply holds the entry's id, so the followers need not wait for the reader's
@@ -543,9 +354,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
             return
         if call.publish is not None:
             _run_id, event, payload = call.publish
-            watch.put(_seq(reply), StreamEvent(reply.decode(), event, orjson.loads(payload)))
+            watch.put(entry_seq(reply), StreamEvent(reply.decode(), event, orjson.loads(payload)))
         elif call.end:
-            watch.put(_seq(reply), END)
+            watch.put(entry_seq(reply), END)
         else:
             return
         watch.notify()
@@ -553,7 +364,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
     async def publish_end(self, run_id: str) -> None:
         """Append END (never evicting data) and shorten the stream's life to the window."""
         await self._pipelined(
-            "publish_end", self.key(run_id), script=PUBLISH_END,
+            "publish_end", self.key(run_id), script=scripts.PUBLISH_END,
             args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
         )
 
@@ -616,12 +427,12 @@ class RedisStreamBridge(StreamBridge, Standalone):
     async def _snapshot(self, key: bytes, after: int) -> tuple[int, Any, list[Any]] | None:
         """(first sequence, last entry, entries after ``after``) in one atomic call; None if absent."""
         reply = await self._pipelined(
-            "subscribe", key, script=SNAPSHOT, args=(after, self.queue_maxsize + 1), write=False
+            "subscribe", key, script=scripts.SNAPSHOT, args=(after, self.queue_maxsize + 1), write=False
         )
         if not reply:
             return None
         first_id, last_entry, entries = reply
-        return _seq(first_id), last_entry, entries
+        return entry_seq(first_id), last_entry, entries
 
     def subscribe(
         self,
@@ -641,7 +452,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
     async def _follow(
         self, key: bytes, last_event_id: str | None, interval: float
     ) -> AsyncGenerator[StreamItem, None]:
-        cursor = _Cursor()
+        cursor = Cursor()
         watch = self._watch(key)
         reading: asyncio.Task[list[StreamItem]] | None = None
         try:
@@ -690,7 +501,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             self._unwatch(watch)
 
     async def _start(
-        self, key: bytes, cursor: _Cursor, last_event_id: str | None, watch: _Watch
+        self, key: bytes, cursor: Cursor, last_event_id: str | None, watch: Watch
     ) -> list[StreamItem]:
         parsed = parse_event_id(last_event_id) if last_event_id is not None else None
         valid = parsed is not None and parsed[0] == 0
@@ -701,7 +512,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if snapshot is None:
             return []  # nothing published yet: follow from the start of the stream
         first_seq, last_entry, entries = snapshot
-        last_seq = _seq(last_entry[0])
+        last_seq = entry_seq(last_entry[0])
         watch.observe(last_seq, before)
         cursor.seen = True
         if last_event_id is None:
@@ -711,7 +522,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             cursor.requested = last_event_id
         else:
             # Malformed or unknown cursor: the live tail, which still ends with END.
-            ended = _pairs(last_entry[1]).get(b"end") is not None
+            ended = entry_fields(last_entry[1]).get(b"end") is not None
             cursor.pos = last_seq - 1 if ended else last_seq
             cursor.requested = self._id(cursor.pos) if cursor.pos > 0 else None
             if ended:
@@ -720,19 +531,19 @@ class RedisStreamBridge(StreamBridge, Standalone):
         return self._consume(cursor, first_seq, last_entry, entries)
 
     def _consume(
-        self, cursor: _Cursor, first_seq: int, last_entry: Any, entries: list[Any]
+        self, cursor: Cursor, first_seq: int, last_entry: Any, entries: list[Any]
     ) -> list[StreamItem]:
         """Turn a snapshot into items: a gap if the cursor's successor was evicted or lost."""
-        last_seq = _seq(last_entry[0])
+        last_seq = entry_seq(last_entry[0])
         if cursor.pos + 1 < first_seq or last_seq < cursor.pos:
             # Evicted before we read it, or the stream went back (lost and published again).
             return [StreamGap(cursor.requested, self._id(first_seq), self._last_data_id(last_entry))]
         items: list[StreamItem] = []
         for entry_id, flat in entries:
-            seq = _seq(entry_id)
+            seq = entry_seq(entry_id)
             if seq <= cursor.pos:
                 continue
-            item = _item(entry_id, _pairs(flat))
+            item = entry_item(entry_id, entry_fields(flat))
             items.append(item)
             cursor.pos = seq
             if isinstance(item, StreamEvent):
@@ -744,12 +555,12 @@ class RedisStreamBridge(StreamBridge, Standalone):
         return f"0-{seq}"
 
     def _last_data_id(self, last_entry: Any) -> str | None:
-        seq = _seq(last_entry[0])
-        if _pairs(last_entry[1]).get(b"end") is not None:
+        seq = entry_seq(last_entry[0])
+        if entry_fields(last_entry[1]).get(b"end") is not None:
             seq -= 1
         return self._id(seq) if seq > 0 else None
 
-    def _cached(self, cursor: _Cursor, watch: _Watch) -> list[StreamItem] | None:
+    def _cached(self, cursor: Cursor, watch: Watch) -> list[StreamItem] | None:
         """New items for the cursor from the shared cache; ``None`` when a snapshot is needed."""
         if watch.latest <= cursor.pos:
             return []
@@ -765,7 +576,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         cursor.seen = True
         return items
 
-    async def _read(self, key: bytes, cursor: _Cursor, watch: _Watch) -> list[StreamItem]:
+    async def _read(self, key: bytes, cursor: Cursor, watch: Watch) -> list[StreamItem]:
         outages, before = self.calls.outages, watch.latest
         snapshot = await self._snapshot(key, cursor.pos)
         if snapshot is None:
@@ -778,7 +589,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         cursor.outages = outages
         first_seq, last_entry, entries = snapshot
         cursor.seen = True
-        watch.observe(_seq(last_entry[0]), before)
+        watch.observe(entry_seq(last_entry[0]), before)
         return self._consume(cursor, first_seq, last_entry, entries)
 
     # -- the waker: one blocking XREAD for every followed stream ---------------------
@@ -792,12 +603,12 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """The control stream a new subscription of ``group`` pokes to wake its waker."""
         return self._control
 
-    def _watch(self, key: bytes) -> _Watch:
+    def _watch(self, key: bytes) -> Watch:
         if self._closed:
             raise RuntimeError("stream bridge is closed")
         watch = self._watches.get(key)
         if watch is None:
-            watch = self._watches[key] = _Watch(key, self.queue_maxsize, self._group(key))
+            watch = self._watches[key] = Watch(key, self.queue_maxsize, self._group(key))
             self._ensure_waker(watch.group)
             self._wake(watch.group)
         watch.refs += 1
@@ -808,7 +619,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _unwatch(self, watch: _Watch) -> None:
+    def _unwatch(self, watch: Watch) -> None:
         watch.refs -= 1
         if watch.refs <= 0 and self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
@@ -833,7 +644,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             future: asyncio.Future[Any] = loop.create_future()
             # Best effort: a failed poke only delays the stream to the XREAD's next return.
             future.add_done_callback(_settled)
-            self._enqueue(_Call("poke", control, future, command=command))
+            self._enqueue(scripts.Call("poke", control, future, command=command))
 
     async def _poke(self, group: Any) -> None:
         idle = self._waker_idle.get(group)
@@ -849,7 +660,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
             self._waker_idle.setdefault(group, asyncio.Event())
             self._wakers[group] = asyncio.get_running_loop().create_task(self._wake_loop(group))
 
-    def _group_watches(self, group: Any) -> dict[bytes, _Watch]:
+    def _group_watches(self, group: Any) -> dict[bytes, Watch]:
         return {key: watch for key, watch in self._watches.items() if watch.group == group}
 
     async def _wake_loop(self, group: Any) -> None:

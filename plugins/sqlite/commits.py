@@ -1,14 +1,15 @@
 """The file's group commit: the writes of every sqlite store on one engine, committed together.
 
-The saver and the event store opened on one file share one writer connection and one
-`runstore.checkpoint.groupcommit.GroupCommit` queue (`file_commits`). Under load a
+The saver, the event store and the run store opened on one file share one writer
+connection and one `runstore.batching.GroupCommit` queue, held by the file's
+`runstore.plugins.sqlite.file.SqliteFile`. Under load a
 turn's checkpoint writes and its journal append land in the same transaction as
 other threads' writes: one worker-thread hop, one ``BEGIN IMMEDIATE`` and one
 ``COMMIT`` for the whole batch, where each store committing on its own paid one of
 each per call and queued its transactions one behind the other on the file's write
 lock anyway. Each op still runs in its own savepoint (`ops.write_batch`), so a failing
-op fails only its own caller. The run store keeps its own writer: its scripts hold
-row-level decisions that are not batched.
+op fails only its own caller; a run store's script (its checks and writes) is one op,
+so its decisions stay one atomic step.
 
 A caller working alone (its op finds the queue idle right after a batch of ops of the
 same key, the thread the op writes) runs its op in its own task, the `GroupCommit`
@@ -37,12 +38,10 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.batching import GroupCommit, Outcome
-from runstore.sql.dialect import dialect_of
 
 from . import ops
 from .adapter import WorkerConnection
 from .connections import open_worker
-from .engine import SqliteDialect
 
 R = TypeVar("R")
 
@@ -60,12 +59,13 @@ class FileCommits:
     """One engine's writer connection and write queue, held while a store uses them.
 
     Stores call `acquire` when they open and `release` when they close; the writer is
-    checked out of the pool by the first and returned by the last.
+    checked out of the pool by the first and returned by the last. Batches queue on
+    ``lock`` (the engine's in-process write lock) before ``BEGIN IMMEDIATE``.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, lock: asyncio.Lock | None) -> None:
         self._engine = engine
-        self._lock = dialect_of(engine).write_lock
+        self._lock = lock
         self._writer: WorkerConnection | None = None
         self._users = 0
         self._opening = asyncio.Lock()
@@ -125,13 +125,3 @@ class FileCommits:
         async with self._lock:
             return await writer.run(ops.write_batch, write_ops)
 
-
-def file_commits(engine: AsyncEngine) -> FileCommits:
-    """The `FileCommits` of a sqlite engine opened by `runstore.plugins.sqlite.engine.shared_engine`."""
-    dialect = dialect_of(engine)
-    if not isinstance(dialect, SqliteDialect):
-        raise TypeError(f"not a sqlite engine: {engine.url.render_as_string(hide_password=True)}")
-    if dialect.commits is None:
-        dialect.commits = FileCommits(engine)
-    commits: FileCommits = dialect.commits
-    return commits

@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL
@@ -34,9 +34,6 @@ from runstore.urls import BackendURL
 
 from .adapter import join_worker_threads, worker_thread
 from .settings import SqliteSettings
-
-if TYPE_CHECKING:
-    from .commits import FileCommits
 
 #: Execution option asking a connection to start its transaction with BEGIN IMMEDIATE.
 WRITE_OPTION = "runstore_write"
@@ -59,8 +56,6 @@ class SqliteDialect(SqlDialect):
         self.write_lock = asyncio.Lock()
         # Each pooled connection's aiosqlite thread, joined when the engine closes.
         self.worker_threads: list[threading.Thread] = []
-        # The stores' shared writer and write queue (`runstore.plugins.sqlite.commits`).
-        self.commits: FileCommits | None = None
 
     @asynccontextmanager
     async def schema_transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:

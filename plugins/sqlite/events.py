@@ -1,8 +1,8 @@
 """The sqlite run event store: `runstore.sql.events.SqlEventStore` on aiosqlite.
 
 The store writes through the file's group commit (`runstore.plugins.sqlite.commits`),
-on the writer it shares with the sqlite saver: concurrent appends of every thread, and
-the saver's writes, commit in one transaction. It reads on that writer too while no
+on the writer it shares with the sqlite saver and run store (`SqliteFile`): concurrent
+appends of every thread, and the other stores' writes, commit in one transaction. It reads on that writer too while no
 write is queued, else on a pooled connection it holds for its lifetime
 (`FileCommits.read`). Each operation is one function call on a connection's worker
 thread against the stdlib ``sqlite3`` connection. A cancelled write returns once it is
@@ -15,9 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from runstore.errors import InvalidURLError, StaleFenceError
+from runstore.errors import StaleFenceError
 from runstore.events.protocol import HIDDEN_CALLER_PREFIX
 from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.events.sql import (
@@ -34,9 +32,8 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from .adapter import WorkerConnection
-from .commits import file_commits
-from .engine import shared_engine
 from .errors import unavailable_errors
+from .file import SqliteFile, shared_file
 
 #: The event store's migrations on sqlite (the backfill reads the JSON with json_extract).
 SQLITE_MIGRATIONS = events_migrations(
@@ -63,9 +60,9 @@ _CLOSED = "this event store is closed"
 class SqliteEventDriver(SqlEventDriver):
     """Reads on the store's reader, writes through the file's group commit; one hop each."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._commits = file_commits(engine)
+    def __init__(self, file: SqliteFile) -> None:
+        self._engine = file.engine
+        self._commits = file.commits
         self._reader: WorkerConnection | None = None
         self._writing = False
 
@@ -165,7 +162,7 @@ def _delete(conn: sqlite3.Connection, sql: str, params: Params) -> int:
 
 
 class SqliteEventStore(SqlEventStore):
-    """Event store in a sqlite file, sharing the file's engine with the sqlite saver.
+    """Event store in a sqlite file, sharing the file (`SqliteFile`) with the other sqlite stores.
 
     Writers serialize on the file's write lock (``BEGIN IMMEDIATE``), so concurrent
     processes on one file stay consistent.
@@ -179,9 +176,5 @@ class SqliteEventStore(SqlEventStore):
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteEventStore:
         """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed."""
-        url = BackendURL.parse(url)
-        if url.scheme != "sqlite":
-            raise InvalidURLError(f"{url} is not a sqlite:// URL")
-        url.check_options(cls.url_options)
-        engine = await shared_engine(url, options)
-        return await cls.start(engine, SqliteEventDriver(engine), options, SQLITE_MIGRATIONS)
+        file = await shared_file(url, options, cls.url_options)
+        return await cls.start(file.engine, SqliteEventDriver(file), options, SQLITE_MIGRATIONS)

@@ -1,13 +1,15 @@
 """The sqlite run store: `runstore.sql.runs.SqlRunStore` on aiosqlite.
 
-The store holds two pooled connections of the file's shared engine for its lifetime,
-a writer and a reader (`runstore.plugins.sqlite.adapter.WorkerConnection`). A write
-runs its whole script as one call on the writer's worker thread inside ``BEGIN
-IMMEDIATE`` ... ``COMMIT`` (after queueing on the engine's in-process write lock, shared
-with the saver and the event store), so every writer of every process is serialized
-and each operation is all-or-nothing. A caller cancelled meanwhile does not stop the
-call: it commits or rolls back as a whole on the worker thread, and the cancelled
-caller returns (still holding the write lock) once it has (`runstore.cancellation.settle`).
+The store writes through the file's one writer and write queue (`SqliteFile.commits`,
+`runstore.plugins.sqlite.commits`), which the saver and the event store on the file
+share: a write runs its whole script as one op of the file's next ``BEGIN IMMEDIATE``
+... ``COMMIT`` (in a savepoint of its own when other ops share the transaction), so
+every writer of every process is serialized and each operation is all-or-nothing.
+Reads run on the file's writer while no write is queued, else on a pooled connection
+the store holds for its lifetime (`FileCommits.read`). A caller cancelled meanwhile
+does not stop its write, even one still queued: the op runs and commits or rolls back
+with its batch, and the cancelled caller returns once it has
+(`runstore.cancellation.settle`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from runstore.cancellation import settle
-from runstore.errors import BackendUnavailableError, InvalidURLError, RunError
+from runstore.errors import BackendUnavailableError, RunError
 from runstore.options import BackendOptions
 from runstore.runs.sql import (
     COMPONENT,
@@ -32,36 +32,58 @@ from runstore.runs.sql import (
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
-from .adapter import WriterAndReader
-from .engine import shared_engine
+from .adapter import WorkerConnection
 from .errors import is_unavailable
+from .file import SqliteFile, shared_file
 
 T = TypeVar("T")
 
 BACKEND = "sqlite run store"
+_CLOSED = "this run store is closed"
 
 
 class SqliteRunDriver(RunDriver):
-    """A writer and a reader connection held for the store's life (`WriterAndReader`)."""
+    """Writes through the file's write queue, reads on its idle writer or the store's reader."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._connections = WriterAndReader(engine, "this run store is closed")
+    def __init__(self, file: SqliteFile) -> None:
+        self._file = file
+        self._commits = file.commits
+        self._reader: WorkerConnection | None = None
+        self._writing = False
 
     async def start(self) -> None:
-        await self._connections.start()
+        self._reader = await WorkerConnection.checkout(self._file.engine)
+        try:
+            await self._commits.acquire()
+        except BaseException:
+            await self._reader.close()
+            self._reader = None
+            raise
+        self._writing = True
 
     async def close(self) -> None:
-        await self._connections.close()
+        reader, self._reader = self._reader, None
+        writing, self._writing = self._writing, False
+        if writing:
+            await self._commits.release()
+        if reader is not None:
+            await reader.close()
 
     async def write(self, script: Callable[[], Script[T]], operation: str) -> T:
+        if not self._writing:
+            raise RuntimeError(_CLOSED)
         try:
-            return await settle(self._connections.write(run_script, script()))
+            # Settled, not withdrawn: a cancelled caller's write still runs to its end.
+            result: T = await settle(self._commits.submit(run_script, script()))
         except sqlite3.Error as exc:
             raise _translate(exc, operation) from exc
+        return result
 
     async def read(self, script: Callable[[], Script[T]], operation: str) -> T:
+        if self._reader is None:
+            raise RuntimeError(_CLOSED)
         try:
-            return await self._connections.read(run_script, script())
+            return await self._commits.read(self._reader, run_script, script())
         except sqlite3.Error as exc:
             raise _translate(exc, operation) from exc
 
@@ -75,7 +97,7 @@ def _translate(exc: sqlite3.Error, operation: str) -> Exception:
 
 
 class SqliteRunStore(SqlRunStore):
-    """Run store in a sqlite file, sharing the file's engine with the saver and event store.
+    """Run store in a sqlite file, sharing the file (`SqliteFile`) with the saver and event store.
 
     Every write takes the file's write lock (``BEGIN IMMEDIATE``), so processes sharing
     the file stay consistent.
@@ -90,16 +112,12 @@ class SqliteRunStore(SqlRunStore):
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> SqliteRunStore:
         """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed."""
-        url = BackendURL.parse(url)
-        if url.scheme != "sqlite":
-            raise InvalidURLError(f"{url} is not a sqlite:// URL")
-        url.check_options(cls.url_options)
-        engine = await shared_engine(url, options)
+        file = await shared_file(url, options, cls.url_options)
         if options.migrate:
-            await ensure_schema(engine, COMPONENT, MIGRATIONS)
-        driver = SqliteRunDriver(engine)
+            await ensure_schema(file.engine, COMPONENT, MIGRATIONS)
+        driver = SqliteRunDriver(file)
         await driver.start()
         store = cls(driver)
-        store.engine = engine
+        store.engine = file.engine
         options.on_close(store.close)
         return store

@@ -67,9 +67,10 @@ from runstore.standalone import Standalone
 
 from . import ops, sql
 from .adapter import WorkerConnection
-from .commits import FileCommits, file_commits
+from .commits import FileCommits
 from .connections import SyncConnection, open_worker
 from .errors import unavailable_error, unavailable_errors
+from .file import shared_file
 from .sql import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS
 
 if TYPE_CHECKING:
@@ -120,15 +121,15 @@ class _State:
         self.worker: WorkerConnection | None = None
         self.sync = sync
         self.prefetch = PrefetchStore()
-        # The file's writer and write queue, shared with the event store on the same
-        # engine (`runstore.plugins.sqlite.commits`): set by `SqliteSaver.open`.
+        # The file's writer and write queue, shared with the event store and run store
+        # on the same file (`runstore.plugins.sqlite.file.SqliteFile`): set by `SqliteSaver.open`.
         self.file: FileCommits | None = None
         # This saver's writes submitted and not yet answered: closing waits for these
         # only (the shared queue may stay busy with the event store's appends).
         self.writes = 0
         self.writes_done = asyncio.Event()
         self.writes_done.set()
-        # The engine's in-process write lock, shared with the event store: writers
+        # The engine's in-process write lock, shared with the other stores: writers
         # queue on it instead of polling sqlite's busy_timeout.
         self.write_lock: asyncio.Lock | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -184,30 +185,25 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         serde: SerializerProtocol | None = None,
     ) -> SqliteSaver:
         """Open (creating or upgrading the schema) the saver for ``url``; closed with ``options``."""
-        from .engine import database_path, shared_engine, sqlite_write_lock
-        from .settings import SqliteSettings
-
-        url.check_options(frozenset())
-        path = database_path(url)
-        engine = await shared_engine(url, options)
+        file = await shared_file(url, options)
+        engine = file.engine
         if options.migrate:
             await ensure_schema(engine, SCHEMA_COMPONENT, SCHEMA_MIGRATIONS)
-        cfg = options.settings.section(SqliteSettings)
         saver = cls(
-            path=path,
+            path=file.path,
             serde=serde,
-            synchronous=cfg.synchronous,
-            busy_timeout_ms=cfg.busy_timeout_ms,
+            synchronous=file.settings.synchronous,
+            busy_timeout_ms=file.settings.busy_timeout_ms,
         )
         state = saver._state
         state.worker = await open_worker(engine)
-        state.file = file_commits(engine)
+        state.file = file.commits
         try:
             await state.file.acquire()
         except BaseException:
             await state.worker.close()
             raise
-        state.engine, state.write_lock = engine, sqlite_write_lock(engine)
+        state.engine, state.write_lock = engine, file.write_lock
         state.loop = asyncio.get_running_loop()
         options.on_close(saver.aclose)
         return saver

@@ -13,14 +13,15 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.plugins.memory.saver import MemorySaver, _Namespace
+from runstore.plugins.memory.layout import Namespace
+from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
 
 class CarryForwardSaver(MemorySaver):
     def _tuple(
-        self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str
+        self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str
     ) -> CheckpointTuple:
         found = super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
         values: dict[str, Any] = found.checkpoint["channel_values"]

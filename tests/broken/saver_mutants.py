@@ -25,7 +25,8 @@ from langgraph.checkpoint.base import (
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory import saver as memory
-from runstore.plugins.memory.saver import MemorySaver, _Namespace
+from runstore.plugins.memory.layout import Namespace
+from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
@@ -138,7 +139,7 @@ class ReturnedConfigDropsNamespace(MemorySaver):
 class ParentConfigDropsNamespace(MemorySaver):
     """get_tuple's ``parent_config`` always names the root namespace."""
 
-    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
+    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str) -> Any:
         found = super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
         if found.parent_config is not None:
             found.parent_config["configurable"]["checkpoint_ns"] = ""
@@ -162,7 +163,7 @@ class VersionsByReference(MemorySaver):
             entry.versions = checkpoint["channel_versions"]
             return out
 
-    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
+    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str) -> Any:
         found = super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
         entry = ns.entries[checkpoint_id]
         found.checkpoint["channel_versions"] = entry.skeleton["channel_versions"]
@@ -198,7 +199,7 @@ class _BypassSerde(MemorySaver):
         finally:
             self.serde = real
 
-    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
+    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str) -> Any:
         return self._bypassing(super()._tuple, thread_id, checkpoint_ns, ns, checkpoint_id)
 
     def get_delta_channel_history(self, *, config: Any, channels: Any) -> Any:
@@ -237,7 +238,7 @@ class SerdeBoundAtOpen(MemorySaver):
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         self._with_frozen(super().put_writes, config, writes, task_id, task_path)
 
-    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: _Namespace, checkpoint_id: str) -> Any:
+    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str) -> Any:
         return self._with_frozen(super()._tuple, thread_id, checkpoint_ns, ns, checkpoint_id)
 
     def _with_frozen(self, method: Any, *args: Any) -> Any:
@@ -273,7 +274,7 @@ class WritesLastWins(MemorySaver):
         with self._lock:
             configurable = config["configurable"]
             ns = self._threads.setdefault(configurable["thread_id"], {}).setdefault(
-                configurable.get("checkpoint_ns", ""), _Namespace()
+                configurable.get("checkpoint_ns", ""), Namespace()
             )
             stored = ns.writes.get(configurable["checkpoint_id"])
             if stored is not None:
@@ -430,7 +431,7 @@ class DeleteForRunsLeavesWrites(MemorySaver):
             }
             super().delete_for_runs(run_ids)
             for (t, name), writes in saved.items():
-                ns = self._threads.setdefault(t, {}).setdefault(name, _Namespace())
+                ns = self._threads.setdefault(t, {}).setdefault(name, Namespace())
                 for cid, w in writes.items():
                     ns.writes.setdefault(cid, w)
 

@@ -12,7 +12,8 @@ from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept, plan_thread
 from runstore.checkpoint.threads import Removed
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.plugins.memory.saver import MemorySaver, _footprint
+from runstore.plugins.memory.layout import footprint
+from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
@@ -62,9 +63,9 @@ class DropsDeltaAncestorSaver(MemorySaver):
                 # BUG (on purpose): the head and the newest stay, what they rebuild from goes.
                 keep.add(ids[-1])
                 target = ns.copy() if dry_run else ns
-                before = _footprint([target])
+                before = footprint([target])
                 target.remove(set(ids) - keep)
-                removed += before - _footprint([target])
+                removed += before - footprint([target])
             if not dry_run:
                 record.swept_at, record.claimed_until = now, None
             return ThreadSwept(thread_id, False, removed)

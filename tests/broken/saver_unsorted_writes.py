@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
+from runstore.plugins.memory import layout
 from runstore.plugins.memory import saver as memory_saver
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
 
-class _InsertionOrderWrites(memory_saver._Writes):
-    def ordered(self) -> list[memory_saver.StoredWrite]:
+class _InsertionOrderWrites(layout.PendingWrites):
+    def ordered(self) -> list[layout.StoredWrite]:
         # BUG (on purpose): no sort.
         return list(self.by_key.values())
 
@@ -22,7 +23,7 @@ class UnsortedWritesSaver(memory_saver.MemorySaver):
     def put_writes(self, config, writes, task_id, task_path=""):  # type: ignore[no-untyped-def]
         configurable = config["configurable"]
         ns = self._threads.setdefault(configurable["thread_id"], {}).setdefault(
-            configurable.get("checkpoint_ns", ""), memory_saver._Namespace()
+            configurable.get("checkpoint_ns", ""), layout.Namespace()
         )
         if configurable["checkpoint_id"] not in ns.writes:
             ns.writes[configurable["checkpoint_id"]] = _InsertionOrderWrites()

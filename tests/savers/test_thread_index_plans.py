@@ -15,7 +15,7 @@ import orjson
 from runstore.checkpoint.threads import THREADS, encode_cursor, thread_query
 from runstore.conformance.savers_model import config_for, make_checkpoint, new_checkpoint_id
 from runstore.options import BackendOptions
-from runstore.plugins.postgres import sql
+from runstore.plugins.postgres import thread_sql
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.urls import BackendURL
 
@@ -77,10 +77,10 @@ async def test_thread_pages_and_sweep_claims_use_indexes(postgres_url: str) -> N
             "cursor": thread_query(limit=50, cursor=middle),
             "filter and cursor": thread_query(filter={"user": "u17"}, limit=50, cursor=middle),
         }
-        statements = {what: sql.list_threads_sql(query) for what, query in pages.items()}
+        statements = {what: thread_sql.list_threads_sql(query) for what, query in pages.items()}
         # A filter many records match: the probe (newest records in index order) fills the page.
         common = thread_query(filter={"tier": 3}, limit=50)
-        statements["common filter, probe"] = sql.list_threads_sql(common, probe=True)
+        statements["common filter, probe"] = thread_sql.list_threads_sql(common, probe=True)
         assert len(await conn.fetch(*_flat(statements["common filter, probe"]))) == 50
         for what, (statement, args) in statements.items():
             nodes = await _explain(conn, statement, args)

@@ -173,3 +173,37 @@ async def test_postgres_pool_replaces_a_connection_the_server_killed(
         # reconnects and the caller never sees the failure.
         for _ in range(3):
             assert await store.count_messages("t", user_id=None) == 0
+
+
+async def test_postgres_stores_share_one_database_resolved_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saver, event store and run store on one URL share one `PostgresDatabase`: the
+    URL's connect options and time bounds are resolved once, for all three."""
+    from runstore.plugins.postgres import connect_options, settings
+    from runstore.plugins.postgres.events import PostgresEventStore
+    from runstore.plugins.postgres.runs import PostgresRunStore
+    from runstore.plugins.postgres.saver import PostgresSaver
+
+    calls = {"connect": 0, "timeouts": 0}
+    resolve_connect = connect_options.PostgresConnectOptions.resolve.__func__  # type: ignore[attr-defined]
+    resolve_timeouts = settings.PostgresTimeouts.resolve.__func__  # type: ignore[attr-defined]
+
+    def counted(name, real):  # type: ignore[no-untyped-def]
+        def resolve(cls, *args):  # type: ignore[no-untyped-def]
+            calls[name] += 1
+            return real(cls, *args)
+
+        return classmethod(resolve)
+
+    monkeypatch.setattr(connect_options.PostgresConnectOptions, "resolve", counted("connect", resolve_connect))
+    monkeypatch.setattr(settings.PostgresTimeouts, "resolve", counted("timeouts", resolve_timeouts))
+    url = BackendURL.parse(postgres_url).with_query(command_timeout="30")
+    async with BackendOptions.scope() as options:
+        saver = await PostgresSaver.open(url, options)
+        events = await PostgresEventStore.open(url, options)
+        runs = await PostgresRunStore.open(url, options)
+        database = await postgres_engine.shared_database(url, options)
+        assert saver.engine is events.engine is runs.engine is database.engine
+        assert database.timeouts.command == 30.0
+        assert calls == {"connect": 1, "timeouts": 1}

@@ -1,4 +1,4 @@
-"""The file's group commit: the sqlite saver and event store on one file write through one queue."""
+"""The file's group commit: the sqlite stores on one file write through one queue."""
 
 from __future__ import annotations
 
@@ -287,3 +287,25 @@ async def test_reads_use_the_idle_writer_and_never_wait_behind_a_batch(tmp_path:
             assert len(await events.list_events("t", "r", user_id=None)) == 2
         finally:
             saver_ops.get = real_get
+
+
+async def test_the_run_store_writes_through_the_files_one_writer(tmp_path: Path) -> None:
+    """One writer per file: the run store opened next to the saver holds no writer of its
+    own (one pooled connection more: its reader), and its writes run in the file's batches."""
+    from runstore.options import BackendOptions
+    from runstore.plugins.sqlite.runs import SqliteRunStore
+    from runstore.plugins.sqlite.saver import SqliteSaver
+
+    url = BackendURL.for_file("sqlite", tmp_path / "f.db")
+    async with BackendOptions.scope() as options:
+        saver = await SqliteSaver.open(url, options)
+        engine = saver.engine
+        assert engine is not None
+        held = engine.pool.checkedout()  # type: ignore[attr-defined]
+        runs = await SqliteRunStore.open(url, options)
+        assert engine.pool.checkedout() == held + 1, "the run store took a reader, no writer"  # type: ignore[attr-defined]
+        ran_in = _batch_tasks(saver._state.file)
+        created = await runs.create("t-runs", run_id="a")
+        assert created is not None
+        assert len(ran_in) == 1, "the run store's write ran in the file's write queue"
+        assert [r["run_id"] for r in await runs.list_by_thread("t-runs")] == ["a"]

@@ -16,6 +16,7 @@ from runstore.plugins.memory.events import MemoryEventStore
 from runstore.plugins.memory.saver import MemorySaver
 from runstore.plugins.memory.streams import MemoryStreamBridge
 from runstore.plugins.postgres.events import PostgresEventStore
+from runstore.plugins.postgres.runs import PostgresRunStore
 from runstore.plugins.postgres.saver import PostgresSaver
 from runstore.plugins.redis.streams import RedisStreamBridge
 from runstore.plugins.sqlite.events import SqliteEventStore
@@ -135,6 +136,11 @@ async def test_the_callers_engine_is_used_and_never_disposed(postgres_url: str) 
             await store.setup()
             assert await chat_turns(saver, "t-engine", ["hi"]) == ["hi", "you said: hi"]
             assert await _event(store) == 1
+        async with PostgresRunStore.from_engine(engine) as runs:
+            assert runs.engine is engine
+            await runs.setup()
+            await runs.create("t-engine", run_id="r-engine")
+            assert [r["run_id"] for r in await runs.list_by_thread("t-engine")] == ["r-engine"]
         async with engine.connect() as conn:  # still open, pool intact
             count = (await conn.execute(text("SELECT count(*) FROM runstore_checkpoints"))).scalar()
         assert count and count > 0

@@ -385,12 +385,12 @@ async def test_redis_scripts_load_when_the_server_lacks_them(
     pipelined. Simulated with scripts the server has never seen (no global flush)."""
     import uuid
 
-    from runstore.plugins.redis import streams as module
+    from runstore.plugins.redis import scripts as module
 
     def fresh() -> None:
         tag = f"\n-- {uuid.uuid4().hex}\n"
         for name in ("PUBLISH", "PUBLISH_END", "SNAPSHOT"):
-            monkeypatch.setattr(module, name, module._Script(getattr(module, name).text + tag))
+            monkeypatch.setattr(module, name, module.LuaScript(getattr(module, name).text + tag))
 
     bridge = await _open(redis_url, options)
     fresh()

@@ -1,0 +1,115 @@
+"""What the Redis stream bridge sends: its Lua scripts (publish, END, snapshot), sent by
+SHA with their text only when the server lacks them, and `Call`, one call waiting for
+the bridge's shared pipeline (`runstore.plugins.redis.streams`).
+
+The scripts keep the entry layout the readers rely on: ids ``0-1, 0-2, ...`` and END as
+the single field ``end``, never evicting data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+#: The error text `PUBLISH` answers for a stream that has ended.
+ENDED = "RUNSTORE_ENDED"
+
+# KEYS[1] stream; ARGV maxlen, ttl_ms, event, payload. One round trip, atomic.
+_PUBLISH = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] and last[1][2][1] == 'end' then return redis.error_reply('RUNSTORE_ENDED') end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'e', ARGV[3], 'd', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+
+# KEYS[1] stream; ARGV maxlen + 1, window_ms. Idempotent; END takes no data slot.
+# Returns END's id, or 0 when the stream had ended already.
+_PUBLISH_END = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] and last[1][2][1] == 'end' then return 0 end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+
+# KEYS[1] stream; ARGV after_seq (exclusive), count. Bounds and entries from one instant.
+_SNAPSHOT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local entries = redis.call('XRANGE', KEYS[1], '(0-' .. ARGV[1], '+', 'COUNT', ARGV[2])
+return {first[1][1], last[1], entries}
+"""
+
+
+class LuaScript:
+    """A Lua script sent by SHA; its full text goes along only when the server lacks it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def by_sha(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The ``EVALSHA`` command running the script on ``keys`` and ``args``."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def by_text(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The ``EVAL`` command sending the script's text (the server lacked it)."""
+        # EVAL also caches the script, so later EVALSHA calls find it again.
+        return ("EVAL", self.text, len(keys), *keys, *args)
+
+
+PUBLISH = LuaScript(_PUBLISH)
+PUBLISH_END = LuaScript(_PUBLISH_END)
+SNAPSHOT = LuaScript(_SNAPSHOT)
+
+
+def no_script(reply: Any) -> bool:
+    """Whether ``reply`` is the server's NOSCRIPT error (resend the script by its text)."""
+    from redis.exceptions import NoScriptError
+
+    return isinstance(reply, NoScriptError)
+
+
+class Call:
+    """One call waiting for the bridge's shared pipeline.
+
+    ``script`` with ``args`` (its ARGV, ``key`` the one key), or a plain ``command`` on
+    ``key``. ``publish`` is set (run id, event, payload) for an event publish, the only
+    call that is not idempotent; ``end`` for END. Both are delivered to this process's
+    followers of ``key`` from the reply, without waiting for the reader.
+    """
+
+    __slots__ = ("args", "command", "end", "future", "key", "operation", "publish", "script")
+
+    def __init__(
+        self,
+        operation: str,
+        key: bytes,
+        future: asyncio.Future[Any],
+        *,
+        script: LuaScript | None = None,
+        args: Sequence[Any] = (),
+        command: tuple[Any, ...] = (),
+        publish: tuple[str, str, bytes] | None = None,
+        end: bool = False,
+    ) -> None:
+        self.operation = operation
+        self.key = key
+        self.future = future
+        self.script = script
+        self.args = args
+        self.command = command
+        self.publish = publish
+        self.end = end
+
+    def request(self, by_text: bool) -> tuple[Any, ...]:
+        """The command to send (a script by its text once the server said it lacks it)."""
+        if self.script is None:
+            return self.command
+        if by_text:
+            return self.script.by_text((self.key,), self.args)
+        return self.script.by_sha((self.key,), self.args)
