@@ -209,7 +209,7 @@ def check_owner(target: Any, record: Mapping[str, Any], owner: str | None) -> No
         )
 
 
-def message_event(thread: str, run: str, content: Any, seq_hint: int = 0, **extra: Any) -> dict[str, Any]:
+def message_event(thread: str, run: str, content: Any, **extra: Any) -> dict[str, Any]:
     """An event for ``put``: an AI response message unless ``extra`` says otherwise."""
     return {
         "thread_id": thread,

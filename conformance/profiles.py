@@ -25,8 +25,6 @@ _COMMON: dict[str, object] = {
 
 #: The profile used when none is named: deterministic, for a verdict CI can gate on.
 DEFAULT_PROFILE = "runstore-ci"
-#: Randomized profiles, for finding what the fixed examples miss.
-EXPLORATION_PROFILES = ("runstore-dev", "runstore-nightly")
 
 
 def register_profiles() -> None:

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointMetadata
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED, _DeltaSnapshot
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from runstore.checkpoint.rules import DELTA_COUNTERS_KEY
 
@@ -36,7 +36,6 @@ ROOT_KINDS = ("absent", "delta", "snapshot", "plain", "ephemeral")
 COUNTERS_KEY = DELTA_COUNTERS_KEY
 TASKS = ("task-b", "task-a", "task-c")
 PATHS = ("~", "", "~__pregel_pull, n2", "~__pregel_pull, n1")
-SPECIAL_CHANNELS = (ERROR, INTERRUPT, RESUME, SCHEDULED)
 MISSING_CHANNEL = "never_written"
 
 _id_lock = threading.Lock()

@@ -150,7 +150,6 @@ class Probe:
         self.write_rows = 0
         self.checkpoint_bytes = 0
         self.write_bytes = 0
-        self.other_bytes = 0
 
     def watch(self, phase: str, method: str) -> Stopwatch:
         """The stopwatch of ``method`` calls during ``phase``."""
@@ -217,8 +216,6 @@ class Probe:
             self.checkpoint_bytes += size
         elif current == "aput_writes":
             self.write_bytes += size
-        else:
-            self.other_bytes += size
 
     def phase_ms(self, phase: str, method: str) -> float | None:
         """Milliseconds spent in ``method`` during ``phase`` (``None`` if never called)."""

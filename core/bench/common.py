@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -286,9 +286,3 @@ class GcTimer:
         gc.callbacks.remove(self._callback)
 
 
-def iter_rows(files: Iterable[BenchFile], bench: str | None = None) -> Iterator[dict[str, Any]]:
-    """Every row of ``files`` (optionally of one benchmark), tagged with its file."""
-    for f in files:
-        for row in f.rows:
-            if bench is None or row.get("bench") == bench:
-                yield row

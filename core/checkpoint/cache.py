@@ -609,13 +609,6 @@ class CachedHistorySaver(ForwardingSaver):
         self.inner.delete_for_runs(run_ids)
         self._purge_sync(None)
 
-    async def aclose_cache(self) -> None:
-        """Close the cache backend (the inner saver is closed by whoever opened it)."""
-        try:
-            await self.cache.close()
-        except Exception:
-            self._stats["cache_errors"] += 1
-
 
 async def open_history_cache(
     settings: Any, options: Any, registry: Any

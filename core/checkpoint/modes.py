@@ -280,10 +280,6 @@ def _messages_annotation(mode: CheckpointChannelMode, frequency: int) -> Any:
     return Annotated[list[AnyMessage], add_messages]
 
 
-def messages_annotation(mode: str | None = None, snapshot_frequency: int | None = None) -> Any:
-    """The ``messages`` field annotation for ``mode`` (resolved, not frozen)."""
-    resolved = resolve_checkpoint_channel_mode(mode)
-    return _messages_annotation(resolved, resolve_snapshot_frequency(snapshot_frequency))
 
 
 @cache
@@ -374,9 +370,6 @@ def _merged_schema(
     return cast(type, merged)
 
 
-def is_delta_messages_channel(channel: Any) -> bool:
-    """Whether ``channel`` is a delta ``messages`` channel built by this module."""
-    return isinstance(channel, DeltaChannel) and channel.reducer is merge_message_writes
 
 
 # --------------------------------------------------------------------------- marker and gate
@@ -398,9 +391,6 @@ def is_delta_metadata(metadata: Mapping[str, Any] | None) -> bool:
     return isinstance(counters, Mapping) and MESSAGES_CHANNEL in counters
 
 
-def checkpoint_mode_of(metadata: Mapping[str, Any] | None) -> CheckpointChannelMode:
-    """The mode a checkpoint was written in (no marker means ``full``)."""
-    return "delta" if is_delta_metadata(metadata) else "full"
 
 
 def inject_checkpoint_mode(config: RunnableConfig | None, mode: str | None = None) -> RunnableConfig:
@@ -422,12 +412,6 @@ def inject_checkpoint_mode(config: RunnableConfig | None, mode: str | None = Non
     return cast("RunnableConfig", out)
 
 
-def mark_metadata(metadata: Mapping[str, Any], mode: str) -> dict[str, Any]:
-    """Return ``metadata`` with the marker set for a delta ``mode`` (unchanged for full)."""
-    out = dict(metadata)
-    if _validate_mode(mode) == "delta":
-        out[MODE_METADATA_KEY] = "delta"
-    return out
 
 
 def check_checkpoint_mode(

@@ -116,12 +116,6 @@ class Namespace:
     def latest(self) -> str | None:
         return self.order[-1] if self.order else None
 
-    def has_value(self, checkpoint_id: str, channel: str) -> bool:
-        entry = self.entries.get(checkpoint_id)
-        if entry is None or channel not in entry.versions:
-            return False
-        return self.blobs.get((channel, entry.versions[channel])) is not None
-
     def valued_channels(self, checkpoint_id: str) -> set[str]:
         entry = self.entries.get(checkpoint_id)
         if entry is None:

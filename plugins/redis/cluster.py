@@ -146,10 +146,6 @@ class ClusterCalls(RedisCalls):
             pool = self.pools[address] = self._make_pool(address)
         return pool
 
-    def slot_owner(self, slot: int) -> Address | None:
-        """The master the current slot map names for ``slot`` (None before the first call)."""
-        return None if self._owners is None else self._owners[slot]
-
     async def _attempt(
         self, commands: Sequence[Sequence[Any]], read_timeout: float | None, progress: _Progress,
         deadline: Deadline,
