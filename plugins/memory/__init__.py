@@ -97,7 +97,7 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory=_open_streams,
-        capabilities=["replay"],
+        capabilities=["replay", "fencing"],
         description="in-process stream bridge",
     )
 

@@ -78,7 +78,8 @@ from runstore.checkpoint.threads import (
     thread_query,
 )
 from runstore.clock import Clock, system_clock
-from runstore.errors import StaleFenceError, ThreadDeletedError
+from runstore.errors import ThreadDeletedError
+from runstore.fencing import admit_fence
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 
@@ -974,9 +975,7 @@ class MemorySaver(BaseCheckpointSaver[str], Standalone):
 
 def _check_fence(thread_id: str, record: _Record | None, fence: int) -> None:
     """`StaleFenceError` if the thread has seen a token newer than ``fence``."""
-    current = record.fence if record is not None else 0
-    if fence < current:
-        raise StaleFenceError(thread_id, fence, current)
+    admit_fence(fence, record.fence if record is not None else 0, thread_id=thread_id)
 
 
 def _footprint(namespaces: Iterable[_Namespace]) -> Removed:

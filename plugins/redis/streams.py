@@ -23,6 +23,12 @@ entry with the next id), so a publish is retried only when it provably never rea
 the server; publishing END, cleanup and every read are idempotent and retried (alone,
 when their shared pipeline's reply was lost).
 
+Fencing: a run's fence is the key ``<prefix>fence:<run_id>`` (with the stream's hash
+tag on a cluster, so both keys share a slot); a fenced publish or END is one script
+that compares its token with the fence, raises it and appends, atomically. The fence
+key lives ``stream_ttl_seconds`` after its last raise, past the stream's END window.
+Unfenced publishes run the unfenced scripts, as before.
+
 Why one module of this size: publishing (ids ``0-<seq>``, END never evicting data) and
 reading (the waker, the gap proof from ids alone) are two halves of one entry layout
 and id scheme; a change to either side must be read against the other.
@@ -48,6 +54,7 @@ from runstore.errors import (
     BackendUnavailableError,
     ConfigError,
     InvalidStreamInputError,
+    StaleFenceError,
     StreamEndedError,
 )
 from runstore.settings import Settings
@@ -62,6 +69,7 @@ from runstore.streams.protocol import (
     check_event,
     check_run_id,
     check_stream_data,
+    check_stream_fence,
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
@@ -102,6 +110,50 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return id
 """
 
+# The fencing rule (`runstore.fencing.is_stale`) in Lua, for the fenced scripts below:
+# tokens are compared as decimal text (Lua numbers are doubles, exact only to 2**53).
+# ``admit(fence_key, token, ttl_ms)`` errors with RUNSTORE_STALE <current> when stale.
+_ADMIT = """
+local function admit(key, token, ttl)
+  local current = redis.call('GET', key)
+  if current and (#token < #current or (#token == #current and token < current)) then
+    return current
+  end
+  redis.call('SET', key, token, 'PX', ttl)
+  return false
+end
+"""
+_STALE = "RUNSTORE_STALE"
+
+# KEYS[1] stream, KEYS[2] fence; ARGV maxlen, ttl_ms, event, payload, token.
+_PUBLISH_FENCED = _ADMIT + """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local stale = admit(KEYS[2], ARGV[5], ARGV[2])
+if stale then return redis.error_reply('RUNSTORE_STALE ' .. stale) end
+if last[1] and last[1][2][1] == 'end' then return redis.error_reply('RUNSTORE_ENDED') end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'e', ARGV[3], 'd', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+
+# KEYS[1] stream, KEYS[2] fence; ARGV maxlen + 1, window_ms, token, fence ttl_ms.
+_PUBLISH_END_FENCED = _ADMIT + """
+local stale = admit(KEYS[2], ARGV[3], ARGV[4])
+if stale then return redis.error_reply('RUNSTORE_STALE ' .. stale) end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] and last[1][2][1] == 'end' then return 0 end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[1], '0-*', 'end', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+
+# KEYS[1] fence; ARGV token, ttl_ms.
+_FENCE = _ADMIT + """
+local stale = admit(KEYS[1], ARGV[1], ARGV[2])
+if stale then return redis.error_reply('RUNSTORE_STALE ' .. stale) end
+return 1
+"""
+
 # KEYS[1] stream; ARGV after_seq (exclusive), count. Bounds and entries from one instant.
 _SNAPSHOT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
@@ -129,6 +181,9 @@ class _Script:
 
 PUBLISH = _Script(_PUBLISH)
 PUBLISH_END = _Script(_PUBLISH_END)
+PUBLISH_FENCED = _Script(_PUBLISH_FENCED)
+PUBLISH_END_FENCED = _Script(_PUBLISH_END_FENCED)
+FENCE = _Script(_FENCE)
 SNAPSHOT = _Script(_SNAPSHOT)
 
 
@@ -252,7 +307,7 @@ class _Call:
     followers of ``key`` from the reply, without waiting for the reader.
     """
 
-    __slots__ = ("args", "command", "end", "future", "key", "operation", "publish", "script")
+    __slots__ = ("args", "command", "end", "fence", "future", "key", "keys", "operation", "publish", "script")
 
     def __init__(
         self,
@@ -265,9 +320,13 @@ class _Call:
         command: tuple[Any, ...] = (),
         publish: tuple[str, str, bytes] | None = None,
         end: bool = False,
+        fence: tuple[str, int] | None = None,
+        keys: tuple[bytes, ...] = (),
     ) -> None:
         self.operation = operation
         self.key = key
+        self.keys = (key, *keys)  # a script's KEYS (all in ``key``'s hash slot)
+        self.fence = fence  # (run id, token) of a fenced call
         self.future = future
         self.script = script
         self.args = args
@@ -280,8 +339,8 @@ class _Call:
         if self.script is None:
             return self.command
         if by_text:
-            return self.script.by_text((self.key,), self.args)
-        return self.script.by_sha((self.key,), self.args)
+            return self.script.by_text(self.keys, self.args)
+        return self.script.by_sha(self.keys, self.args)
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
@@ -403,9 +462,24 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """The Redis key of a run's stream (a run id that is not a non-empty string is refused)."""
         return f"{self.prefix}stream:{check_run_id(run_id)}".encode()
 
+    def fence_key(self, run_id: str) -> bytes:
+        """The Redis key of a run's fence: its stream key with ``fence:`` for ``stream:``
+        (so a cluster's hash tag, and with it the slot, is the stream's)."""
+        prefix = self.prefix.encode()
+        return prefix + b"fence:" + self.key(run_id)[len(prefix) + len(b"stream:"):]
+
+    async def fence_stream(self, run_id: str, fence: int) -> None:
+        """Raise the run's fence key to ``fence`` (`StaleFenceError` if it is higher); idempotent."""
+        key = self.fence_key(run_id)
+        token = check_stream_fence(fence)
+        await self._pipelined(
+            "fence_stream", key, script=FENCE, args=(str(token), self.stream_ttl_ms), write=True,
+            fence=(run_id, fence),
+        )
+
     # -- publishing ---------------------------------------------------------------
 
-    async def publish(self, run_id: str, event: str, data: Any) -> str:
+    async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """XADD one event (exact MAXLEN, TTL refreshed); retried only if it was never sent.
 
         Goes out in the bridge's shared pipeline (see `_enqueue`), in call order. A
@@ -417,6 +491,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         key = self.key(run_id)
         check_event(event)
         check_stream_data(data)
+        fence = check_stream_fence(fence)
         try:
             payload = orjson.dumps(data)
         except TypeError as exc:  # orjson.JSONEncodeError
@@ -425,21 +500,34 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 f"float, bool, None; dataclasses and datetimes too): {exc}"
             ) from exc
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Call(
-            "publish", key, future, script=PUBLISH,
-            args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
-        ))
+        if fence is None:
+            self._enqueue(_Call(
+                "publish", key, future, script=PUBLISH,
+                args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
+            ))
+        else:  # the same round trip: the token check is part of the one script
+            self._enqueue(_Call(
+                "publish", key, future, script=PUBLISH_FENCED, keys=(self.fence_key(run_id),),
+                args=(self.queue_maxsize, self.stream_ttl_ms, event, payload, str(fence)),
+                publish=(run_id, event, payload), fence=(run_id, fence),
+            ))
         reply = await future
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
-        if _ENDED in str(exc):
-            return StreamEndedError(f"run {run_id!r} already published END; no more events")
+    def _reply_error(self, call: _Call, exc: BaseException) -> BaseException:
+        """A script's error reply as the runstore error it stands for (else ``exc``)."""
+        text = str(exc)
+        if call.fence is not None and text.startswith(_STALE):
+            run_id, fence = call.fence
+            return StaleFenceError(None, fence, int(text.split()[1]), run_id=run_id)
+        if call.publish is not None and _ENDED in text:
+            return StreamEndedError(f"run {call.publish[0]!r} already published END; no more events")
         return exc
 
     async def _pipelined(
         self, operation: str, key: bytes, *, script: _Script | None = None, args: Sequence[Any] = (),
         command: tuple[Any, ...] = (), write: bool, end: bool = False,
+        keys: tuple[bytes, ...] = (), fence: tuple[str, int] | None = None,
     ) -> Any:
         """An idempotent call in the shared pipeline; sent again alone if its reply was lost.
 
@@ -449,7 +537,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.calls.timeouts.operation_timeout
         future: asyncio.Future[Any] = loop.create_future()
-        call = _Call(operation, key, future, script=script, args=args, command=command, end=end)
+        call = _Call(operation, key, future, script=script, args=args, command=command, end=end, keys=keys, fence=fence)
         self._enqueue(call)
         try:
             return await future
@@ -465,7 +553,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if script is not None and _no_script(reply):
             (reply,) = await self.calls.run(operation, [call.request(True)], write=write, timeout=left)
         if isinstance(reply, Exception):
-            raise reply
+            raise self._reply_error(call, reply)
         self._deliver(call, reply)
         return reply
 
@@ -523,7 +611,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                     retry.append(call)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
                 elif isinstance(reply, Exception):
                     if not future.done():
-                        future.set_exception(self._publish_error(call.publish[0], reply) if call.publish else reply)
+                        future.set_exception(self._reply_error(call, reply))
                 else:
                     self._deliver(call, reply)
                     if not future.done():
@@ -548,11 +636,21 @@ class RedisStreamBridge(StreamBridge, Standalone):
             return
         watch.notify()
 
-    async def publish_end(self, run_id: str) -> None:
-        """Append END (never evicting data) and shorten the stream's life to the window."""
+    async def publish_end(self, run_id: str, *, fence: int | None = None) -> None:
+        """Append END (never evicting data) and shorten the stream's life to the window;
+        a stale ``fence`` refuses it (`StaleFenceError`)."""
+        key = self.key(run_id)
+        token = check_stream_fence(fence)
+        if token is None:
+            await self._pipelined(
+                "publish_end", key, script=PUBLISH_END,
+                args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
+            )
+            return
         await self._pipelined(
-            "publish_end", self.key(run_id), script=PUBLISH_END,
-            args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
+            "publish_end", key, script=PUBLISH_END_FENCED, keys=(self.fence_key(run_id),),
+            args=(self.queue_maxsize + 1, self.late_subscriber_window_ms, str(token), self.stream_ttl_ms),
+            write=True, end=True, fence=(run_id, token),
         )
 
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:
