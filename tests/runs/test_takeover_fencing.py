@@ -85,7 +85,9 @@ async def test_stale_worker_in_this_process_is_refused_everywhere(urls: tuple[st
 
         lease = await a.start(thread)
         running = asyncio.ensure_future(a.execute(lease, stale_work))
-        await paused.wait()
+        pausing = asyncio.ensure_future(paused.wait())
+        await asyncio.wait({pausing, running}, return_when=asyncio.FIRST_COMPLETED)
+        assert paused.is_set(), f"the stale worker ended before its pause: {running.result()}"
         clock.advance(31)
         (rescued,) = await b.recover(new_work)
         lost = await asyncio.wait_for(running, 60)
