@@ -341,7 +341,8 @@ class RunStoreMachine(RuleBasedStateMachine):
         finished = [r["run_id"] for r in self.model.runs.values() if r["status"] in TERMINAL]
         owned = [r for r in finished if self.model.runs[r]["owner"] is not None]
         # Mostly a run a worker finished (the one whose owner may repeat itself).
-        pool = owned if owned and data.draw(st.booleans(), label="owned") else finished
+        prefer_owned: bool = data.draw(st.booleans(), label="owned")
+        pool = owned if owned and prefer_owned else finished
         run_id = data.draw(st.sampled_from(pool), label="run_id")
         run = self.model.runs[run_id]
         owner = run["owner"] if same_owner and run["owner"] is not None else "worker-z"
