@@ -135,17 +135,25 @@ class MemoryStreamBridge(StreamBridge, Standalone):
         held = self._fences.get(run_id)
         return held[0] if held is not None and held[1] > now else 0
 
-    def _admit(self, run_id: str, fence: int | None) -> None:
-        """Refuse a stale ``fence`` (`StaleFenceError`), else raise the run's fence to it."""
-        if fence is None:
-            return
-        now = asyncio.get_running_loop().time()
+    def _check_fence(self, run_id: str, fence: int, now: float) -> None:
+        """`StaleFenceError` if ``fence`` is older than the run's fence."""
         admit_fence(fence, self._current_fence(run_id, now), run_id=run_id)
+
+    def _raise_fence(self, run_id: str, fence: int, now: float) -> None:
+        """Raise the run's fence to the (checked) ``fence``; sweep forgotten fences now and then."""
         self._fences[run_id] = (fence, now + self.stream_ttl_seconds)
         if len(self._fences) > self._sweep_fences_at:
             # Amortized: a sweep at most each time the table doubled since the last one.
             self._fences = {r: held for r, held in self._fences.items() if held[1] > now}
             self._sweep_fences_at = max(64, 2 * len(self._fences))
+
+    def _admit(self, run_id: str, fence: int | None) -> None:
+        """Refuse a stale ``fence`` (`StaleFenceError`), else raise the run's fence to it."""
+        if fence is None:
+            return
+        now = asyncio.get_running_loop().time()
+        self._check_fence(run_id, fence, now)
+        self._raise_fence(run_id, fence, now)
 
     async def fence_stream(self, run_id: str, fence: int) -> None:
         """Raise the run's fence to ``fence`` (`StaleFenceError` if it is already higher)."""
@@ -158,19 +166,21 @@ class MemoryStreamBridge(StreamBridge, Standalone):
         check_stream_data(data)
         check_run_id(run_id)
         fence = check_stream_fence(fence)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         if fence is not None:  # refused before anything, even on an ended stream
-            admit_fence(fence, self._current_fence(run_id, asyncio.get_running_loop().time()), run_id=run_id)
+            self._check_fence(run_id, fence, now)
         run = self._run(run_id)
         if run.ended:
             raise StreamEndedError(f"run {run_id!r} already published END; no more events")
-        self._admit(run_id, fence)
+        if fence is not None:
+            self._raise_fence(run_id, fence, now)
         run.last_seq += 1
         item = StreamEvent(_event_id(run.last_seq), event, data)
         run.buffer.append(item)
         run.published = True
         # Rolling expiry: move the deadline; the run's one timer re-arms when it fires early.
-        loop = asyncio.get_running_loop()
-        run.expires_at = loop.time() + self.stream_ttl_seconds
+        run.expires_at = now + self.stream_ttl_seconds
         if run.timer is None:
             run.timer = loop.call_at(run.expires_at, self._expire, run_id, run)
         run.notify()
