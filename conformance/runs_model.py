@@ -189,12 +189,38 @@ class RunsModel:
         self._end(run, now, status=status, stop_reason=stop_reason, error=error)
         return copy.deepcopy(run)
 
-    def claim(self, owner: str, ttl: float, grace: float, limit: int, now: datetime) -> list[dict[str, Any]]:
+    def claimable(self, grace: float, limit: int, now: datetime) -> list[dict[str, Any]]:
+        """Runs a claim at ``now`` may take: leases that ended at least ``grace`` ago,
+        longest-expired first; only the expiry times of the first ``limit`` are fixed (the
+        contract leaves the order among equal expiry times to the store)."""
         cutoff = now - timedelta(seconds=grace)
-        expired = sorted(
+        return sorted(
             (r for r in self.runs.values() if r["status"] == "running" and r["lease_expires_at"] <= cutoff),
-            key=lambda r: (r["lease_expires_at"], r["run_id"]),
-        )[:limit]
+            key=lambda r: r["lease_expires_at"],
+        )
+
+    def claim_choice_ok(self, chosen: list[str], grace: float, limit: int, now: datetime) -> bool:
+        """Whether ``chosen`` (run ids, in the store's order) is a claim the contract allows:
+        as many runs as it may take, distinct, each claimable, and the same expiry times in
+        the same order as the longest-expired ``limit`` (ties broken any way)."""
+        candidates = self.claimable(grace, limit, now)
+        by_id = {r["run_id"]: r for r in candidates}
+        if len(set(chosen)) != len(chosen) or not set(chosen) <= set(by_id):
+            return False
+        return [by_id[r]["lease_expires_at"] for r in chosen] == [
+            r["lease_expires_at"] for r in candidates[:limit]
+        ]
+
+    def claim(
+        self, owner: str, ttl: float, grace: float, limit: int, now: datetime, chosen: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Take ``chosen`` (a choice `claim_choice_ok` allows), or the longest-expired
+        ``limit`` runs with ties by run id when ``chosen`` is ``None``."""
+        if chosen is None:
+            chosen = [r["run_id"] for r in sorted(
+                self.claimable(grace, limit, now), key=lambda r: (r["lease_expires_at"], r["run_id"])
+            )[:limit]]  # fmt: skip
+        expired = [self.runs[r] for r in chosen]
         for run in expired:
             run.update(
                 owner=owner, lease_expires_at=now + timedelta(seconds=ttl),

@@ -81,6 +81,46 @@ def test_stale_token_is_refused_and_writes_nothing(events_target: Any) -> None:
     events_target.run(body)
 
 
+def test_stale_append_after_a_grant_fences_the_thread_is_refused(events_target: Any) -> None:
+    """A takeover: the old holder appended with token 1, the new holder's grant calls
+    fence_thread(thread, 2) before writing anything; the old holder's next put, put_batch
+    and put_if_absent are refused, as is fence_thread with an older token; the same token
+    again passes, and nothing else of the thread changes."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = _thread()
+        await store.put(**_event(thread, 1), user_id=None, fence=1)
+        await store.fence_thread(thread, 2)
+        assert await _contents(store, thread) == ["1"], "contract: fence_thread writes no event"
+        raised = await refused_as_stale(
+            store.put(**_event(thread, 2), user_id=None, fence=1), "put after fence_thread with a newer token"
+        )
+        assert (raised.thread_id, raised.fence, raised.current) == (thread, 1, 2), (
+            f"contract: StaleFenceError names the thread, the stale token and fence_thread's: {raised!r}"
+        )
+        await refused_as_stale(
+            store.put_batch([_event(thread, 3)], user_id=None, fence=1), "put_batch after fence_thread"
+        )
+        await refused_as_stale(
+            store.put_if_absent(**{**_event(thread, 4), "event_type": "done"}, user_id=None, fence=1),
+            "put_if_absent after fence_thread",
+        )
+        await refused_as_stale(store.fence_thread(thread, 1), "fence_thread with an older token")
+        await store.fence_thread(thread, 2)  # the same token again: passes, changes nothing
+        assert await _contents(store, thread) == ["1"], (
+            "contract: fencing: after fence_thread(thread, 2) no append of token 1 is written"
+        )
+        await store.put(**_event(thread, 5), user_id=None, fence=2)
+        fresh = _thread()
+        await store.fence_thread(fresh, 3)  # a thread with no event yet
+        await refused_as_stale(store.put(**_event(fresh, 6), user_id=None, fence=2), "put on a fenced new thread")
+        assert await _contents(store, thread) == ["1", "5"] and await _contents(store, fresh) == [], (
+            "contract: fencing: appends of the current token are written, stale ones are not"
+        )
+
+    events_target.run(body)
+
+
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
 def test_bad_token_is_an_input_error(events_target: Any, bad: Any) -> None:
     """A token that is not an int from 1 to 2**63-1 raises InvalidEventError; nothing is written."""
@@ -91,6 +131,8 @@ def test_bad_token_is_an_input_error(events_target: Any, bad: Any) -> None:
             await store.put(**_event(thread, 1), user_id=None, fence=bad)
         with pytest.raises(InvalidEventError, match="fence"):
             await store.put_batch([_event(thread, 1)], user_id=None, fence=bad)
+        with pytest.raises(InvalidEventError, match="fence"):
+            await store.fence_thread(thread, bad)
         assert await _contents(store, thread) == [], "contract: a malformed token writes nothing"
 
     events_target.run(body)

@@ -34,7 +34,8 @@ CAPABILITIES: dict[str, str] = {
     "fencing": "writes carrying a fencing token older than one the thread has seen are "
     "refused with StaleFenceError, atomically with the write (savers: put/put_writes with "
     "configurable.runstore_fence, delete_thread(fence=), afence_thread; event stores: "
-    "put/put_batch/put_if_absent(fence=))",
+    "put/put_batch/put_if_absent(fence=), fence_thread; stream bridges: publish/publish_end(fence=), "
+    "fence_stream, per run)",
     "typed_filters": "saver's list() metadata filter follows runstore's rule (docs/savers.md): "
     "values compared as JSON types (a bool never matches a number, 1 matches 1.0), None also "
     "matches an absent key",
@@ -59,7 +60,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "sync_api": _SAVER,
     "thread_index": _SAVER,
     "retention": _SAVER,
-    "fencing": frozenset({Kind.SAVER, Kind.EVENTS}),
+    "fencing": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS}),
     "typed_filters": _SAVER,
     "global_list_order": _SAVER,
     "checked_ids": _SAVER,

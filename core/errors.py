@@ -214,20 +214,25 @@ class ThreadDeletedError(RunstoreError):
 
 
 class StaleFenceError(RunstoreError):
-    """A write carried a fencing token older than one the thread has already seen, so it
-    was refused and nothing was written.
+    """A write carried a fencing token older than one the thread (or, on a stream bridge,
+    the run's stream) has already seen, so it was refused and nothing was written.
 
-    ``fence`` is the token the write carried, ``current`` the thread's fence (the highest
-    token a write to it carried). The writer's lease was taken over: it must stop writing.
+    ``fence`` is the token the write carried, ``current`` the store's fence (the highest
+    token a write carried, or a lease grant raised it to). ``thread_id`` names the
+    thread (``None`` on a stream bridge, which knows runs only), ``run_id`` the run's
+    stream (stream bridges). The writer's lease was taken over: it must stop writing.
     """
 
-    def __init__(self, thread_id: str, fence: int, current: int) -> None:
+    def __init__(self, thread_id: str | None, fence: int, current: int, *, run_id: str | None = None) -> None:
         self.thread_id = thread_id
+        self.run_id = run_id
         self.fence = fence
         self.current = current
+        where = f"thread {thread_id!r}" if thread_id is not None else f"the stream of run {run_id!r}"
         super().__init__(
-            f"thread {thread_id!r} is fenced at token {current}; this write carried the stale "
-            f"token {fence} and was refused (its lease was taken over: stop writing this thread)"
+            f"{where} is fenced at token {current}; this write carried the stale "
+            f"token {fence} and was refused (its lease was taken over: stop writing this "
+            f"{'thread' if thread_id is not None else 'run'})"
         )
 
 

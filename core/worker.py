@@ -7,10 +7,12 @@ The loop docs/runs.md ("Worker loop") describes, as importable code::
     done = await worker.run_graph(graph, "thread-1", {"messages": [...]})
     recovered = await worker.recover()          # periodically, on every worker
 
-`Worker.execute` is the heart: fence the saver with the lease's token (older tokens
-are refused from then on), run the work with the token in its config, renew the
-lease in the background every ``ttl / 3`` seconds, and finalize. When a renewal says
-the lease is lost, or a write is refused as stale, the work is cancelled and nothing
+`Worker.execute` is the heart: fence every store of the run with the lease's token
+(`runstore.fencing.fence_stores`: saver, event store, stream bridge; older tokens are
+refused from then on), run the work with the token in its config and fenced handles
+of the event store and bridge (`Lease.events`, `Lease.streams`), renew the lease in
+the background every ``ttl / 3`` seconds, and finalize. When a renewal says the
+lease is lost, or a write is refused as stale, the work is cancelled and nothing
 more is written: the run belongs to whoever claimed it. A pending cancel request
 stops the work and finalizes the run as ``cancelled``/``interrupted``.
 
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from runstore.checkpoint.contracts import FencingSaver
 from runstore.checkpoint.rules import FENCE_KEY
-from runstore.errors import LeaseLostError, StaleFenceError
+from runstore.errors import InvalidEventError, LeaseLostError, StaleFenceError
+from runstore.fencing import FenceGrant, fence_stores
 from runstore.runs.protocol import CancelAction, RunRecord, RunStore, check_id, check_seconds
 
 if TYPE_CHECKING:
@@ -55,11 +58,83 @@ WORKER_LOST = "worker_lost"
 Outcome = Literal["finished", "lost"]
 
 
+class FencedEvents:
+    """The event store as a lease's holder writes it: every append goes to the lease's
+    thread and run and carries its token, so a holder that lost the lease is refused.
+
+    ``put``, ``put_batch`` and ``put_if_absent`` take the store's keywords without
+    ``thread_id``, ``run_id`` and ``fence`` (the handle supplies them; a batch's
+    mappings may name the lease's thread and run, no other). Reads go to the store.
+    """
+
+    def __init__(self, store: RunEventStore, thread_id: str, run_id: str, fence: int) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.fence = fence
+
+    def _event(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        for key in ("thread_id", "run_id"):
+            if key in event and event[key] != getattr(self, key):
+                raise InvalidEventError(
+                    f"a lease's event handle writes {key}={getattr(self, key)!r} only (its token "
+                    f"fences that thread), not {event[key]!r}; use the store itself for other runs"
+                )
+        if "fence" in event:
+            raise InvalidEventError("a lease's event handle supplies fence itself; drop the fence argument")
+        return {**event, "thread_id": self.thread_id, "run_id": self.run_id}
+
+    async def put(self, **event: Any) -> Any:
+        """`RunEventStore.put` on the lease's run, fenced."""
+        return await self.store.put(**self._event(event), fence=self.fence)
+
+    async def put_batch(self, events: Sequence[Mapping[str, Any]], **kwargs: Any) -> Any:
+        """`RunEventStore.put_batch` on the lease's run, fenced."""
+        if "fence" in kwargs:
+            raise InvalidEventError("a lease's event handle supplies fence itself; drop the fence argument")
+        return await self.store.put_batch([self._event(e) for e in events], **kwargs, fence=self.fence)
+
+    async def put_if_absent(self, **event: Any) -> Any:
+        """`RunEventStore.put_if_absent` on the lease's run, fenced."""
+        return await self.store.put_if_absent(**self._event(event), fence=self.fence)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+class FencedStream:
+    """The stream bridge as a lease's holder publishes: to the lease's run, with its token
+    (a bridge that predates ``fence=`` gets none), so a stale publish or END is refused."""
+
+    def __init__(self, bridge: StreamBridge, run_id: str, fence: int) -> None:
+        self.bridge = bridge
+        self.run_id = run_id
+        self.fence = fence
+        self._fenced = "fence" in inspect.signature(bridge.publish).parameters
+
+    async def publish(self, event: str, data: Any) -> str:
+        """`StreamBridge.publish` on the lease's run, fenced."""
+        if self._fenced:
+            return await self.bridge.publish(self.run_id, event, data, fence=self.fence)
+        return await self.bridge.publish(self.run_id, event, data)
+
+    async def publish_end(self) -> None:
+        """`StreamBridge.publish_end` on the lease's run, fenced."""
+        if self._fenced:
+            await self.bridge.publish_end(self.run_id, fence=self.fence)
+        else:
+            await self.bridge.publish_end(self.run_id)
+
+
 @dataclass(frozen=True)
 class Lease:
-    """A run this worker holds: the record `RunStore.start`/`claim_expired` returned."""
+    """A run this worker holds: the record `RunStore.start`/`claim_expired` returned, and
+    handles of the worker's event store and bridge fenced with its token (``None`` when
+    the worker has none). Write the run's events and stream through them."""
 
     run: RunRecord
+    events: FencedEvents | None = field(default=None, compare=False)
+    streams: FencedStream | None = field(default=None, compare=False)
 
     @property
     def fence(self) -> int:
@@ -67,6 +142,11 @@ class Lease:
         fence = self.run["fence"]
         assert fence is not None, "a started or claimed run has a token"
         return fence
+
+    @property
+    def grant(self) -> FenceGrant:
+        """What the lease fences: its thread, run and token."""
+        return FenceGrant(self.run["thread_id"], self.run["run_id"], self.fence)
 
     def config(self, config: RunnableConfig | Mapping[str, Any] | None = None) -> RunnableConfig:
         """``config`` with the run's thread and the lease's token in ``configurable``: what
@@ -93,10 +173,6 @@ class WorkResult(Generic[T]):
     run: RunRecord
     outcome: Outcome
     result: T | None = None
-
-
-class _Stop(Exception):
-    """Raised into the work when the renewer learns it must stop (internal)."""
 
 
 class Worker:
@@ -136,7 +212,23 @@ class Worker:
         ``multitask_strategy``) and start it under this worker's lease."""
         created = await self.runs.create(thread_id, **create)
         run = await self.runs.start(created.run["run_id"], self.owner, self.ttl)
-        return Lease(run)
+        return self.lease(run)
+
+    def lease(self, run: RunRecord) -> Lease:
+        """The `Lease` of a run this worker was granted, with its fenced handles."""
+        fence = run["fence"]
+        assert fence is not None, "a started or claimed run has a token"
+        return Lease(
+            run,
+            events=None if self.events is None else FencedEvents(self.events, run["thread_id"], run["run_id"], fence),
+            streams=None if self.streams is None else FencedStream(self.streams, run["run_id"], fence),
+        )
+
+    async def fence(self, lease: Lease) -> None:
+        """Fence every store of the run with the lease's token (saver, event store, bridge),
+        so each refuses writes of older tokens from now on; `StaleFenceError` if a newer
+        token already fenced one of them."""
+        await fence_stores(lease.grant, (self.saver, self.events, self.streams))
 
     async def run_graph(
         self,
@@ -154,8 +246,10 @@ class Worker:
     async def invoke(
         self, graph: Any, inputs: Any, lease: Lease, config: Mapping[str, Any] | None = None
     ) -> Any:
-        """Run ``graph`` with the lease's config; publish each update on the run's stream."""
-        if self.streams is None:
+        """Run ``graph`` with the lease's config; publish each update on the run's stream
+        (fenced: `Lease.streams`)."""
+        stream = lease.streams or (self.lease(lease.run).streams if self.streams is not None else None)
+        if stream is None:
             return await graph.ainvoke(inputs, lease.config(config))
         last: Any = None
         async for mode, chunk in graph.astream(
@@ -164,33 +258,23 @@ class Worker:
             if mode == "values":
                 last = chunk
             else:
-                await self.streams.publish(lease.run["run_id"], "updates", chunk)
+                await stream.publish("updates", chunk)
         return last
-
-    def _fencing_saver(self) -> FencingSaver | None:
-        """The saver behind its wrappers when it can be fenced ahead of a write (`FencingSaver`);
-        ``None`` for no saver or one without fencing (its writes still carry the token)."""
-        if self.saver is None:
-            return None
-        from runstore.checkpoint.forwarding import unwrap_saver
-
-        saver = unwrap_saver(self.saver)
-        return saver if isinstance(saver, FencingSaver) else None
 
     async def execute(self, lease: Lease, work: Callable[[Lease], Awaitable[T]]) -> WorkResult[T]:
         """Run ``work(lease)`` under the lease: fence, renew in the background, finalize.
 
         Stops (cancels the work, writes nothing more, returns ``outcome="lost"``) when a
-        renewal fails or the saver refuses a write as stale. A pending cancel request
+        renewal fails or a store refuses a write as stale. A pending cancel request
         cancels the work and finalizes the run as its action says.
         """
         run_id = lease.run["run_id"]
-        fencing = self._fencing_saver()
-        if fencing is not None:
-            try:
-                await fencing.afence_thread(lease.run["thread_id"], lease.fence)
-            except StaleFenceError:
-                return await self._lost(lease, "a newer token already fenced the thread")
+        if lease.events is None and lease.streams is None:
+            lease = self.lease(lease.run)  # a Lease built by hand: give it its handles
+        try:
+            await self.fence(lease)
+        except StaleFenceError:
+            return await self._lost(lease, "a newer token already fenced the run's stores")
         task = asyncio.ensure_future(work(lease))
         stop: list[str | CancelAction] = []
         renewer = asyncio.ensure_future(self._renew(lease, task, stop))
@@ -205,7 +289,7 @@ class Worker:
             status = "interrupted" if action == "rollback" else "cancelled"
             return await self._finish(lease, status, stop_reason=action)
         except StaleFenceError:
-            return await self._lost(lease, "the saver refused a write as stale")
+            return await self._lost(lease, "a store refused a write as stale")
         except Exception as exc:
             return await self._finish(lease, "error", error=f"{type(exc).__name__}: {exc}")
         finally:
@@ -256,21 +340,18 @@ class Worker:
         return WorkResult(run or lease.run, "lost")
 
     async def complete(self, run: RunRecord) -> None:
-        """End the run's stream (END) and write its completion event once (``put_if_absent``,
-        carrying the lease's token)."""
-        if self.events is not None:
-            await self.events.put_if_absent(
-                thread_id=run["thread_id"],
-                run_id=run["run_id"],
+        """End the run's stream (END) and write its completion event once (``put_if_absent``),
+        both carrying the lease's token: a worker that lost the run ends nothing."""
+        lease = self.lease(run)
+        if lease.events is not None:
+            await lease.events.put_if_absent(
                 event_type=COMPLETION_EVENT,
                 category=COMPLETION_CATEGORY,
                 content={"status": run["status"], "stop_reason": run["stop_reason"], "error": run["error"]},
                 user_id=None,
-                # Fenced like the graph's writes: a worker that lost the run writes no end.
-                fence=run["fence"],
             )
-        if self.streams is not None:
-            await self.streams.publish_end(run["run_id"])
+        if lease.streams is not None:
+            await lease.streams.publish_end()
 
     # -- orphan recovery ----------------------------------------------------------------
 
@@ -279,8 +360,8 @@ class Worker:
     ) -> list[WorkResult[Any]]:
         """Claim runs whose lease ended ``grace`` seconds ago and end them.
 
-        Each claimed run's thread is fenced with the new token first, so its dead (or
-        stalled) worker can no longer write it. With ``work``, the run is then executed
+        Each claimed run's stores are fenced with the new token first (`fence`), so its
+        dead (or stalled) worker can no longer write any of them. With ``work``, the run is then executed
         again under the new lease (``work`` resumes it, e.g. ``graph.ainvoke(None,
         lease.config())`` continues from the last checkpoint); without, it is finalized
         as ``error`` with ``stop_reason`` `WORKER_LOST`. Either way its stream ends and it
@@ -289,14 +370,16 @@ class Worker:
         claimed = await self.runs.claim_expired(self.owner, self.ttl, grace=self.grace, limit=limit)
         results: list[WorkResult[Any]] = []
         for run in claimed:
-            lease = Lease(run)
+            lease = self.lease(run)
             if work is not None:
                 results.append(await self.execute(lease, work))
                 continue
-            fencing = self._fencing_saver()
-            if fencing is not None:
-                with contextlib.suppress(StaleFenceError):
-                    await fencing.afence_thread(run["thread_id"], lease.fence)
+            try:
+                await self.fence(lease)
+            except StaleFenceError:
+                # A newer grant fenced the run meanwhile (a later claim): it is theirs.
+                results.append(await self._lost(lease, "a newer token already fenced the run's stores"))
+                continue
             status = "cancelled" if run["cancel_action"] is not None else "error"
             results.append(
                 await self._finish(
@@ -309,4 +392,4 @@ class Worker:
         return results
 
 
-__all__ = ["COMPLETION_EVENT", "WORKER_LOST", "Lease", "WorkResult", "Worker"]
+__all__ = ["COMPLETION_EVENT", "WORKER_LOST", "FencedEvents", "FencedStream", "Lease", "WorkResult", "Worker"]

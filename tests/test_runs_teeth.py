@@ -29,11 +29,49 @@ CASES = [
          "contract: finalize refuses any status but cancelled/interrupted while a cancel"),
 ]
 
+R = "runs_rules.py"
+RULE_CASES = [
+    Case("broken-renew-at-expiry", R, "boundaries",
+         "contract: a lease is over at exactly lease_expires_at: a renewal at that instant fails"),
+    Case("broken-claim-strict-cutoff", R, "boundaries",
+         "contract: claim_expired takes a lease that ended exactly grace seconds ago"),
+    Case("broken-refinalize-overwrites", R, "stays_finished",
+         "(anything but its owner repeating its status) is refused"),
+    Case("broken-list-ignores-limit", R, "list_by_thread_arguments",
+         "at most limit of them (filter first)"),
+    Case("broken-list-first-status", R, "list_by_thread_arguments",
+         "contract: list_by_thread({'status': ['pending', 'success']})"),
+]
+
+#: A correct store that claims equal expiry times in another order: the suite must pass it.
+TIES = Case("ties-descending", R, "state_machine or claim", "")
+RULE_TIES = Case("ties-descending", R, "ties_in_any_order or boundaries", "")
+
+
+@pytest.fixture(scope="module")
+def rule_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    tmp: Path = tmp_path_factory.mktemp("runs-rules-teeth")
+    return run_cases("test_runs_rules", [*RULE_CASES, RULE_TIES], tmp)
+
+
+@pytest.mark.parametrize("case", RULE_CASES, ids=lambda c: c.backend)
+def test_suite_fails_run_store_breaking_a_rule(rule_outcomes: dict[str, Outcome], case: Case) -> None:
+    assert_caught(case, rule_outcomes[case.backend])
+
+
+@pytest.mark.parametrize("suite", ["test_runs", "test_runs_rules"])
+def test_suite_passes_a_store_that_breaks_ties_differently(
+    outcomes: dict[str, Outcome], rule_outcomes: dict[str, Outcome], suite: str
+) -> None:
+    outcome = (outcomes if suite == "test_runs" else rule_outcomes)[TIES.backend]
+    assert outcome.tests, "no test ran on the tie-breaking store"
+    assert not outcome.failures(), f"the suite failed a correct store (ties in another order): {outcome.failures()}"
+
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     tmp: Path = tmp_path_factory.mktemp("runs-teeth")
-    return run_cases("test_runs", CASES, tmp)
+    return run_cases("test_runs", [*CASES, TIES], tmp)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.backend}:{c.contract[10:40]}")

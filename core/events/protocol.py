@@ -26,6 +26,9 @@ Contract (every backend, same answers; docs/events.md):
   thread the highest token a write carried and refuses an older one with
   `StaleFenceError` (nothing written), in the same step as the write; other stores
   check the argument and ignore it. Without a token a write is not checked.
+  `RunEventStore.fence_thread` raises a thread's fence without writing an event: the
+  worker calls it as soon as it takes a lease, so the first stale append after a
+  takeover is refused.
 * Every call is checked in one order (the preamble, `RunEventStore` helpers such as
   `RunEventStore._page_call`): (1) its arguments, in signature order; (2) the owner;
   (3) a call whose answer needs no I/O (empty lookup input, ``limit=0``, an empty
@@ -327,6 +330,18 @@ class RunEventStore(ABC):
         with every other writer of the thread, so concurrent callers all receive the
         one record that was created.
         """
+
+    async def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` without writing an event: from now on an
+        append carrying an older token is refused. `StaleFenceError` if the thread has
+        already seen a newer token.
+
+        A store declaring ``fencing`` overrides this with the compare-and-set its fenced
+        appends run (atomic with every append of the thread); this default, for stores
+        that do not fence, checks the arguments and changes nothing."""
+        self._check_id(thread_id, "thread_id")
+        check_fence(fence)
+        self._check_open()
 
     # -- reads ----------------------------------------------------------------------
 

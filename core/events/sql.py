@@ -33,6 +33,7 @@ from runstore.events.protocol import (
 )
 from runstore.events.records import PreparedEvent, normalize_identities, normalize_run_ids
 from runstore.events.schema import COMPONENT, FENCES, RECORD_COLUMNS, TABLE
+from runstore.fencing import check_fence
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.standalone import Standalone
@@ -179,6 +180,12 @@ class SqlEventDriver(ABC):
         """``(existing_row, 0)`` if ``key`` exists (`EXISTING_SQL`), else insert and return
         ``(None, seq)``; ``fence`` as in `insert`, checked before the key."""
 
+    async def fence(self, thread_id: str, fence: int) -> None:
+        """Run `FENCE_SQL` for the thread in a write transaction serialized with its
+        appends; raise `StaleFenceError` when it returns no row. A driver whose store
+        declares ``fencing`` implements it (`SqlEventStore.fence_thread` calls it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement fence (no fencing)")
+
     @abstractmethod
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         """Delete the matching rows of ``thread_id`` serialized with its writers; return the count."""
@@ -314,6 +321,14 @@ class SqlEventStore(RunEventStore, Standalone):
         if fence is None:  # a driver written before fencing takes no fence argument
             return await self._driver.insert(rows)
         return await self._driver.insert(rows, fence)
+
+    async def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` (`FENCE_SQL` in a write transaction of its
+        own; `StaleFenceError` if the thread has seen a newer token)."""
+        thread = self._check_id(thread_id, "thread_id")
+        check_fence(fence)
+        self._check_open()
+        await self._driver.fence(thread, fence)
 
     # -- reads --------------------------------------------------------------------------
 

@@ -21,6 +21,14 @@ shared by every backend and checked by ``runstore.conformance``:
 - A run id is a non-empty string and an event name a non-empty string; data holds no
   NaN or Infinity (JSON has neither). Anything else is an `InvalidStreamInputError`
   and nothing is published (`check_run_id`, `check_event`, `check_stream_data`).
+- Fencing (capability ``fencing``): `StreamBridge.publish` and `StreamBridge.publish_end`
+  take ``fence=`` (a run store lease's token). A bridge declaring ``fencing`` keeps per
+  run the highest token a publish carried (or `StreamBridge.fence_stream` raised it
+  to) and refuses an older one with `StaleFenceError`, in the same atomic step as the
+  append: nothing reaches a subscriber, and a stale END never ends the stream. The
+  fence outlives the stream (kept ``stream_ttl_seconds`` after its last raise), so a
+  stale publish cannot start a removed stream again either. Without a token a
+  publish is not checked; a bad token is an `InvalidStreamInputError`.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from runstore.errors import InvalidStreamInputError
+from runstore.fencing import check_fence
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +99,11 @@ def check_run_id(run_id: object) -> str:
     if isinstance(run_id, str) and run_id:
         return run_id
     raise InvalidStreamInputError(f"run_id must be a non-empty string; got {run_id!r}")
+
+
+def check_stream_fence(fence: object) -> int | None:
+    """``None`` (an unfenced publish) or a fencing token, else `InvalidStreamInputError`."""
+    return None if fence is None else check_fence(fence, "fence", InvalidStreamInputError)
 
 
 def check_event(event: object) -> str:
@@ -155,19 +169,32 @@ class StreamBridge(ABC):
     heartbeat_interval: float = 15.0
 
     @abstractmethod
-    async def publish(self, run_id: str, event: str, data: Any) -> str:
+    async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """Append one event to the run's stream and return its id.
 
-        Raises `StreamEndedError` after `publish_end` for the run; backend errors
-        (a lost connection) are raised to the caller, never swallowed.
+        Raises `StreamEndedError` after `publish_end` for the run, and (bridges
+        declaring ``fencing``) `StaleFenceError` when ``fence`` is older than the run's
+        fence; backend errors (a lost connection) are raised to the caller, never
+        swallowed.
         """
 
     @abstractmethod
-    async def publish_end(self, run_id: str) -> None:
+    async def publish_end(self, run_id: str, *, fence: int | None = None) -> None:
         """Mark the run finished (idempotent); END never takes a data slot.
 
-        The stream stays readable for the late-subscriber window, then is removed.
+        The stream stays readable for the late-subscriber window, then is removed. A
+        stale ``fence`` raises `StaleFenceError` and ends nothing (``fencing`` bridges).
         """
+
+    async def fence_stream(self, run_id: str, fence: int) -> None:
+        """Raise the run's fence to ``fence`` without publishing: from now on a publish or
+        END carrying an older token is refused. `StaleFenceError` if the run has already
+        seen a newer token. Creates no stream (`stream_exists` stays as it was).
+
+        A bridge declaring ``fencing`` overrides this with the check its fenced publishes
+        run; this default, for bridges that do not fence, checks the arguments only."""
+        check_run_id(run_id)
+        check_stream_fence(fence)
 
     @abstractmethod
     def subscribe(

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from runstore.cancellation import settle
-from runstore.errors import InvalidEventError, InvalidURLError, StaleFenceError
+from runstore.errors import InvalidEventError, InvalidURLError
 from runstore.events.identity import message_identity
 from runstore.events.owner import AUTO, UserId
 from runstore.events.protocol import (
@@ -58,6 +58,7 @@ from runstore.events.records import (
     select_run_events,
     validate_id,
 )
+from runstore.fencing import admit_fence, check_fence
 from runstore.standalone import Standalone
 from runstore.validation import dumps_bytes, loads
 
@@ -273,8 +274,7 @@ class JsonlEventStore(RunEventStore, Standalone):
                 current = int(path.read_text())
             except FileNotFoundError:
                 current = 0
-            if fence < current:
-                raise StaleFenceError(thread_id, fence, current)
+            admit_fence(fence, current, thread_id=thread_id)
         for path in paths.values():
             path.parent.mkdir(parents=True, exist_ok=True)
             scratch = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
@@ -445,6 +445,13 @@ class JsonlEventStore(RunEventStore, Standalone):
             return self._write([event])[0], True
 
         return await self._locked([event.thread_id], check_and_write)
+
+    async def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` under the thread's lock (`StaleFenceError`
+        if it is already higher)."""
+        thread = self._check_id(thread_id, "thread_id")
+        check_fence(fence)
+        await self._locked([thread], lambda: self._fence([thread], fence))
 
     # -- reads ----------------------------------------------------------------------
 

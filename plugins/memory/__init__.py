@@ -59,7 +59,7 @@ def runstore_register_stream_bridges(registry: StreamBridgeRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.streams:MemoryStreamBridge.open",
-        capabilities=["replay"],
+        capabilities=["replay", "fencing"],
         description="in-process stream bridge",
     )
 

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runstore.errors import StaleFenceError
 from runstore.events.identity import message_identity
 from runstore.events.owner import AUTO, UserId
 from runstore.events.protocol import (
@@ -26,6 +25,7 @@ from runstore.events.records import (
     normalize_run_ids,
     select_run_events,
 )
+from runstore.fencing import admit_fence, check_fence
 from runstore.standalone import Standalone
 
 if TYPE_CHECKING:
@@ -128,12 +128,8 @@ class MemoryEventStore(RunEventStore, Standalone):
         if fence is None:
             return
         threads = set(thread_ids)
-        for thread_id in threads:
-            current = self._fences.get(thread_id, 0)
-            if fence < current:
-                raise StaleFenceError(thread_id, fence, current)
-        for thread_id in threads:
-            self._fences[thread_id] = fence
+        raised = {t: admit_fence(fence, self._fences.get(t, 0), thread_id=t) for t in threads}
+        self._fences.update(raised)
 
     def _append(self, event: PreparedEvent) -> EventRecord:
         thread = self._threads.setdefault(event.thread_id, _Thread())
@@ -201,6 +197,13 @@ class MemoryEventStore(RunEventStore, Standalone):
         if existing is not None:
             return copy_record(existing), False
         return copy_record(self._append(event)), True
+
+    async def fence_thread(self, thread_id: str, fence: int) -> None:
+        """Raise the thread's fence to ``fence`` (`StaleFenceError` if it is already higher)."""
+        thread = self._check_id(thread_id, "thread_id")
+        check_fence(fence)
+        self._check_open()
+        self._fence([thread], fence)
 
     # -- reads ----------------------------------------------------------------------
 

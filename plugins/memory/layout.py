@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from runstore.checkpoint.policy import CheckpointGraph
 from runstore.checkpoint.threads import Removed
-from runstore.errors import StaleFenceError
+from runstore.fencing import admit_fence
 
 Typed = tuple[str, bytes]
 #: (task_id, channel, serialized value, task_path)
@@ -186,9 +186,7 @@ def copy_skeleton(skeleton: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_record_fence(thread_id: str, record: ThreadRecord | None, fence: int) -> None:
     """`StaleFenceError` if the thread has seen a token newer than ``fence``."""
-    current = record.fence if record is not None else 0
-    if fence < current:
-        raise StaleFenceError(thread_id, fence, current)
+    admit_fence(fence, record.fence if record is not None else 0, thread_id=thread_id)
 
 
 def footprint(namespaces: Iterable[Namespace]) -> Removed:

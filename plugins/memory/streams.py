@@ -9,6 +9,11 @@ A run's stream expires like a Redis stream: ``stream_ttl_seconds`` after its las
 publish (a run that never publishes END does not stay forever), the late-subscriber
 window after END, or the delay of ``cleanup``; the last of these calls wins. One timer
 per run carries the expiry; a publish only moves its deadline.
+
+Fencing: per run, the highest token a publish carried (or `fence_stream` raised it
+to), checked and raised in the same uninterrupted step as the append. Fences live
+apart from the streams, ``stream_ttl_seconds`` after their last raise, so a removed
+stream keeps refusing stale publishers; expired ones are swept as the table grows.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runstore.errors import StreamEndedError
+from runstore.fencing import admit_fence
 from runstore.standalone import Standalone
 from runstore.streams.protocol import (
     END,
@@ -30,6 +36,7 @@ from runstore.streams.protocol import (
     check_event,
     check_run_id,
     check_stream_data,
+    check_stream_fence,
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
@@ -99,6 +106,9 @@ class MemoryStreamBridge(StreamBridge, Standalone):
         self.late_subscriber_window = late_subscriber_window
         self.stream_ttl_seconds = stream_ttl_seconds
         self._runs: dict[str, _Run] = {}
+        # run id -> (its fence, event-loop time it is forgotten); see the module docstring.
+        self._fences: dict[str, tuple[int, float]] = {}
+        self._sweep_fences_at = 64
         self._closed = False
 
     @classmethod
@@ -121,28 +131,66 @@ class MemoryStreamBridge(StreamBridge, Standalone):
             run = self._runs[run_id] = _Run(self.queue_maxsize)
         return run
 
-    async def publish(self, run_id: str, event: str, data: Any) -> str:
+    def _current_fence(self, run_id: str, now: float) -> int:
+        held = self._fences.get(run_id)
+        return held[0] if held is not None and held[1] > now else 0
+
+    def _check_fence(self, run_id: str, fence: int, now: float) -> None:
+        """`StaleFenceError` if ``fence`` is older than the run's fence."""
+        admit_fence(fence, self._current_fence(run_id, now), run_id=run_id)
+
+    def _raise_fence(self, run_id: str, fence: int, now: float) -> None:
+        """Raise the run's fence to the (checked) ``fence``; sweep forgotten fences now and then."""
+        self._fences[run_id] = (fence, now + self.stream_ttl_seconds)
+        if len(self._fences) > self._sweep_fences_at:
+            # Amortized: a sweep at most each time the table doubled since the last one.
+            self._fences = {r: held for r, held in self._fences.items() if held[1] > now}
+            self._sweep_fences_at = max(64, 2 * len(self._fences))
+
+    def _admit(self, run_id: str, fence: int | None) -> None:
+        """Refuse a stale ``fence`` (`StaleFenceError`), else raise the run's fence to it."""
+        if fence is None:
+            return
+        now = asyncio.get_running_loop().time()
+        self._check_fence(run_id, fence, now)
+        self._raise_fence(run_id, fence, now)
+
+    async def fence_stream(self, run_id: str, fence: int) -> None:
+        """Raise the run's fence to ``fence`` (`StaleFenceError` if it is already higher)."""
+        check_run_id(run_id)
+        self._admit(run_id, check_stream_fence(fence))
+
+    async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """Append one event; the oldest retained event is evicted once the buffer is full."""
         check_event(event)
         check_stream_data(data)
-        run = self._run(check_run_id(run_id))
+        check_run_id(run_id)
+        fence = check_stream_fence(fence)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if fence is not None:  # refused before anything, even on an ended stream
+            self._check_fence(run_id, fence, now)
+        run = self._run(run_id)
         if run.ended:
             raise StreamEndedError(f"run {run_id!r} already published END; no more events")
+        if fence is not None:
+            self._raise_fence(run_id, fence, now)
         run.last_seq += 1
         item = StreamEvent(_event_id(run.last_seq), event, data)
         run.buffer.append(item)
         run.published = True
         # Rolling expiry: move the deadline; the run's one timer re-arms when it fires early.
-        loop = asyncio.get_running_loop()
-        run.expires_at = loop.time() + self.stream_ttl_seconds
+        run.expires_at = now + self.stream_ttl_seconds
         if run.timer is None:
             run.timer = loop.call_at(run.expires_at, self._expire, run_id, run)
         run.notify()
         return item.id
 
-    async def publish_end(self, run_id: str) -> None:
+    async def publish_end(self, run_id: str, *, fence: int | None = None) -> None:
         """Mark the run finished and schedule its removal after the late-subscriber window."""
-        run = self._run(check_run_id(run_id))
+        check_run_id(run_id)
+        self._admit(run_id, check_stream_fence(fence))
+        run = self._run(run_id)
         if run.ended:
             return
         run.ended = True

@@ -241,6 +241,15 @@ class PostgresEventDriver(SqlEventDriver):
             work, operation="put_if_absent", write=True, begin=self.begin_locked([row[0]])
         )
 
+    async def fence(self, thread_id: str, fence: int) -> None:
+        async def work(raw: Any) -> None:
+            await self._fenced(raw, [thread_id], fence)
+
+        # Raising a fence twice to one token is the same as once: safe to resend.
+        await self._leases.run(
+            work, operation="fence_thread", write=True, idempotent=True, begin=self.begin_locked([thread_id])
+        )
+
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         sql = POSTGRES.placeholders(f"DELETE FROM {TABLE} WHERE {where}")
 

@@ -23,6 +23,12 @@ entry with the next id), so a publish is retried only when it provably never rea
 the server; publishing END, cleanup and every read are idempotent and retried (alone,
 when their shared pipeline's reply was lost).
 
+Fencing: a run's fence is the key ``<prefix>fence:<run_id>`` (with the stream's hash
+tag on a cluster, so both keys share a slot); a fenced publish or END is one script
+that compares its token with the fence, raises it and appends, atomically. The fence
+key lives ``stream_ttl_seconds`` after its last raise, past the stream's END window.
+Unfenced publishes run the unfenced scripts, as before.
+
 Publishing (ids ``0-<seq>``, END never evicting data) and reading (the waker, the gap
 proof from ids alone) are two halves of one entry layout and id scheme, so both stay in
 this module; the Lua scripts and the pipeline's calls are in
@@ -47,6 +53,7 @@ from runstore.errors import (
     BackendUnavailableError,
     ConfigError,
     InvalidStreamInputError,
+    StaleFenceError,
     StreamEndedError,
 )
 from runstore.retry import Deadline
@@ -61,6 +68,7 @@ from runstore.streams.protocol import (
     check_event,
     check_run_id,
     check_stream_data,
+    check_stream_fence,
     heartbeat_loop,
     parse_event_id,
     resolve_heartbeat,
@@ -215,9 +223,24 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """The Redis key of a run's stream (a run id that is not a non-empty string is refused)."""
         return f"{self.prefix}stream:{check_run_id(run_id)}".encode()
 
+    def fence_key(self, run_id: str) -> bytes:
+        """The Redis key of a run's fence: its stream key with ``fence:`` for ``stream:``
+        (so a cluster's hash tag, and with it the slot, is the stream's)."""
+        prefix = self.prefix.encode()
+        return prefix + b"fence:" + self.key(run_id)[len(prefix) + len(b"stream:"):]
+
+    async def fence_stream(self, run_id: str, fence: int) -> None:
+        """Raise the run's fence key to ``fence`` (`StaleFenceError` if it is higher); idempotent."""
+        key = self.fence_key(run_id)
+        token = check_stream_fence(fence)
+        await self._pipelined(
+            "fence_stream", key, script=scripts.FENCE, args=(str(token), self.stream_ttl_ms), write=True,
+            fence=(run_id, fence),
+        )
+
     # -- publishing ---------------------------------------------------------------
 
-    async def publish(self, run_id: str, event: str, data: Any) -> str:
+    async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """XADD one event (exact MAXLEN, TTL refreshed); retried only if it was never sent.
 
         Goes out in the bridge's shared pipeline (see `_enqueue`), in call order. A
@@ -229,6 +252,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         key = self.key(run_id)
         check_event(event)
         check_stream_data(data)
+        fence = check_stream_fence(fence)
         try:
             payload = orjson.dumps(data)
         except TypeError as exc:  # orjson.JSONEncodeError
@@ -237,21 +261,34 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 f"float, bool, None; dataclasses and datetimes too): {exc}"
             ) from exc
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(scripts.Call(
-            "publish", key, future, script=scripts.PUBLISH,
-            args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
-        ))
+        if fence is None:
+            self._enqueue(scripts.Call(
+                "publish", key, future, script=scripts.PUBLISH,
+                args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
+            ))
+        else:  # the same round trip: the token check is part of the one script
+            self._enqueue(scripts.Call(
+                "publish", key, future, script=scripts.PUBLISH_FENCED, keys=(self.fence_key(run_id),),
+                args=(self.queue_maxsize, self.stream_ttl_ms, event, payload, str(fence)),
+                publish=(run_id, event, payload), fence=(run_id, fence),
+            ))
         reply = await future
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    def _publish_error(self, run_id: str, exc: BaseException) -> BaseException:
-        if scripts.ENDED in str(exc):
-            return StreamEndedError(f"run {run_id!r} already published END; no more events")
+    def _reply_error(self, call: scripts.Call, exc: BaseException) -> BaseException:
+        """A script's error reply as the runstore error it stands for (else ``exc``)."""
+        text = str(exc)
+        if call.fence is not None and text.startswith(scripts.STALE):
+            run_id, fence = call.fence
+            return StaleFenceError(None, fence, int(text.split()[1]), run_id=run_id)
+        if call.publish is not None and scripts.ENDED in text:
+            return StreamEndedError(f"run {call.publish[0]!r} already published END; no more events")
         return exc
 
     async def _pipelined(
         self, operation: str, key: bytes, *, script: scripts.LuaScript | None = None, args: Sequence[Any] = (),
         command: tuple[Any, ...] = (), write: bool, end: bool = False,
+        keys: tuple[bytes, ...] = (), fence: tuple[str, int] | None = None,
     ) -> Any:
         """An idempotent call in the shared pipeline; sent again alone if its reply was lost.
 
@@ -260,7 +297,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """
         deadline = Deadline.after(self.calls.timeouts.operation_timeout)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        call = scripts.Call(operation, key, future, script=script, args=args, command=command, end=end)
+        call = scripts.Call(
+            operation, key, future, script=script, args=args, command=command, end=end, keys=keys, fence=fence
+        )
         self._enqueue(call)
         try:
             return await future
@@ -275,7 +314,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         if script is not None and scripts.no_script(reply):
             (reply,) = await self.calls.run(operation, [call.request(True)], write=write, deadline=deadline)
         if isinstance(reply, Exception):
-            raise reply
+            raise self._reply_error(call, reply)
         self._deliver(call, reply)
         return reply
 
@@ -336,7 +375,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
                     retry.append(call)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
                 elif isinstance(reply, Exception):
                     if not future.done():
-                        future.set_exception(self._publish_error(call.publish[0], reply) if call.publish else reply)
+                        future.set_exception(self._reply_error(call, reply))
                 else:
                     self._deliver(call, reply)
                     if not future.done():
@@ -361,11 +400,21 @@ class RedisStreamBridge(StreamBridge, Standalone):
             return
         watch.notify()
 
-    async def publish_end(self, run_id: str) -> None:
-        """Append END (never evicting data) and shorten the stream's life to the window."""
+    async def publish_end(self, run_id: str, *, fence: int | None = None) -> None:
+        """Append END (never evicting data) and shorten the stream's life to the window;
+        a stale ``fence`` refuses it (`StaleFenceError`)."""
+        key = self.key(run_id)
+        token = check_stream_fence(fence)
+        if token is None:
+            await self._pipelined(
+                "publish_end", key, script=scripts.PUBLISH_END,
+                args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
+            )
+            return
         await self._pipelined(
-            "publish_end", self.key(run_id), script=scripts.PUBLISH_END,
-            args=(self.queue_maxsize + 1, self.late_subscriber_window_ms), write=True, end=True,
+            "publish_end", key, script=scripts.PUBLISH_END_FENCED, keys=(self.fence_key(run_id),),
+            args=(self.queue_maxsize + 1, self.late_subscriber_window_ms, str(token), self.stream_ttl_ms),
+            write=True, end=True, fence=(run_id, token),
         )
 
     async def cleanup(self, run_id: str, *, delay: float = 0) -> None:

@@ -112,6 +112,9 @@ class SqliteEventDriver(SqlEventDriver):
         )
         return found
 
+    async def fence(self, thread_id: str, fence: int) -> None:
+        await self._write("fence_thread", thread_id, _fence, {thread_id}, fence)
+
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         count: int = await self._write(
             "delete", thread_id, _delete, f"DELETE FROM {TABLE} WHERE {where}", params

@@ -1,0 +1,103 @@
+"""Broken run stores, one per rule of the rule-by-rule suite (`test_runs_rules`), and one
+correct store that breaks ties between equal expiry times differently (the suite must
+pass it: the contract leaves that order to the store).
+
+SQL twins run the memory store's scripts with one condition rewritten; the others
+override one method.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from runstore.hookspecs import hookimpl
+from runstore.options import BackendOptions
+from runstore.plugins.memory.runs import MemoryRunDriver, MemoryRunStore
+from runstore.registry import RunStoreRegistry
+from runstore.runs.protocol import RunRecord
+from runstore.urls import BackendURL
+
+
+class _Rewriting:
+    """A connection whose statements get ``rewrite`` applied (the rest is the connection's)."""
+
+    def __init__(self, conn: sqlite3.Connection, rewrite: tuple[tuple[str, str], ...]) -> None:
+        self._conn = conn
+        self._rewrite = rewrite
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        for old, new in self._rewrite:
+            sql = sql.replace(old, new)
+        return self._conn.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def _rewriting_store(rewrite: tuple[tuple[str, str], ...]) -> type[MemoryRunStore]:
+    class Driver(MemoryRunDriver):
+        @property
+        def connection(self) -> Any:
+            return _Rewriting(super().connection, rewrite)
+
+    class Store(MemoryRunStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.driver = Driver()
+            self._driver = self.driver
+
+    return Store
+
+
+# BUG (on purpose): a renewal at exactly lease_expires_at still finds the lease live.
+RenewAtExpiry = _rewriting_store((("lease_expires_at > ?", "lease_expires_at >= ?"),))
+# BUG (on purpose): a lease that ended exactly grace seconds ago is not claimed yet.
+ClaimStrictCutoff = _rewriting_store((("lease_expires_at <= ?", "lease_expires_at < ?"),))
+# Correct: equal expiry times claimed in descending run id order.
+TiesDescending = _rewriting_store((("ORDER BY lease_expires_at, run_id LIMIT", "ORDER BY lease_expires_at, run_id DESC LIMIT"),))
+
+
+class RefinalizeOverwrites(MemoryRunStore):
+    async def finalize(self, run_id: str, owner: str, status: Any, **kw: Any) -> RunRecord:  # type: ignore[override]
+        run = await self.get(run_id)
+        if run is not None and run["owner"] == owner and run["status"] not in ("pending", "running"):
+            # BUG (on purpose): the owner may restate how its finished run ended.
+            self.driver.connection.execute("UPDATE runstore_runs SET status = ? WHERE run_id = ?", (status, run_id))
+        return await super().finalize(run_id, owner, status, **kw)
+
+
+class ListIgnoresLimit(MemoryRunStore):
+    async def list_by_thread(self, thread_id: str, *, status: Any = None, limit: int | None = None) -> list[RunRecord]:
+        return await super().list_by_thread(thread_id, status=status)  # BUG (on purpose): no limit
+
+
+class ListFirstStatus(MemoryRunStore):
+    async def list_by_thread(self, thread_id: str, *, status: Any = None, limit: int | None = None) -> list[RunRecord]:
+        if status is not None and not isinstance(status, str) and isinstance(status, Iterable):
+            status = sorted(status)[:1]  # BUG (on purpose): a list of statuses filters by one of them
+        return await super().list_by_thread(thread_id, status=status, limit=limit)
+
+
+BROKEN: dict[str, type[MemoryRunStore]] = {
+    "broken-renew-at-expiry": RenewAtExpiry,
+    "broken-claim-strict-cutoff": ClaimStrictCutoff,
+    "broken-refinalize-overwrites": RefinalizeOverwrites,
+    "broken-list-ignores-limit": ListIgnoresLimit,
+    "broken-list-first-status": ListFirstStatus,
+    "ties-descending": TiesDescending,
+}
+
+
+def _factory(cls: type[MemoryRunStore]) -> Any:
+    async def _open(url: BackendURL, options: BackendOptions) -> MemoryRunStore:
+        return await cls.open(url.with_query(), options)
+
+    return _open
+
+
+@hookimpl
+def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
+    for name, cls in BROKEN.items():
+        registry.add(name, schemes=[name], factory=_factory(cls))
