@@ -384,7 +384,7 @@ def _attach_bench() -> None:
     import importlib
 
     try:
-        bench = importlib.import_module(".bench.cli", __package__)
+        bench = importlib.import_module("runstore.bench.cli")
     except ImportError:
         return
     main.add_command(bench.bench_group)

@@ -217,3 +217,9 @@ def test_python_dash_m_runstore(tmp_path: Path) -> None:
                          cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"runstore, version {runstore.__version__}"
+
+
+def test_bench_is_a_subcommand(tmp_path: Path) -> None:
+    out = _runstore("bench", "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "summarize" in out.stdout
