@@ -124,7 +124,7 @@ class MemoryStreamBridge(StreamBridge, Standalone):
     async def publish(self, run_id: str, event: str, data: Any) -> str:
         """Append one event; the oldest retained event is evicted once the buffer is full."""
         check_event(event)
-        check_stream_data(data)
+        data = check_stream_data(data)
         run = self._run(check_run_id(run_id))
         if run.ended:
             raise StreamEndedError(f"run {run_id!r} already published END; no more events")

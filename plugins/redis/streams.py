@@ -416,7 +416,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """
         key = self.key(run_id)
         check_event(event)
-        check_stream_data(data)
+        data = check_stream_data(data)
         try:
             payload = orjson.dumps(data)
         except TypeError as exc:  # orjson.JSONEncodeError
