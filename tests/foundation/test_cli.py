@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,7 +40,8 @@ def runstore_register_savers(registry):
 
 def _runstore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runstore.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "runstore.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=600,
+        env={**os.environ, "COLUMNS": "250"},  # these tests read cell contents: no wrapping inside cells
     )
 
 
@@ -154,8 +156,14 @@ def _in_process(*args: str) -> tuple[int, str]:
     from click.testing import CliRunner
 
     from runstore import cli
+    from runstore.cli.console import console
 
-    result = CliRunner().invoke(cli.main, list(args))
+    width = console.width
+    console.width = 250  # cell contents whole on one line, as the assertions read them
+    try:
+        result = CliRunner().invoke(cli.main, list(args))
+    finally:
+        console.width = width
     return result.exit_code, result.output
 
 
