@@ -210,9 +210,11 @@ def runs_target(request: pytest.FixtureRequest, runstore_provisions: Provisions)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    marker = item.get_closest_marker("requires")
+    # Every requires marker counts (the module's, the class's, the test's own): the closest
+    # alone would let a test's requires("cross_process") drop its module's requires("fencing").
+    required = list(dict.fromkeys(c for marker in item.iter_markers("requires") for c in marker.args))
     callspec = getattr(item, "callspec", None)
-    if marker is None or callspec is None:
+    if not required or callspec is None:
         return
     from runstore.capabilities import Kind
     from runstore.urls import BackendURL
@@ -224,7 +226,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if raw is None:
             continue
         spec = spec_for(Kind(kind_name), BackendURL.parse(raw))
-        for capability in marker.args:
+        for capability in required:
             if spec is not None and not spec.has(capability):
                 pytest.skip(
                     f"{kind_name} backend {spec.name!r} does not declare capability {capability!r}"

@@ -270,6 +270,9 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
             problems.extend(missing)
             continue
         try:
+            import asyncio
+
+            asyncio.run(_knock(named))  # before provisioning, which connects with retries
             provisioned = provisions_of(config).get(raw)
             for kind, spec in specs.items():
                 assert spec is not None
@@ -303,6 +306,27 @@ def _preflight(config: pytest.Config, items: list[pytest.Item]) -> None:
         for raw in _target_params(item).values():
             if raw in unreachable:
                 item.add_marker(pytest.mark.skip(reason=unreachable[raw]))
+
+
+#: How long the preflight waits for a server's TCP port to answer. A backend's own open
+#: retries for its operation timeout (a service may start before its server); a person
+#: running `runstore check` learns within seconds that nothing listens there.
+KNOCK_SECONDS = 3.0
+
+
+async def _knock(url: Any) -> None:
+    """Raise the `OSError` of connecting to the one TCP server ``url`` names, if it does not answer."""
+    import asyncio
+
+    default = _DEFAULT_PORTS.get(url.scheme.removeprefix("langgraph-"))
+    host, port = url.host, url.port or default
+    if url.hosts or not host or host.startswith("/") or not port:
+        return  # several servers, a socket, or a scheme whose port is not known here
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), KNOCK_SECONDS)
+    except TimeoutError:
+        raise OSError(f"no answer from {host}:{port} within {KNOCK_SECONDS:g}s") from None
+    writer.close()
 
 
 class _OpenTimeout(Exception):

@@ -119,14 +119,18 @@ class BackendRefusedError(RunstoreError):
     driver's error is ``__cause__``.
     """
 
-    def __init__(self, backend: str, operation: str, cause: BaseException, code: str | None = None) -> None:
+    def __init__(
+        self, backend: str, operation: str, cause: BaseException, code: str | None = None, *, hint: str | None = None
+    ) -> None:
         self.backend = backend
         self.operation = operation
         self.code = code
         detail = redact(str(cause)).strip()
         reason = f"{type(cause).__name__}{': ' + detail if detail else ''}"
         coded = f", code {code}" if code else ""
-        super().__init__(f"{backend} refused {operation} ({reason}{coded}); nothing was written")
+        # What to fix: a retry gets the same answer until someone does.
+        fix = f"; {hint}" if hint else ""
+        super().__init__(f"{backend} refused {operation} ({reason}{coded}); nothing was written{fix}")
         self.__cause__ = cause
 
 

@@ -277,12 +277,31 @@ def read_yaml(path: Path) -> Mapping[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(exc, text)}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return data
+
+
+def _yaml_problem(exc: Exception, text: str) -> str:
+    """The parser's complaint, and for the usual cause (an unquoted URL holding ``: `` or
+    ending in ``:``) the line and how to write it."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return str(exc)
+    line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+    where = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    key, colon, value = line.partition(":")
+    value = value.strip()
+    if colon and value and (": " in value or value.endswith(":")) and value[0] not in "\"'":
+        return (
+            f"{where}; a value containing ': ' or ending in ':' must be quoted, "
+            f"e.g. {key.strip()}: \"{redact(value)}\""
+        )
+    return where
 
 
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:

@@ -154,9 +154,9 @@ def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from runstore.cli.console import styled
+    from runstore.cli.console import output_width, styled
 
-    console = Console(width=max(Console().width, 200), markup=False, emoji=False)
+    console = Console(width=output_width(), markup=False, emoji=False)
     for title, entries, columns in (
         ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
         ("events / streams / runs", summary.measurements, MEASUREMENT_COLUMNS),

@@ -4,6 +4,7 @@ attaches: bench, retention), so none of them imports another for it."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -11,12 +12,25 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-# Tables stay readable when piped: rich would otherwise wrap them to 80 columns. Markup
-# and emoji codes are off: every string is printed as it is (an install hint such as
-# 'runstore[postgres]', a test id such as test_x[memory], a path with :memory:);
+#: The width of output that goes to a file or a pipe when COLUMNS does not say.
+PIPED_WIDTH = 120
+
+
+def output_width(stream: Any = None) -> int | None:
+    """The width tables are fitted to: the terminal's, else ``COLUMNS``, else `PIPED_WIDTH`
+    (``None``: rich asks the terminal itself)."""
+    stream = sys.stdout if stream is None else stream
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if stream.isatty() else PIPED_WIDTH
+
+
+# Markup and emoji codes are off: every string is printed as it is (an install hint such
+# as 'runstore[postgres]', a test id such as test_x[memory], a path with :memory:);
 # styled parts are `Text` objects built with `styled`.
-console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
-err_console = Console(stderr=True, markup=False, emoji=False)
+console = Console(width=output_width(), markup=False, emoji=False)
+err_console = Console(stderr=True, width=output_width(sys.stderr), markup=False, emoji=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

@@ -55,9 +55,9 @@ def backends(as_json: bool) -> None:
         emit_json({"backends": rows, "settings": sections})
         return
     table = Table(title="runstore backends", show_lines=False)
-    for column in ("kind", "name", "schemes", "capabilities", "plugin"):
-        table.add_column(column)
-    table.add_column("driver", no_wrap=True)  # an install command stays on one line
+    for column in ("kind", "name", "schemes", "capabilities", "plugin", "driver"):
+        # Long cells wrap inside their column (names whole, never cut with an ellipsis).
+        table.add_column(column, overflow="fold")
     for row in rows:
         driver = (
             styled(("installed", "green"))
@@ -75,7 +75,7 @@ def backends(as_json: bool) -> None:
     console.print(table)
     table = Table(title="plugin settings sections", show_lines=False)
     for column in ("section", "keys (default)", "plugin", "description"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for section in sections:
         keys = ", ".join(f"{k['key']}={k['default']}" for k in section["keys"])
         table.add_row(section["section"], keys, _plugin_label(section), section["description"])
@@ -262,10 +262,10 @@ def _print_report(result: Any) -> None:
     suites = sorted({suite for row in matrix.values() for suite in row})
     table = Table(title="conformance matrix (per suite: passed/failed/skipped)")
     for column in ("backend", "level", "run", "passed", "failed", "skipped"):
-        table.add_column(column, justify="left" if column in ("backend", "level") else "right")
+        table.add_column(column, justify="left" if column in ("backend", "level") else "right", overflow="fold")
     for suite in suites:
-        table.add_column(suite, justify="center")
-    table.add_column("capabilities proven")
+        table.add_column(suite, justify="center", overflow="fold")
+    table.add_column("capabilities proven", overflow="fold")
     style = {"passed": "green", "failed": "red", "skipped": "yellow", "interrupted": "magenta"}
     for backend in sorted(matrix):
         row = summary["backends"][backend]
@@ -384,7 +384,7 @@ def _attach_bench() -> None:
     import importlib
 
     try:
-        bench = importlib.import_module(".bench.cli", __package__)
+        bench = importlib.import_module("runstore.bench.cli")
     except ImportError:
         return
     main.add_command(bench.bench_group)
@@ -401,6 +401,27 @@ def _attach_retention() -> None:
 
 
 _attach_retention()
+
+
+def _plain_help(command: click.Command) -> None:
+    """Help texts without the reST markup of the docstrings they come from: ````--json````
+    and ```timeout``` would be shown with their backticks; a terminal gets 'x' instead."""
+    import re
+
+    def plain(text: str | None) -> str | None:
+        return None if text is None else re.sub(r"`{1,2}([^`]+)`{1,2}", r"'\1'", text)
+
+    command.help = plain(command.help)
+    command.short_help = plain(command.short_help)
+    for param in command.params:
+        if isinstance(param, click.Option):
+            param.help = plain(param.help)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _plain_help(sub)
+
+
+_plain_help(main)
 
 
 def run() -> None:

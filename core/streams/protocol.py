@@ -18,9 +18,11 @@ shared by every backend and checked by ``runstore.conformance``:
   arrive faster.
 - After END the stream stays readable for the late-subscriber window, then it is
   removed; `cleanup` removes it earlier (or after ``delay``).
-- A run id is a non-empty string and an event name a non-empty string; data holds no
-  NaN or Infinity (JSON has neither). Anything else is an `InvalidStreamInputError`
-  and nothing is published (`check_run_id`, `check_event`, `check_stream_data`).
+- A run id is a non-empty string and an event name a non-empty string; data is
+  published in one JSON form on every bridge (`check_stream_data`, which gives
+  messages, Interrupt, Command and other Pydantic models and dataclasses the form the
+  LangGraph SDK reads; `runstore.streams.payloads`), and holds no NaN or Infinity.
+  Anything else is an `InvalidStreamInputError` and nothing is published.
 - Fencing (capability ``fencing``): `StreamBridge.publish` and `StreamBridge.publish_end`
   take ``fence=`` (a run store lease's token). A bridge declaring ``fencing`` keeps per
   run the highest token a publish carried (or `StreamBridge.fence_stream` raised it
@@ -34,7 +36,6 @@ shared by every backend and checked by ``runstore.conformance``:
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from abc import ABC, abstractmethod
@@ -44,6 +45,7 @@ from typing import Any, ClassVar, Final
 
 from runstore.errors import InvalidStreamInputError
 from runstore.fencing import check_fence
+from runstore.streams.payloads import to_stream_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,48 +115,11 @@ def check_event(event: object) -> str:
     raise InvalidStreamInputError(f"the event name must be a non-empty string; got {event!r}")
 
 
-_LEAVES = (str, int, bool, type(None))
-
-
-def check_stream_data(data: Any) -> None:
-    """Raise `InvalidStreamInputError` if ``data`` holds NaN or +-Infinity.
-
-    Looks inside dicts, lists and tuples (other objects are the bridge's business);
-    JSON has no NaN or Infinity, and every bridge must treat them alike instead of one
-    storing them and another turning them into ``null``.
-    """
-    if type(data) in _LEAVES:
-        return
-    pending: list[Any] = [data]
-    while pending:
-        value = pending.pop()
-        kind = type(value)
-        if kind is float:
-            if not math.isfinite(value):
-                raise InvalidStreamInputError(
-                    f"stream data must be JSON: {_non_finite_path(data)} is {value!r}, and JSON has "
-                    "no NaN or Infinity (send null, a string or a finite number)"
-                )
-        elif kind is dict:
-            pending.extend(value.values())
-        elif kind is list or kind is tuple:
-            pending.extend(value)
-
-
-def _non_finite_path(data: Any, path: str = "data") -> str:
-    """Where the first NaN or Infinity sits in ``data``, as ``data['a'][2]`` (for messages)."""
-    if type(data) is float and not math.isfinite(data):
-        return path
-    children: Any = ()
-    if type(data) is dict:
-        children = data.items()
-    elif type(data) in (list, tuple):
-        children = enumerate(data)
-    for key, child in children:
-        found = _non_finite_path(child, f"{path}[{key!r}]")
-        if found:
-            return found
-    return ""
+def check_stream_data(data: Any) -> Any:
+    """Return ``data`` in the JSON form every bridge publishes (`runstore.streams.payloads`:
+    messages, Interrupt, Command, Pydantic models and plain JSON), or raise
+    `InvalidStreamInputError` naming what has none (NaN and Infinity included)."""
+    return to_stream_json(data)
 
 
 class StreamBridge(ABC):

@@ -163,7 +163,7 @@ class MemoryStreamBridge(StreamBridge, Standalone):
     async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """Append one event; the oldest retained event is evicted once the buffer is full."""
         check_event(event)
-        check_stream_data(data)
+        data = check_stream_data(data)
         check_run_id(run_id)
         fence = check_stream_fence(fence)
         loop = asyncio.get_running_loop()

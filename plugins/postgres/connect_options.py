@@ -320,3 +320,24 @@ def _parse_options(text: str, problem: Any) -> dict[str, str]:
         settings[match.group(1)] = match.group(2)
         i += 1
     return settings
+
+
+#: What to fix for a server answer that no retry changes, by SQLSTATE.
+_REFUSAL_HINTS = {
+    "3D000": "no retry helps: create the database (CREATE DATABASE ...) or correct its name in the URL path",
+    "28P01": "no retry helps: check the user name and password in the URL (percent-encoded) against the server's role",
+    "28000": "no retry helps: create the role, or correct the user name in the URL, or add a pg_hba.conf entry "
+             "for this user, database and address",
+    "42501": "no retry helps: grant the role the privilege named (CONNECT on the database, CREATE on the "
+             "database or schema), or create the schema beforehand",
+    "3F000": "no retry helps: create the schema or correct ?schema= in the URL",
+}
+
+
+def refusal_hint(cause: BaseException) -> str | None:
+    """What to fix when ``cause`` (a driver error) is a refusal no retry changes (a missing
+    database, role, schema or privilege, a wrong password, an untrusted certificate), else ``None``."""
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return ("no retry helps: the server's certificate is not trusted; give sslrootcert= the CA that "
+                "signed it (or check the host name with sslmode=verify-full)")
+    return _REFUSAL_HINTS.get(str(getattr(cause, "sqlstate", "") or ""))

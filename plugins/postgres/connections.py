@@ -55,6 +55,7 @@ from runstore.errors import (
 from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.sql.dialect import driver_connection
 
+from .connect_options import refusal_hint
 from .settings import PostgresTimeouts
 
 if TYPE_CHECKING:
@@ -347,7 +348,7 @@ class Leases:
         if isinstance(exc, import_asyncpg().exceptions.QueryCanceledError):
             # statement_timeout or a cancel: the server gave up and rolled the statement back.
             return self._unavailable(operation, False, exc)
-        return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None))
+        return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None), hint=refusal_hint(exc))
 
     async def _attempt(
         self,
@@ -364,7 +365,7 @@ class Leases:
             if connection_lost(exc):
                 raise _Failed(exc, sent=False) from exc
             # Refused for good (authentication, a missing database): no retry helps.
-            error = self._unavailable(operation, False, exc)
+            error = self._refused(operation, driver_error(exc))
             raise error from error.__cause__
         conn = lease.conn
         try:

@@ -36,6 +36,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from runstore.errors import (
+    BackendRefusedError,
     BackendUnavailableError,
     ConfigError,
     InvalidURLError,
@@ -49,7 +50,7 @@ from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of, numbered_
 from runstore.standalone import Standalone
 from runstore.urls import BackendURL
 
-from .connect_options import CONNECT_OPTIONS, SERVER_OPTIONS, PostgresConnectOptions
+from .connect_options import CONNECT_OPTIONS, SERVER_OPTIONS, PostgresConnectOptions, refusal_hint
 from .settings import TIMEOUT_OPTIONS, PostgresSettings, PostgresTimeouts
 
 if TYPE_CHECKING:
@@ -255,6 +256,10 @@ async def _first_connection(engine: AsyncEngine, schema: str | None, url: Backen
                 await _create_schema(conn, schema)
     except Exception as exc:
         cause = driver_error(exc)
+        hint = refusal_hint(cause)
+        if hint is not None:
+            code = getattr(cause, "sqlstate", None)
+            raise BackendRefusedError(f"postgres at {url}", "connect", cause, code, hint=hint) from cause
         error = BackendUnavailableError(f"postgres at {url}", "connect", write_may_have_happened=False, cause=cause)
         raise error from cause
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runstore.errors import BackendUnavailableError, InvalidURLError
+from runstore.errors import BackendRefusedError, BackendUnavailableError, InvalidURLError
 from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.settings import seconds_with_url, with_url_options
 from runstore.tls import SYSTEM_ROOTS, TLS_OPTIONS, check_tls_files
@@ -319,6 +319,8 @@ class RedisCalls:
                 if not retry or _refused_for_good(failed.cause):
                     # A wrong password or an untrusted certificate stays so: no retry,
                     # nothing was written.
+                    if _refused_for_good(failed.cause):
+                        raise self._refused(operation, failed.cause) from failed.cause
                     raise self._unavailable(operation, False, failed.cause) from failed.cause
                 if failed.sent and write and not idempotent:
                     missing = len(commands) - len(failed.replies)
@@ -342,6 +344,19 @@ class RedisCalls:
             attempt, deadline, transient=_failed, give_up=give_up, backoff=self.retry_backoff,
             on_retry=log_retry,
         )
+
+    def _refused(self, operation: str, cause: BaseException) -> BackendRefusedError:
+        """A refusal no retry changes, saying what to check."""
+        from redis.exceptions import AuthenticationError, AuthorizationError
+
+        hint = (
+            "no retry helps: check the user name and password in the URL against the server's "
+            "requirepass or ACL users"
+            if isinstance(cause, AuthenticationError | AuthorizationError)
+            else "no retry helps: check sslrootcert (the CA that signed the server's certificate), "
+            "sslcert and sslkey"
+        )
+        return BackendRefusedError(self.backend, operation, cause, hint=hint)
 
     def _unavailable(self, operation: str, may_have_written: bool, cause: BaseException) -> BackendUnavailableError:
         return BackendUnavailableError(

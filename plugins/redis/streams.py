@@ -251,7 +251,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         """
         key = self.key(run_id)
         check_event(event)
-        check_stream_data(data)
+        data = check_stream_data(data)
         fence = check_stream_fence(fence)
         try:
             payload = orjson.dumps(data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -40,7 +41,8 @@ def runstore_register_savers(registry):
 
 def _runstore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runstore.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "runstore.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600,
+        env={**os.environ, "COLUMNS": "250"},  # these tests read cell contents: no wrapping inside cells
     )
 
 
@@ -155,8 +157,14 @@ def _in_process(*args: str) -> tuple[int, str]:
     from click.testing import CliRunner
 
     from runstore import cli
+    from runstore.cli.console import console
 
-    result = CliRunner().invoke(cli.main, list(args))
+    width = console.width
+    console.width = 250  # cell contents whole on one line, as the assertions read them
+    try:
+        result = CliRunner().invoke(cli.main, list(args))
+    finally:
+        console.width = width
     return result.exit_code, result.output
 
 
@@ -219,3 +227,9 @@ def test_python_dash_m_runstore(tmp_path: Path) -> None:
                          cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"runstore, version {runstore.__version__}"
+
+
+def test_bench_is_a_subcommand(tmp_path: Path) -> None:
+    out = _runstore("bench", "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "summarize" in out.stdout

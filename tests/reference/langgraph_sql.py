@@ -24,7 +24,7 @@ from runstore.options import BackendOptions
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
 
-CAPABILITIES = ["delta_history", "sync_api"]
+CAPABILITIES = ["delta_history", "sync_api", "durable", "cross_process"]
 
 
 async def _open_sqlite(url: BackendURL, options: BackendOptions) -> Any:
