@@ -8,6 +8,7 @@ and says why; under ``CI=true`` it fails.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,15 @@ POSTGRES_URL = os.environ.get(
     "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("RUNSTORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# Hundreds of tests start a child pytest or python (runstore check, the teeth runs, fresh
+# virtualenvs). Under PYTHONDONTWRITEBYTECODE (set in this machine's environment) each of them
+# compiled every module from source again, and pytest re-rewrote the asserts of every
+# module of every pytest plugin's distribution (hypothesis, langsmith, runstore ...): half of
+# a child run's start-up. The test run keeps bytecode caches (``__pycache__``, ignored by
+# git), shared by the xdist workers, which start after this file loads, and their children.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 #: What our own run of the conformance suite checks when no --runstore-backend is given.
 #: The ``langgraph-*`` savers are LangGraph's stock InMemorySaver, AsyncSqliteSaver and

@@ -30,6 +30,15 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert "-n" not in test.split() or "--dist loadfile" in test, test
 
 
+def test_the_readme_test_command_reports_slowest_tests_and_skip_reasons() -> None:
+    """What CI prints ends with the 25 slowest tests (where its time goes) and the reason for
+    every skip, so a test that quietly stopped running is seen."""
+    _, test = _commands()
+    words = test.split()
+    assert "--durations=25" in words, test
+    assert any(w.startswith("-r") and "s" in w[2:] for w in words), test
+
+
 def _python_blocks() -> list[str]:
     # Top-level blocks only (the indented SSE snippet is a fragment).
     return re.findall(r"^```python\n(.*?)\n```$", (ROOT / "README.md").read_text(), flags=re.S | re.M)
