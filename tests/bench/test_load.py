@@ -182,6 +182,7 @@ def test_every_stack_runs_a_tiny_load_end_to_end(tmp_path: Path, services: RunOp
     table = CliRunner().invoke(
         bench_group,
         ["summarize", str(out)],
+        env={"COLUMNS": "250"},  # names are read whole: no wrapping inside cells
     )
     assert table.exit_code == 0
     assert all(name in table.stdout for name in ("x stock", "pg+redis", "stock-sqlite", "embedded"))
