@@ -157,6 +157,7 @@ class RunStoreMachine(RuleBasedStateMachine):
             f"contract: start makes the active pending run running under owner {owner!r}, a "
             f"lease until now + ttl and a new fencing token\n got: {got}\n expected: {expected}"
         )
+        self._maybe_repeat(data, run_id)
 
     @precondition(lambda self: bool(self.model.runs))
     @rule(data=st.data(), ttl=st.sampled_from(TTLS))
@@ -228,18 +229,29 @@ class RunStoreMachine(RuleBasedStateMachine):
         wait=st.sampled_from([40, 0, 2]),
     )
     def claim(self, owner: str, ttl: int, grace: int, limit: int, wait: float) -> None:
-        """Claim after the clock moved ``wait`` seconds (so claims mostly find expired leases)."""
-        now = self.clock.advance(wait)
+        """Claim after the clock moved ``wait`` seconds (so claims mostly find expired leases),
+        or, where two leases end at one instant, exactly when they become claimable."""
+        tied = self._tied_expiries()
+        if tied and wait != 40 and tied[0] + timedelta(seconds=grace) > self.clock():
+            self.clock.set(tied[0] + timedelta(seconds=grace))
+            self._claim_and_check(owner, ttl, grace, limit, "claim at a tie")
+            return
+        self.clock.advance(wait)
+        self._claim_and_check(owner, ttl, grace, limit, "claim")
+
+    def _claim_and_check(self, owner: str, ttl: int, grace: int, limit: int, label: str) -> None:
+        now = self.clock()
         got, exc = self.call(self.store.claim_expired(owner, ttl, grace=grace, limit=limit))
         assert exc is None, f"contract: claim_expired does not raise here: {exc!r}"
         chosen = [r["run_id"] for r in got]
         candidates = self.model.claimable(grace, limit, now)
         ties = len({r["lease_expires_at"] for r in candidates}) < len(candidates)
-        event(f"claim: {min(len(chosen), 2)} runs{' (a tie)' if ties else ''}")
+        event(f"{label}: {min(len(chosen), 2)} runs{' (a tie)' if ties else ''}")
         assert self.model.claim_choice_ok(chosen, grace, limit, now), (
             f"contract: claim_expired takes only runs whose lease ended at least grace seconds "
-            f"ago (grace={grace}, limit={limit}), the longest-expired first (equal expiry times "
-            f"in any order)\n got: {chosen}\n claimable, longest-expired first: "
+            f"ago (grace={grace}, limit={limit}), the longest-expired first, exactly "
+            f"min(limit, claimable) of them (equal expiry times in any order, limit may cut "
+            f"through them)\n got: {chosen}\n claimable, longest-expired first: "
             f"{[(r['run_id'], r['lease_expires_at'].isoformat()) for r in candidates]}"
         )
         expected = self.model.claim(owner, ttl, grace, limit, now, chosen)
@@ -263,6 +275,20 @@ class RunStoreMachine(RuleBasedStateMachine):
         got, exc = self.call(self.store.start(run_id, owner, ttl))
         expected = self.model.start(run_id, owner, ttl, now)
         _outcome("start (active pending run)", expected)
+        assert exc is None, f"contract: start of the active pending run {run_id!r} succeeds; got {exc!r}"
+        self._check_token(got, "grant (start)")
+        assert got == expected, f"contract: start makes the run running\n got: {got}\n expected: {expected}"
+        self._maybe_repeat(data, run_id)
+
+    def _maybe_repeat(self, data: st.DataObject, run_id: str) -> None:
+        """Often, right away, let the owner of ``run_id`` repeat what it holds (what a worker
+        retrying after a lost reply does); `owner_repeats_itself` checks the answer."""
+        if run_id in self._repeatable() and data.draw(st.booleans(), label="repeat"):
+            self._repeat(data, run_id, data.draw(st.sampled_from(TTLS), label="ttl"), "again", "boom again")
+
+    def _start_checked(self, run_id: str, owner: str, ttl: int, now: datetime) -> None:
+        got, exc = self.call(self.store.start(run_id, owner, ttl))
+        expected = self.model.start(run_id, owner, ttl, now)
         assert exc is None, f"contract: start of the active pending run {run_id!r} succeeds; got {exc!r}"
         self._check_token(got, "grant (start)")
         assert got == expected, f"contract: start makes the run running\n got: {got}\n expected: {expected}"
@@ -297,6 +323,7 @@ class RunStoreMachine(RuleBasedStateMachine):
             f"contract: finalize by the owner of a live lease ends the run\n got: {got} / {exc!r}\n"
             f" expected: {expected}"
         )
+        self._maybe_repeat(data, run_id)
 
     @precondition(lambda self: any(r["status"] in TERMINAL for r in self.model.runs.values()))
     @rule(data=st.data(), status=st.sampled_from(FINAL_STATUSES), same_owner=st.booleans())
@@ -325,6 +352,113 @@ class RunStoreMachine(RuleBasedStateMachine):
             _check_error(exc, expected, what)
             return
         assert exc is None and got == expected, f"contract: {what}\n got: {got} / {exc!r}\n expected: {expected}"
+
+    # Ties and repeats: two leases granted at one instant end at one instant (a claim must
+    # then take min(limit, claimable) of them, in any order among the tie), and an owner
+    # repeating what it already holds (start, renew, finalize with its own status).
+
+    def _active_pending(self) -> list[str]:
+        return [r["run_id"] for r in self.model.runs.values() if r["status"] == "pending" and r["active"]]
+
+    def _tied_expiries(self) -> list[datetime]:
+        ends = [r["lease_expires_at"] for r in self.model.runs.values() if r["status"] == "running"]
+        return sorted({e for e in ends if ends.count(e) > 1})
+
+    def _repeatable(self) -> list[str]:
+        now = self.clock()
+        return [
+            r["run_id"] for r in self.model.runs.values()
+            if RunsModel.live(r, now) or (r["status"] in TERMINAL and r["owner"] is not None)
+        ]  # fmt: skip
+
+    @precondition(lambda self: not any(r["status"] == "running" for r in self.model.runs.values()))
+    @rule(data=st.data(), same_owner=st.booleans(), ttl=st.sampled_from(TTLS))
+    def two_leases_at_one_instant(self, data: st.DataObject, same_owner: bool, ttl: int) -> None:
+        """Start a run on each thread at one instant with one ttl (creating one where the
+        thread has no active run): their leases end at one instant, a tie for claims."""
+        now = self.clock()
+        for thread, owner in zip(self.threads, OWNERS[:1] * 2 if same_owner else OWNERS, strict=True):
+            active = self.model.active(thread)
+            if active is None:
+                run_id = f"{thread}-r{self.next_id}"
+                self.next_id += 1
+                got, exc = self.call(self.store.create(thread, run_id=run_id))
+                expected = self.model.create(thread, run_id, "run", "reject", None, None, now)
+                assert exc is None and got.run == expected[1], (
+                    f"contract: create on a thread with no active run makes it the active run\n"
+                    f" got: {got} / {exc!r}\n expected: {expected}"
+                )
+            else:
+                run_id = active["run_id"]
+            self._start_checked(run_id, owner, ttl, now)
+        event("start: two leases ending at one instant")
+        self._maybe_repeat(data, run_id)
+
+    @precondition(lambda self: bool(self._tied_expiries()))
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        ttl=st.sampled_from(TTLS),
+        grace=st.sampled_from([0, 2]),
+        limit=st.sampled_from([1, 1, 2]),
+    )
+    def claim_a_tie(self, owner: str, ttl: int, grace: int, limit: int) -> None:
+        """Claim exactly when two leases that ended at one instant become claimable (unless
+        that is past): a limit of 1 cuts through the tie, and either run may be taken."""
+        target = self._tied_expiries()[0] + timedelta(seconds=grace)
+        if target > self.clock():
+            self.clock.set(target)
+        self._claim_and_check(owner, ttl, grace, limit, f"claim at a tie (limit {limit})")
+
+    @precondition(lambda self: bool(self._repeatable()))
+    @rule(
+        data=st.data(),
+        ttl=st.sampled_from(TTLS),
+        stop_reason=st.sampled_from([None, "again"]),
+        error=st.sampled_from([None, "boom again"]),
+    )
+    def owner_repeats_itself(self, data: st.DataObject, ttl: int, stop_reason: str | None, error: str | None) -> None:
+        """The owner repeats what it already holds: ``start`` or ``renew_lease`` (heartbeat)
+        under its live lease, or ``finalize`` of its finished run with the same status (with
+        another stop_reason and error)."""
+        run_id = data.draw(st.sampled_from(self._repeatable()), label="run_id")
+        self._repeat(data, run_id, ttl, stop_reason, error)
+
+    def _repeat(self, data: st.DataObject, run_id: str, ttl: int, stop_reason: str | None, error: str | None) -> None:
+        run = self.model.runs[run_id]
+        owner, status, now = run["owner"], run["status"], self.clock()
+        if status == "running":
+            call = data.draw(st.sampled_from(["start", "renew"]), label="call")
+            if call == "start":
+                got, exc = self.call(self.store.start(run_id, owner, ttl))
+                expected: Any = self.model.start(run_id, owner, ttl, now)
+                what = (
+                    f"start({run_id!r}) repeated by its owner {owner!r} under its live lease (ttl={ttl}) "
+                    "returns the run unchanged (same lease end, same token)"
+                )
+            else:
+                got, exc = self.call(self.store.renew_lease(run_id, owner, ttl))
+                got = None if got is None else tuple(got)
+                expected = self.model.renew(run_id, owner, ttl, now)
+                what = (
+                    f"renew_lease({run_id!r}) by its owner {owner!r} under its live lease extends it "
+                    f"to now + {ttl} s and answers (True, pending cancel action)"
+                )
+        else:
+            call = "finalize"
+            got, exc = self.call(
+                self.store.finalize(run_id, owner, status, stop_reason=stop_reason, error=error)
+            )
+            expected = self.model.finalize(run_id, owner, status, stop_reason, error, now)
+            what = (
+                f"finalize({run_id!r}, {status!r}) repeated by its owner {owner!r} returns the stored "
+                "run unchanged (the first call's stop_reason and error)"
+            )
+        event(f"owner repeats itself: {call}")
+        assert exc is None and got == expected, f"contract: {what}\n got: {got} / {exc!r}\n expected: {expected}"
+        stored, exc = self.call(self.store.get(run_id))
+        assert exc is None and stored == self.model.get(run_id), (
+            f"contract: {what}; the stored run afterwards\n got: {stored} / {exc!r}\n expected: {self.model.get(run_id)}"
+        )
 
     @precondition(lambda self: bool(self.model.runs))
     @rule(data=st.data())

@@ -27,6 +27,16 @@ CASES = [
          "contract: each expired run is claimed by exactly one claimer"),
     Case("broken-ignores-cancel", "runs_finalize_ignores_cancel.py", "finalize_needs",
          "contract: finalize refuses any status but cancelled/interrupted while a cancel"),
+    # The state machine's rare transitions: a claim where two leases ended at one instant,
+    # and an owner repeating what it holds (start, heartbeat, finalize with its status).
+    Case("broken-claim-whole-tie", "runs_rules.py", "state_machine",
+         "exactly min(limit, claimable) of them (equal expiry times in any order, limit may cut"),
+    Case("broken-restart-regrants", "runs_rules.py", "state_machine",
+         "returns the run unchanged (same lease end, same token)"),
+    Case("broken-heartbeat-noop", "runs_rules.py", "state_machine",
+         "under its live lease extends it to now + "),
+    Case("broken-refinalize-refuses", "runs_rules.py", "state_machine",
+         "returns the stored run unchanged (the first call's stop_reason and error)"),
 ]
 
 R = "runs_rules.py"

@@ -1,5 +1,6 @@
-"""Broken run stores, one per rule of the rule-by-rule suite (`test_runs_rules`), and one
-correct store that breaks ties between equal expiry times differently (the suite must
+"""Broken run stores, one per rule of the rule-by-rule suite (`test_runs_rules`) and per
+rare transition of the state machine (a claim at a tie, an owner repeating itself), and
+one correct store that breaks ties between equal expiry times differently (the suite must
 pass it: the contract leaves that order to the store).
 
 SQL twins run the memory store's scripts with one condition rewritten; the others
@@ -12,6 +13,8 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
+from runstore.clock import seconds_to_micros, to_micros
+from runstore.errors import RunFinishedError
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.runs import MemoryRunDriver, MemoryRunStore
@@ -80,6 +83,52 @@ class ListFirstStatus(MemoryRunStore):
         return await super().list_by_thread(thread_id, status=status, limit=limit)
 
 
+class ClaimWholeTie(MemoryRunStore):
+    async def claim_expired(self, owner: str, ttl: float, *, grace: float, limit: int = 100) -> list[RunRecord]:  # type: ignore[override]
+        db = self.driver.connection
+        cutoff = to_micros(self.now()) - seconds_to_micros(grace)
+        ends = [end for (end,) in db.execute(
+            "SELECT lease_expires_at FROM runstore_runs WHERE status = 'running' AND lease_expires_at <= ? "
+            "ORDER BY lease_expires_at LIMIT ?", (cutoff, limit),
+        )]  # fmt: skip
+        if len(ends) == limit:
+            # BUG (on purpose): the limit counts expiry instants, so a tie at the cut is taken whole.
+            (limit,) = db.execute(
+                "SELECT COUNT(*) FROM runstore_runs WHERE status = 'running' AND lease_expires_at <= ?", (ends[-1],)
+            ).fetchone()
+        return await super().claim_expired(owner, ttl, grace=grace, limit=limit)
+
+
+def _holds(run: RunRecord | None, owner: str, now: Any) -> bool:
+    return run is not None and run["status"] == "running" and run["owner"] == owner and run["lease_expires_at"] > now
+
+
+class RestartRegrants(MemoryRunStore):
+    async def start(self, run_id: str, owner: str, ttl: float) -> RunRecord:
+        run = await self.get(run_id)
+        if _holds(run, owner, self.now()):
+            # BUG (on purpose): the owner repeating start gets its lease extended, not the run unchanged.
+            await self.renew_lease(run_id, owner, ttl)
+            return await self.get(run_id)  # type: ignore[return-value]
+        return await super().start(run_id, owner, ttl)
+
+
+class HeartbeatNoop(MemoryRunStore):
+    async def renew_lease(self, run_id: str, owner: str, ttl: float) -> Any:
+        run = await self.get(run_id)
+        if run is not None and _holds(run, owner, self.now()):
+            return True, run["cancel_action"]  # BUG (on purpose): renewed, but the lease is not extended
+        return await super().renew_lease(run_id, owner, ttl)
+
+
+class RefinalizeRefuses(MemoryRunStore):
+    async def finalize(self, run_id: str, owner: str, status: Any, **kw: Any) -> RunRecord:  # type: ignore[override]
+        run = await self.get(run_id)
+        if run is not None and run["status"] not in ("pending", "running"):
+            raise RunFinishedError(run)  # BUG (on purpose): the owner's retry after a lost reply too
+        return await super().finalize(run_id, owner, status, **kw)
+
+
 BROKEN: dict[str, type[MemoryRunStore]] = {
     "broken-renew-at-expiry": RenewAtExpiry,
     "broken-claim-strict-cutoff": ClaimStrictCutoff,
@@ -87,6 +136,10 @@ BROKEN: dict[str, type[MemoryRunStore]] = {
     "broken-list-ignores-limit": ListIgnoresLimit,
     "broken-list-first-status": ListFirstStatus,
     "ties-descending": TiesDescending,
+    "broken-claim-whole-tie": ClaimWholeTie,
+    "broken-restart-regrants": RestartRegrants,
+    "broken-heartbeat-noop": HeartbeatNoop,
+    "broken-refinalize-refuses": RefinalizeRefuses,
 }
 
 
