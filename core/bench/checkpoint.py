@@ -419,7 +419,9 @@ async def run_checkpoint_case(case: dict[str, Any]) -> dict[str, Any]:
         result["digest"] = message_digest(messages)
         result["saver_calls"] = probe.report()
         if case.get("fenced") and isinstance(unwrap_saver(storage), FencingSaver):
-            result.update(await _fence_metrics(cold_graph, updates, payloads, mode, thread_id))
+            result.update(
+                await _fence_metrics(cold_graph, unwrap_saver(storage), updates, payloads, mode, thread_id)
+            )
         await target.close()
         if result.get("history_matches_base") is False:
             result["status"] = "failed"
@@ -482,19 +484,28 @@ async def _history_metrics(storage: Any, config: Any) -> dict[str, Any]:
 
 
 async def _fence_metrics(
-    graph: Any, updates: int, payloads: Sequence[tuple[str, str]], mode: str, thread_id: str
+    graph: Any,
+    saver: Any,
+    updates: int,
+    payloads: Sequence[tuple[str, str]],
+    mode: str,
+    thread_id: str,
 ) -> dict[str, Any]:
     """Fenced vs unfenced turns on one saver: the same turns on two fresh threads, one
-    carrying a fencing token (``configurable.runstore_fence``), alternating turn by turn
-    so both see the same machine and the same database size."""
+    fenced first (``afence_thread``, as a lease grant does) and then carrying its token on
+    every write (``configurable.runstore_fence``), alternating turn by turn so both see the
+    same machine and the same database size."""
     from langchain_core.messages import HumanMessage
 
     from runstore.checkpoint.rules import FENCE_KEY
 
     configs = {
         "unfenced": delta_config({"configurable": {"thread_id": f"{thread_id}-u"}}, mode),
-        "fenced": delta_config({"configurable": {"thread_id": f"{thread_id}-f", FENCE_KEY: 1}}, mode),
+        "fenced": delta_config({"configurable": {"thread_id": f"{thread_id}-f", FENCE_KEY: 2}}, mode),
     }
+    # What a worker does on taking a lease: the thread's fence is raised before any write,
+    # so every fenced write below is checked against a stored fence, not an absent one.
+    await saver.afence_thread(f"{thread_id}-f", 2)
     spent = dict.fromkeys(configs, 0.0)
     for turn in range(updates):
         # Alternate which goes first, so neither always follows the other's commit.
@@ -509,10 +520,27 @@ async def _fence_metrics(
     unfenced = updates / spent["unfenced"] if spent["unfenced"] else None
     fenced = updates / spent["fenced"] if spent["fenced"] else None
     return {
+        "fence_stale_refused": await _stale_write_refused(graph, configs["fenced"], payloads[0][0], 0),
         "fence_unfenced_turns_per_s": unfenced,
         "fence_fenced_turns_per_s": fenced,
         "fence_turns_ratio": (fenced / unfenced) if fenced and unfenced else None,
     }
+
+
+async def _stale_write_refused(graph: Any, fenced: Any, text: str, turn: int) -> bool:
+    """Whether a turn carrying an older token than the thread's fence is refused (the
+    check the fenced turns paid for was really made)."""
+    from langchain_core.messages import HumanMessage
+
+    from runstore.checkpoint.rules import FENCE_KEY
+    from runstore.errors import StaleFenceError
+
+    stale = {**fenced, "configurable": {**fenced["configurable"], FENCE_KEY: 1}}
+    try:
+        await graph.ainvoke({"messages": [HumanMessage(content=text, id=f"human-{turn:06d}")]}, stale)
+    except StaleFenceError:
+        return True
+    return False
 
 
 def _write_metrics(latencies: Sequence[float], total: float) -> dict[str, Any]:

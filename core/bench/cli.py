@@ -306,8 +306,9 @@ def _common_run_options(fn: Any, *, repetitions: int = 3) -> Any:
 @click.option(
     "--fenced",
     is_flag=True,
-    help="Also time fenced against unfenced turns (configurable.runstore_fence) on each "
-    "runstore saver, alternating on two fresh threads: column fenced/unfenced.",
+    help="Also time fenced against unfenced turns on each runstore saver: the fenced thread is "
+    "fenced first (afence_thread) and every write carries the token (configurable.runstore_fence); "
+    "alternating on two fresh threads: column fenced/unfenced.",
 )
 @_common_run_options
 def checkpoint_cmd(

@@ -100,6 +100,8 @@ def test_fenced_checkpoint_bench_reports_the_ratio(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_jsonl(tmp_path / "run.jsonl").rows
     assert rows and all(r["fence_turns_ratio"] > 0 for r in rows), rows
+    # The fenced thread was fenced first: a turn with an older token is refused.
+    assert all(r["fence_stale_refused"] is True for r in rows), rows
     assert all(e["fence_turns_ratio"] is not None for e in orjson.loads(proc.stdout)["checkpoint"])
 
 
