@@ -144,3 +144,12 @@ async def test_a_langgraph_agent_writes_and_searches_memories() -> None:
         other = await graph.ainvoke({"user": "u2", "text": "cccc", "recalled": []}, {"configurable": {"thread_id": "t2"}})
         assert other["recalled"] == ["cccc"], "memories are per user namespace"
         assert sorted(await stores.store.alist_namespaces(prefix=("memories",))) == [("memories", "u1"), ("memories", "u2")]
+
+
+async def test_from_conn_string_like_langgraph() -> None:
+    async with MemoryStore.from_conn_string("memory://", ttl={"default_ttl": 5}) as store:
+        await store.setup()
+        assert await store.schema_sql() == ""
+        assert store.ttl_rules.default_ttl == 5.0
+        await store.aput(("x",), "k", {"v": 1})
+        assert (await store.aget(("x",), "k")) is not None
