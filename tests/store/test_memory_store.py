@@ -153,3 +153,10 @@ async def test_from_conn_string_like_langgraph() -> None:
         assert store.ttl_rules.default_ttl == 5.0
         await store.aput(("x",), "k", {"v": 1})
         assert (await store.aget(("x",), "k")) is not None
+
+
+def test_open_sync_hands_out_the_store() -> None:
+    with runstore.open_sync(checkpointer="memory://", store="memory://", store_ttl={"default_ttl": 1}) as stores:
+        stores.store.put(("s",), "k", {"v": 1})
+        assert stores.store.get(("s",), "k").value == {"v": 1}  # type: ignore[union-attr]
+        assert stores.store.ttl_config["default_ttl"] == 1.0  # type: ignore[index]
