@@ -357,9 +357,6 @@ class RunStoreMachine(RuleBasedStateMachine):
     # then take min(limit, claimable) of them, in any order among the tie), and an owner
     # repeating what it already holds (start, renew, finalize with its own status).
 
-    def _active_pending(self) -> list[str]:
-        return [r["run_id"] for r in self.model.runs.values() if r["status"] == "pending" and r["active"]]
-
     def _tied_expiries(self) -> list[datetime]:
         ends = [r["lease_expires_at"] for r in self.model.runs.values() if r["status"] == "running"]
         return sorted({e for e in ends if ends.count(e) > 1})
