@@ -34,3 +34,5 @@ check_thread_mode
 AutoType
 # Spawned worker processes import this by name (runstore.conformance.processes).
 load_plugins_from_env
+# The Agent Server tests' graph, found by the path in langgraph.json.
+graph
