@@ -36,3 +36,6 @@ AutoType
 load_plugins_from_env
 # The Agent Server tests' graph, found by the path in langgraph.json.
 graph
+# LangGraph reads these attributes of a BaseStore (runstore.store.base.StoreBase sets them).
+supports_ttl
+index_config
