@@ -70,7 +70,8 @@ def user(text: str) -> dict[str, Any]:
 
 
 async def before_restart(url: str, out: Transcript) -> None:
-    """Runs (wait, stream), state, history, fork, interrupt/resume, rollback, copy, delete, search."""
+    """Runs (wait, stream), state, history, fork, interrupt/resume, rollback, copy, delete,
+    search, then the store API."""
     client = get_client(url=url)
     tag = {"suite": "agent-server"}
     a = (await client.threads.create(metadata=tag))["thread_id"]
@@ -125,6 +126,25 @@ async def before_restart(url: str, out: Transcript) -> None:
     out.add("search", sorted(out.normalize(t["thread_id"]) for t in found))
     out.add("search values", sorted(out.normalize(t["thread_id"]) for t in
                                     await client.threads.search(values={"messages": []}, limit=100)))
+    await store_steps(client, out)
+
+
+def _item(item: Any) -> Any:
+    return None if item is None else {k: item.get(k) for k in ("namespace", "key", "value")}
+
+
+async def store_steps(client: Any, out: Transcript) -> None:
+    """The server's store API (``/store``): put, get, search, namespaces, delete."""
+    for key, value in (("a", {"text": "likes tea", "n": 1}), ("b", {"text": "likes maps", "n": 2})):
+        await client.store.put_item(["users", "u1"], key, value)
+    await client.store.put_item(["users", "u2"], "a", {"text": "other", "n": 3})
+    out.add("store get", _item(await client.store.get_item(["users", "u1"], "a")))
+    found = await client.store.search_items(["users"], filter={"n": 2})
+    out.add("store search", sorted((tuple(i["namespace"]), i["key"]) for i in found["items"]))
+    spaces = await client.store.list_namespaces(prefix=["users"])
+    out.add("store namespaces", sorted(tuple(n) for n in spaces["namespaces"]))
+    await client.store.delete_item(["users", "u1"], "a")
+    out.add("store deleted", _item(await client.store.get_item(["users", "u1"], "a")))
 
 
 async def after_restart(url: str, out: Transcript) -> None:

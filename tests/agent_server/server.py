@@ -1,7 +1,7 @@
 """A real ``langgraph dev`` server in a subprocess, for the Agent Server tests and bench.
 
 `AgentServer` writes a project directory (the test graph, ``langgraph.json`` with or
-without runstore's checkpointer factory), starts ``langgraph dev --no-browser
+without runstore's checkpointer and store factories), starts ``langgraph dev --no-browser
 --no-reload`` on a free port, waits for ``/ok`` and stops it with SIGINT (the dev
 runtime then flushes its own thread and run records to disk, so a restart keeps them).
 """
@@ -43,6 +43,7 @@ class AgentServer:
         config: dict[str, object] = {"dependencies": ["."], "graphs": {"agent": "./graph_app.py:graph"}}
         if runstore:
             config["checkpointer"] = {"path": "runstore.agent_server.checkpointer"}
+            config["store"] = {"path": "runstore.agent_server.store"}
         (directory / "langgraph.json").write_text(json.dumps(config))
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("RUNSTORE_")},

@@ -1,12 +1,13 @@
 """runstore as the storage of LangGraph's own server, tested as users run it.
 
 Real ``langgraph dev`` subprocesses serve the same graph with the server's default
-saver and with runstore's factory (``runstore.agent_server.checkpointer``) on a sqlite
-file and on the PostgreSQL test server (a schema of its own), in full and delta
-channel mode. The same ``langgraph_sdk`` script (tests/agent_server/script.py: runs
-wait and stream, state, history, fork, interrupt and resume, multitask rollback,
-copy, delete, search, then a restart and more of the same) drives each server, and
-every normalized answer of a runstore server must equal the default saver's.
+saver and store, and with runstore's factories (``runstore.agent_server.checkpointer``
+on a sqlite file and on the PostgreSQL test server, a schema of its own;
+``runstore.agent_server.store`` on the configured store), in full and delta channel
+mode. The same ``langgraph_sdk`` script (tests/agent_server/script.py: runs wait and
+stream, state, history, fork, interrupt and resume, multitask rollback, copy, delete,
+search, the store API, then a restart and more of the same) drives each server, and
+every normalized answer of a runstore server must equal the default's.
 
 Every server runs at once (one per backend and mode, restarted once): a run costs the
 dev runtime's queue about a second whatever the saver, so running them side by side
