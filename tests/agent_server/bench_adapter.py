@@ -12,7 +12,8 @@ saver: its queue polls every half second), for the default saver and runstore's
 factory on sqlite and PostgreSQL, in full and delta mode, all in one run. Each row is
 one (mode, backend): turns/s, ``aget_tuple`` calls per turn (what the server asks) and
 the calls that reach storage per turn (under runstore's wrappers), over ``--turns``
-turns on each of ``--threads`` threads.
+turns on each of ``--threads`` threads. ``--dev-turns N`` adds rows timed through real
+``langgraph dev`` servers (``suite: agent-server-dev``).
 """
 
 from __future__ import annotations
@@ -128,8 +129,50 @@ async def _measure(backend: str, mode: str, url: str | None, turns: int, threads
     }
 
 
+def through_dev(turns: int, threads: int, postgres_url: str | None, root: Path) -> list[dict[str, Any]]:
+    """Turns/s through real ``langgraph dev`` servers (HTTP, the dev runtime's run queue),
+    one server per (mode, backend), ``threads`` threads of ``turns`` ``runs.wait`` each."""
+    from langgraph_sdk import get_client
+
+    from .server import AgentServer
+
+    rows = []
+    for mode in ("full", "delta"):
+        urls: dict[str, str | None] = {"default": None, "sqlite": f"sqlite:///{root}/dev-{mode}.db"}
+        if postgres_url:
+            urls["postgres"] = postgres_url
+        for backend, url in urls.items():
+            env = {"RUNSTORE_CHECKPOINT_CHANNEL_MODE": mode, **({"RUNSTORE_CHECKPOINTER_URL": url} if url else {})}
+            server = AgentServer(root / f"dev-{backend}-{mode}", runstore=backend != "default", env=env)
+            started = server.start()
+            try:
+                async def drive(url: str = server.url) -> float:
+                    client = get_client(url=url)
+                    ids = [(await client.threads.create())["thread_id"] for _ in range(threads)]
+
+                    async def converse(thread_id: str) -> None:
+                        for turn in range(turns):
+                            await client.runs.wait(thread_id, "agent", input={"messages": [
+                                {"role": "user", "content": f"turn {turn}"}]})
+
+                    began = time.perf_counter()
+                    await asyncio.gather(*(converse(t) for t in ids))
+                    return time.perf_counter() - began
+
+                seconds = asyncio.run(drive())
+            finally:
+                server.stop()
+            row = {"suite": "agent-server-dev", "mode": mode, "backend": backend, "turns": turns * threads,
+                   "threads": threads, "seconds": round(seconds, 3),
+                   "turns_per_s": round(turns * threads / seconds, 2), "server_start_s": round(started, 2)}
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+    return rows
+
+
 async def main(turns: int, threads: int, postgres_url: str | None, rounds: int) -> list[dict[str, Any]]:
     rows = []
+    home = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # the default saver keeps its files under ./.langgraph_api
         # Rounds interleave every configuration, so a busy machine slows them alike.
@@ -149,6 +192,7 @@ async def main(turns: int, threads: int, postgres_url: str | None, rounds: int) 
                 row = await _measure(backend, mode, url, turns, threads)
                 print(json.dumps(row), file=sys.stderr)
                 rows.append(row)
+        os.chdir(home)
     return rows
 
 
@@ -157,14 +201,21 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dev-turns", type=int, default=0,
+                        help="also time this many turns per thread through real langgraph dev servers")
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL (a schema of its own)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     for key, value in DEV_ENV.items():
         os.environ.setdefault(key, value)
     results = asyncio.run(main(args.turns, args.threads, args.postgres, args.rounds))
+    if args.dev_turns:
+        with tempfile.TemporaryDirectory() as dev_root:
+            results += through_dev(args.dev_turns, args.threads, args.postgres, Path(dev_root))
     by_config: dict[tuple[str, str], list[float]] = {}
     for row in results:
+        if row["suite"] != "agent-server-adapter":
+            continue
         by_config.setdefault((row["mode"], row["backend"]), []).append(row["turns_per_s"])
     for (mode, backend), rates in by_config.items():
         summary = {"summary": True, "mode": mode, "backend": backend, "rounds": len(rates),
