@@ -134,6 +134,25 @@ class BackendRefusedError(RunstoreError):
         self.__cause__ = cause
 
 
+class SchemaNotSetUpError(BackendRefusedError):
+    """A store opened without its migrations (``from_conn_string`` without ``setup()``)
+    found a table or schema missing; the message says to call ``setup()``.
+
+    The driver's error (``no such table``, ``undefined_table``, ``invalid_schema_name``)
+    is ``__cause__``; nothing was written.
+    """
+
+    #: What to do, appended to every message.
+    HINT = (
+        "the store's tables are not set up: call `await store.setup()` once after "
+        "`from_conn_string(...)` (or apply `schema_sql()`), or open it with `runstore.open`, "
+        "which applies the migrations"
+    )
+
+    def __init__(self, backend: str, operation: str, cause: BaseException, code: str | None = None) -> None:
+        super().__init__(backend, operation, cause, code, hint=self.HINT)
+
+
 class OwnerContextMissingError(RunstoreError, LookupError):
     """`user_id=AUTO` was used but no owner is set in the request context."""
 

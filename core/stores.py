@@ -184,7 +184,8 @@ async def _wrap_checkpointer(
 
     Only in delta mode (full-mode checkpoints store every value, so nothing ever
     asks for delta history): the saver is wrapped in `DeltaMarkingSaver` (the mode
-    marker on every checkpoint) and then in `CachedHistorySaver` when the cache is on
+    marker on every checkpoint), `ParentWalkSaver` (``aget_tuple`` of checkpoints with a
+    child, for LangGraph's own parent walk) and then in `CachedHistorySaver` when the cache is on
     for it: ``checkpoint_cache.enabled`` is ``on``, or ``auto`` and the saver's class
     does not set ``history_cache_helps = False``; ``max_entries: 0`` turns it off.
     Full mode returns the saver unwrapped. `unwrap_saver` reaches the saver.
@@ -194,9 +195,12 @@ async def _wrap_checkpointer(
         return saver
     from runstore.checkpoint.cache import CachedHistorySaver, open_history_cache
     from runstore.checkpoint.forwarding import DeltaMarkingSaver
+    from runstore.checkpoint.walk import ParentWalkSaver
 
-    # Every delta checkpoint carries the mode marker, whoever runs the graph.
-    marked = DeltaMarkingSaver(saver)
+    # Every delta checkpoint carries the mode marker, whoever runs the graph; a parent
+    # walk (LangGraph's own, behind an adapter that hides our history read) is served
+    # from checkpoints already read.
+    marked = ParentWalkSaver(DeltaMarkingSaver(saver))
     wanted = settings.checkpoint_cache.enabled
     if wanted == "off" or (wanted == "auto" and not getattr(saver, "history_cache_helps", True)):
         return marked

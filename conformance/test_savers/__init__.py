@@ -6,7 +6,7 @@ messages name the contract that broke.
 
 The areas: put and get_tuple (`test_put_get`), list and its filters (`test_list`),
 pending writes (`test_put_writes`), delta history (`test_delta_history`), copy, prune
-and delete (`test_copy_prune_delete`), the sync twins (`test_sync_api`), reopening,
+and delete (`test_copy_prune_delete`), before `setup()` (`test_setup`), the sync twins (`test_sync_api`), reopening,
 other processes and threads (`test_durability`), a real graph (`test_graph_parity`)
 and the state machine (`test_state_machine`; the machine itself is
 `runstore.conformance.machines.SaverMachine`). The model and graph helpers live in
@@ -25,5 +25,6 @@ from .test_graph_parity import *  # noqa: F403
 from .test_list import *  # noqa: F403
 from .test_put_get import *  # noqa: F403
 from .test_put_writes import *  # noqa: F403
+from .test_setup import *  # noqa: F403
 from .test_state_machine import *  # noqa: F403
 from .test_sync_api import *  # noqa: F403

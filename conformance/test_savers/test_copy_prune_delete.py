@@ -26,6 +26,7 @@ from ..savers_model import (
     fold,
     make_checkpoint,
     named,
+    new_checkpoint_id,
     new_thread_id,
     write_tree,
 )
@@ -110,6 +111,106 @@ def test_copy_thread_copies_whole_chain(saver_target: Any) -> None:
                         "copy_thread shares nothing with the source: a write on the copy never shows "
                         "up on the source"
                     ))
+
+            session.run(body())
+
+        check()
+
+
+@pytest.mark.requires("copy_thread")
+def test_copy_thread_names_the_copy_in_metadata(saver_target: Any) -> None:
+    """copy_thread rewrites the copies' metadata ``thread_id`` to the target in every
+    namespace (LangGraph's Agent Server stores it there and filters a thread's history by
+    it); the other metadata, the writes and the source stay as they were."""
+    with saver_target.session() as session:
+
+        @given(depths=st.lists(st.integers(1, 3), min_size=1, max_size=3))
+        def check(depths: list[int]) -> None:
+            async def body() -> None:
+                saver = session.backend
+                source, target = new_thread_id("src"), new_thread_id("copy")
+                for n, depth in enumerate(depths):
+                    ns = "" if n == 0 else f"child{n}:{new_thread_id('task')}"
+                    parent, version = None, None
+                    for step in range(depth):
+                        cid = new_checkpoint_id()
+                        version = saver.get_next_version(version, None)
+                        metadata = {"source": "loop", "step": step, "thread_id": source, "graph_id": "agent"}
+                        await saver.aput(
+                            config_for(source, parent, ns), make_checkpoint(cid, {"a": step}, {"a": version}),
+                            metadata, {"a": version},
+                        )
+                        await saver.aput_writes(config_for(source, cid, ns), [("a", f"w{step}")], f"task-{step}")
+                        parent = cid
+                await saver.acopy_thread(source, target)
+                copied = await collect(saver, {"configurable": {"thread_id": target}})
+                assert len(copied) == sum(depths), "contract: copy_thread copies every checkpoint of every namespace"
+                for item in copied:
+                    ns = item.config["configurable"].get("checkpoint_ns", "")
+                    assert item.metadata.get("thread_id") == target, (
+                        named(f"copied checkpoint in namespace {ns!r} has metadata thread_id "
+                        f"{item.metadata.get('thread_id')!r} (contract: copy_thread rewrites the copies' "
+                        "metadata thread_id to the target thread, in every namespace)")
+                    )
+                    assert item.metadata.get("graph_id") == "agent" and item.metadata.get("source") == "loop", (
+                        "contract: copy_thread keeps the rest of the copied metadata"
+                    )
+                    assert [w[1:] for w in norm_writes(item.pending_writes)] == [
+                        ("a", f"w{item.metadata['step']}")
+                    ], "contract: copy_thread copies every pending write"
+                found = await collect(saver, {"configurable": {"thread_id": target}}, filter={"thread_id": target})
+                assert len(found) == len(copied), (
+                    named(f"list(filter={{'thread_id': <copy>}}) finds {len(found)} of {len(copied)} copied "
+                    "checkpoints (contract: copy_thread rewrites the copies' metadata thread_id to the target "
+                    "thread, in every namespace)")
+                )
+                for item in await collect(saver, {"configurable": {"thread_id": source}}):
+                    assert item.metadata.get("thread_id") == source, (
+                        "contract: copy_thread leaves the source's metadata unchanged"
+                    )
+                await saver.adelete_thread(source)
+                await saver.adelete_thread(target)
+
+            session.run(body())
+
+        check()
+
+
+@pytest.mark.requires("prune")
+def test_prune_accepts_the_agent_server_strategy_names(saver_target: Any) -> None:
+    """prune takes ``delete_all`` (what LangGraph's Agent Server sends) as ``delete``, and
+    refuses an unknown strategy with a ValueError naming the accepted ones."""
+    with saver_target.session() as session:
+
+        @given(spec=checkpoint_trees(max_nodes=4))
+        def check(spec: Any) -> None:
+            async def body() -> None:
+                saver = session.backend
+                doomed = await write_tree(saver, spec)
+                kept = await write_tree(saver, spec)
+                try:
+                    await saver.aprune([doomed.thread_id], strategy="delete_all")
+                except ValueError as exc:
+                    pytest.fail(named(f"prune(strategy='delete_all') raised {exc!r} (contract: prune accepts "
+                                      "'delete_all', the name LangGraph's Agent Server sends, as 'delete')"))
+                assert await collect(saver, config_for(doomed.thread_id)) == [], (
+                    "contract: prune accepts 'delete_all', the name LangGraph's Agent Server sends, as 'delete'"
+                )
+                for i in range(len(kept.nodes)):
+                    await check_node(saver, kept, i)
+                try:
+                    await saver.aprune([kept.thread_id], strategy="keep_none")
+                except ValueError as exc:
+                    message = str(exc)
+                    assert all(name in message for name in ("keep_latest", "delete")), (
+                        named(f"the error was {message!r} (contract: an unknown prune strategy raises "
+                              "ValueError naming the accepted strategies)")
+                    )
+                else:
+                    pytest.fail("contract: an unknown prune strategy raises ValueError, never a silent no-op")
+                for i in range(len(kept.nodes)):
+                    await check_node(saver, kept, i)
+                await saver.adelete_thread(kept.thread_id)
 
             session.run(body())
 

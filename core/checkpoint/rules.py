@@ -38,6 +38,8 @@ __all__ = [
     "MAX_FENCE",
     "PREFETCH_MAX_SUPERSTEPS",
     "PRUNE_STRATEGIES",
+    "PRUNE_STRATEGY_ALIASES",
+    "THREAD_ID_METADATA_KEY",
     "check_channels",
     "check_fence",
     "check_prune_strategy",
@@ -54,6 +56,7 @@ __all__ = [
     "is_last_write_wins",
     "missing_delta_channels",
     "reconstruction_ancestors",
+    "renamed_thread_metadata",
     "run_sync",
     "worth_prefetching",
     "write_slot",
@@ -181,15 +184,32 @@ def history_channels(channels: Iterable[str]) -> list[str]:
 
 #: ``prune`` strategies every saver accepts.
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: Other names a saver accepts for them: LangGraph's Agent Server sends ``delete_all``.
+PRUNE_STRATEGY_ALIASES = {"delete_all": "delete"}
 
 
 def check_prune_strategy(strategy: str) -> str:
-    """``strategy`` if it is one of `PRUNE_STRATEGIES`; `ValueError` naming them otherwise."""
-    if strategy not in PRUNE_STRATEGIES:
-        raise ValueError(
-            f"unknown prune strategy {strategy!r}; accepted: {', '.join(PRUNE_STRATEGIES)}"
+    """The `PRUNE_STRATEGIES` name ``strategy`` means (an alias resolved);
+    `InvalidSaverInputError` (a `ValueError`) naming every accepted name otherwise."""
+    canonical = PRUNE_STRATEGY_ALIASES.get(strategy, strategy) if isinstance(strategy, str) else None
+    if canonical not in PRUNE_STRATEGIES:
+        accepted = [*PRUNE_STRATEGIES, *(f"{a} (= {c})" for a, c in PRUNE_STRATEGY_ALIASES.items())]
+        raise InvalidSaverInputError(
+            f"unknown prune strategy {strategy!r}; accepted: {', '.join(accepted)}"
         )
-    return strategy
+    return str(canonical)
+
+
+#: The metadata key naming a checkpoint's thread (LangGraph's Agent Server writes it).
+THREAD_ID_METADATA_KEY = "thread_id"
+
+
+def renamed_thread_metadata(metadata: Mapping[str, Any], source: str, target: str) -> dict[str, Any] | None:
+    """``metadata`` of a checkpoint copied from thread ``source`` to ``target``: its
+    `THREAD_ID_METADATA_KEY` rewritten when it names ``source``; ``None`` when nothing changes."""
+    if metadata.get(THREAD_ID_METADATA_KEY) != source:
+        return None
+    return {**metadata, THREAD_ID_METADATA_KEY: target}
 
 
 def config_address(config: RunnableConfig) -> tuple[str, str, str | None]:

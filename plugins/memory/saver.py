@@ -50,6 +50,7 @@ from runstore.checkpoint.rules import (
     config_fence,
     history_channels,
     is_last_write_wins,
+    renamed_thread_metadata,
     write_slot,
 )
 from runstore.checkpoint.threads import (
@@ -343,9 +344,11 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
         writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
         self._fenced(checked_text(thread_id, "thread_id"), check_fence(fence), clock_micros(self.clock))
 
+    @locked
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the whole of ``source_thread_id`` (every checkpoint, blob and write) into
-        ``target_thread_id``; on an id present in both, the source's copy wins."""
+        ``target_thread_id``, the copies' metadata ``thread_id`` naming the target; on an id
+        present in both, the source's copy wins."""
         source = self._threads.get(checked_text(source_thread_id, "source_thread_id"))
         target_id = checked_text(target_thread_id, "target_thread_id")
         if not source:
@@ -360,6 +363,7 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
         target = self._threads.setdefault(target_id, {})
         for checkpoint_ns, ns in source.items():
             clone = ns.copy()
+            self._rename_thread(clone, source_thread_id, target_id)
             existing = target.get(checkpoint_ns)
             if existing is None:
                 target[checkpoint_ns] = clone
@@ -370,12 +374,25 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
             existing.blobs.update(clone.blobs)
             existing.writes.update(clone.writes)
 
+    def _rename_thread(self, ns: Namespace, source: str, target: str) -> None:
+        """Point the copied entries' metadata at the copy (`renamed_thread_metadata`): LangGraph's
+        server filters a thread's history by it."""
+        for entry in ns.entries.values():
+            stored = renamed_thread_metadata(entry.stored_metadata, source, target)
+            if stored is None:
+                continue
+            full = renamed_thread_metadata(self.serde.loads_typed(entry.metadata), source, target)
+            entry.stored_metadata = stored
+            if full is not None:
+                entry.metadata = self.serde.dumps_typed(full)
+            entry.size += len(target) - len(source)
+
     @locked
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace keep the latest checkpoint, its writes and every
         ancestor its delta reconstruction reads (for each delta channel the metadata counters
         name that holds no value there); ``delete``: drop the threads."""
-        check_prune_strategy(strategy)
+        strategy = check_prune_strategy(strategy)
         for thread_id in checked_ids(thread_ids, "thread_ids"):
             if strategy == "delete":
                 self._purge([thread_id], dry_run=False)

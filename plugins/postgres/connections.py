@@ -51,6 +51,7 @@ from runstore.errors import (
     BackendUnavailableError,
     MissingDriverError,
     RunstoreError,
+    SchemaNotSetUpError,
 )
 from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.sql.dialect import driver_connection
@@ -72,6 +73,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: SQLSTATE of a statement naming a table that does not exist.
+UNDEFINED_TABLE = "42P01"
 
 #: One write: SQL text and its arguments.
 Statement = tuple[str, Sequence[Any]]
@@ -348,7 +352,11 @@ class Leases:
         if isinstance(exc, import_asyncpg().exceptions.QueryCanceledError):
             # statement_timeout or a cancel: the server gave up and rolled the statement back.
             return self._unavailable(operation, False, exc)
-        return BackendRefusedError(self.backend, operation, exc, getattr(exc, "sqlstate", None), hint=refusal_hint(exc))
+        code = getattr(exc, "sqlstate", None)
+        if code == UNDEFINED_TABLE:
+            # A store from `from_conn_string` whose setup() never ran (or ran in another schema).
+            return SchemaNotSetUpError(self.backend, operation, exc, code)
+        return BackendRefusedError(self.backend, operation, exc, code, hint=refusal_hint(exc))
 
     async def _attempt(
         self,

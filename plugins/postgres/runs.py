@@ -34,6 +34,7 @@ from runstore.errors import (
     BackendUnavailableError,
     RunError,
     RunstoreError,
+    SchemaNotSetUpError,
 )
 from runstore.options import BackendOptions
 from runstore.retry import Deadline, deadline_cause, retried
@@ -159,6 +160,8 @@ class PostgresRunDriver(RunDriver):
             return await retried(
                 attempt, deadline, transient=_raced, give_up=give_up, backoff=(0.0,), attempts=ATTEMPTS
             )
+        except SchemaNotSetUpError:
+            raise  # says what to do (call setup()); a RunError would hide it
         except BackendRefusedError as refused:
             exc = _server_error(refused)
         except RunstoreError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
+from runstore.checkpoint.rules import THREAD_ID_METADATA_KEY
 from runstore.checkpoint.threads import (
     THREADS,
     ThreadQuery,
@@ -99,14 +100,18 @@ UPDATE {THREADS} SET
 WHERE thread_id = $1 AND deleted_at IS NULL
 """
 
-# The source wins on an id present in both threads (same rule as the sqlite saver).
+# The source wins on an id present in both threads (same rule as the sqlite saver); the
+# copies' metadata thread id names the target (`rules.renamed_thread_metadata`).
 COPY_THREAD_SQL = f"""
 WITH c AS (
     INSERT INTO {CHECKPOINTS} AS t (thread_id, checkpoint_ns, checkpoint_id,
                                     parent_checkpoint_id, run_id, type, checkpoint, metadata,
                                     value_versions, channel_versions, created_at)
     SELECT $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint,
-           metadata, value_versions, channel_versions, created_at
+           CASE WHEN metadata ->> '{THREAD_ID_METADATA_KEY}' = $1
+                THEN jsonb_set(metadata, '{{{THREAD_ID_METADATA_KEY}}}', to_jsonb($2::text))
+                ELSE metadata END,
+           value_versions, channel_versions, created_at
     FROM {CHECKPOINTS} WHERE thread_id = $1
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,

@@ -32,7 +32,7 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from .adapter import WorkerConnection
-from .errors import unavailable_errors
+from .errors import translated_errors
 from .file import SqliteFile, shared_file
 
 #: The event store's migrations on sqlite (the backfill reads the JSON with json_extract).
@@ -87,7 +87,7 @@ class SqliteEventDriver(SqlEventDriver):
     async def fetch(self, sql: str, params: Params) -> list[Row]:
         if self._reader is None:
             raise RuntimeError(_CLOSED)
-        with unavailable_errors(BACKEND, "read"):
+        with translated_errors(BACKEND, "read"):
             return await self._commits.read(self._reader, _fetchall, sql, params)
 
     async def _write(self, operation: str, thread: str | None, fn: Any, *args: Any) -> Any:
@@ -95,7 +95,7 @@ class SqliteEventDriver(SqlEventDriver):
         if one (a lone caller's op then runs in its own task, `runstore.plugins.sqlite.commits`)."""
         if not self._writing:
             raise RuntimeError(_CLOSED)
-        with unavailable_errors(BACKEND, operation):
+        with translated_errors(BACKEND, operation):
             return await self._commits.submit(fn, *args, key=thread)
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:

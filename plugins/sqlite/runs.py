@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 from runstore.cancellation import settle
-from runstore.errors import BackendUnavailableError, RunError
+from runstore.errors import RunError
 from runstore.options import BackendOptions
 from runstore.runs.sql import (
     COMPONENT,
@@ -33,7 +33,7 @@ from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
 from .adapter import WorkerConnection
-from .errors import is_unavailable
+from .errors import translated_error
 from .file import SqliteFile, shared_file
 
 T = TypeVar("T")
@@ -90,9 +90,10 @@ class SqliteRunDriver(RunDriver):
 
 def _translate(exc: sqlite3.Error, operation: str) -> Exception:
     """A runstore error for a driver error (the caller chains ``exc`` as ``__cause__``):
-    `BackendUnavailableError` for `is_unavailable` ones (nothing was written), else `RunError`."""
-    if is_unavailable(exc):
-        return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=exc)
+    `translated_error` where it has one (unavailable, tables not set up), else `RunError`."""
+    translated = translated_error(exc, BACKEND, operation)
+    if translated is not None:
+        return translated
     return RunError(f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written")
 
 

@@ -69,7 +69,7 @@ from . import ops, sql
 from .adapter import WorkerConnection
 from .commits import FileCommits
 from .connections import SyncConnection, open_worker
-from .errors import unavailable_error, unavailable_errors
+from .errors import translated_error, translated_errors
 from .file import shared_file
 from .sql import SCHEMA_COMPONENT, SCHEMA_MIGRATIONS
 
@@ -241,7 +241,7 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
         state = self._state
         if state.closed or state.worker is None or state.file is None:
             raise RuntimeError("SqliteSaver is closed")
-        with unavailable_errors(BACKEND, fn.__name__):
+        with translated_errors(BACKEND, fn.__name__):
             return await state.file.read(state.worker, fn, *args)
 
     async def _write(self, fn: Callable[..., Any], *args: Any, thread: str | None = None) -> Any:
@@ -255,14 +255,14 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
             raise RuntimeError("SqliteSaver is closed")
         state.writes += 1
         state.writes_done.clear()
-        # `unavailable_errors` and `PrefetchStore.writing` spelled out: as context managers
+        # `translated_errors` and `PrefetchStore.writing` spelled out: as context managers
         # they are four more calls on the path of every write.
         prefetch = state.prefetch
         prefetch.moved(thread)
         try:
             return await state.file.submit(fn, *args, key=thread)
         except sqlite3.Error as exc:
-            error = unavailable_error(exc, BACKEND, fn.__name__)
+            error = translated_error(exc, BACKEND, fn.__name__)
             if error is None:
                 raise
             raise error from exc
@@ -274,12 +274,12 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
 
     def _sync_read(self, method: str, fn: Callable[..., R], *args: Any) -> R:
         ensure_off_loop(self._state.loop, method, type(self).__name__)
-        with unavailable_errors(BACKEND, method):
+        with translated_errors(BACKEND, method):
             return self._state.sync.run(fn, *args)
 
     def _sync_write(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         ensure_off_loop(self._state.loop, method, type(self).__name__)
-        with unavailable_errors(BACKEND, method):
+        with translated_errors(BACKEND, method):
             with self._state.prefetch.writing():
                 [(ok, value)] = self._state.sync.run(ops.write_batch, [(fn, args)])
             if not ok:

@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import get_checkpoint_id
 from runstore.checkpoint import codec
 from runstore.checkpoint.codec import BLOBS, CHECKPOINTS, WRITES
 from runstore.checkpoint.filters import FilterTerm, filter_terms
-from runstore.checkpoint.rules import checked_text
+from runstore.checkpoint.rules import THREAD_ID_METADATA_KEY, checked_text
 from runstore.checkpoint.threads import (
     THREADS,
     ThreadQuery,
@@ -213,6 +213,14 @@ SELECT_GRAPH = (
 )
 
 
+#: The copied checkpoint's metadata: its thread id renamed to the target's
+#: (`runstore.checkpoint.rules.renamed_thread_metadata`); ``?1`` target, ``?2`` source.
+_COPIED_METADATA = (
+    f"CASE WHEN json_extract(metadata, '$.{THREAD_ID_METADATA_KEY}') = ?2 "
+    f"THEN json_set(metadata, '$.{THREAD_ID_METADATA_KEY}', ?1) ELSE metadata END"
+)
+
+
 def copy_thread_statements() -> list[str]:
     """One ``INSERT ... SELECT`` per table copying a thread (params: target, source);
     on a key present in both threads the source's row wins."""
@@ -222,10 +230,10 @@ def copy_thread_statements() -> list[str]:
         (BLOBS, codec.BlobRow._fields),
         (WRITES, codec.WriteRow._fields),
     ):
-        rest = ", ".join(columns[1:])
+        rest = ", ".join(_COPIED_METADATA if c == "metadata" else c for c in columns[1:])
         out.append(
             f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
-            f"SELECT ?, {rest} FROM {table} WHERE thread_id = ?"
+            f"SELECT ?1, {rest} FROM {table} WHERE thread_id = ?2"
         )
     return out
 

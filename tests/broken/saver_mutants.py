@@ -10,6 +10,7 @@ failure for each.
 from __future__ import annotations
 
 import copy
+import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -353,6 +354,15 @@ class CopyWithoutWrites(MemorySaver):
                 ns.writes.clear()
 
 
+@mutant("copy-keeps-source-thread-id")
+class CopyKeepsSourceThreadId(MemorySaver):
+    """copy_thread copies the metadata verbatim: the copies' ``thread_id`` still names the
+    source, so the Agent Server's history of the copy (filtered by it) is empty."""
+
+    def _rename_thread(self, ns: Namespace, source: str, target: str) -> None:
+        return None
+
+
 @mutant("prune-root-ns-only")
 class PruneRootNamespaceOnly(MemorySaver):
     """prune touches the root namespace only; subgraph checkpoints are never pruned."""
@@ -381,6 +391,40 @@ class PruneUnknownStrategyIsNoop(MemorySaver):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy in ("keep_latest", "delete"):
             super().prune(thread_ids, strategy=strategy)
+
+
+@mutant("prune-refuses-delete-all")
+class PruneRefusesDeleteAll(MemorySaver):
+    """prune knows only ``keep_latest`` and ``delete``: ``delete_all``, which LangGraph's
+    Agent Server sends, is refused."""
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy == "delete_all":
+            raise ValueError("unknown prune strategy 'delete_all'; accepted: keep_latest, delete")
+        super().prune(thread_ids, strategy=strategy)
+
+
+@mutant("setup-error-untranslated")
+class SetupErrorUntranslated(MemorySaver):
+    """Opened without migrations (``from_conn_string`` without ``setup()``), it lets the
+    driver's missing-table error through instead of a runstore error naming ``setup()``."""
+
+    needs_setup = False
+
+    async def setup(self) -> None:
+        self.needs_setup = False
+
+    def _missing_table(self) -> None:
+        if self.needs_setup:
+            raise sqlite3.OperationalError("no such table: checkpoints")
+
+    async def aget_tuple(self, config: Any) -> Any:
+        self._missing_table()
+        return await super().aget_tuple(config)
+
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        self._missing_table()
+        return await super().aput(config, checkpoint, metadata, new_versions)
 
 
 @mutant("prune-leaves-writes")
@@ -545,7 +589,10 @@ class SyncPruneKeepsAll(_AsyncFromCorrectSync):
 
 def _factory(cls: type[MemorySaver]) -> Any:
     async def open_mutant(url: BackendURL, options: BackendOptions) -> MemorySaver:
-        return cls()
+        saver = cls()
+        if isinstance(saver, SetupErrorUntranslated):
+            saver.needs_setup = not options.migrate
+        return saver
 
     return open_mutant
 

@@ -34,6 +34,8 @@ check_thread_mode
 AutoType
 # Spawned worker processes import this by name (runstore.conformance.processes).
 load_plugins_from_env
+# The Agent Server tests' graph, found by the path in langgraph.json.
+graph
 # LangGraph reads these attributes of a BaseStore (runstore.store.base.StoreBase sets them).
 supports_ttl
 index_config
