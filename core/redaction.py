@@ -27,7 +27,9 @@ REDACTED = "***"
 _SECRETS: set[str] = set()
 #: A secret shorter than this is never looked for outside a secret's place.
 MIN_SECRET_LENGTH = 8
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]*")
+#: A URL in text ends at white space, a quote, ``<>``, or a comma that starts the next URL
+#: of a comma-joined list (``-b memory://,postgresql://u@h/db``).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://(?:(?!,[A-Za-z][A-Za-z0-9+.\-]*://)[^\s\"'<>])*")
 #: ``password=x``, ``sslpassword='x'``, ``"password": "x"``, ``PGPASSWORD=x``, ``pwd: x``.
 _FIELD = re.compile(
     r"""(?ix)

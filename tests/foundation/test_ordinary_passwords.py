@@ -51,6 +51,13 @@ def test_ordinary_words_stay_in_free_text_and_secret_places_are_masked() -> None
     assert redact("password=None") == "password=None"
 
 
+def test_a_comma_joined_url_list_keeps_every_url() -> None:
+    """`runstore bench -b memory://,sqlite://x.db,postgresql://u:pw@h/db` records its argv
+    redacted: each URL of the list is its own URL, not one URL with an '@' past its host."""
+    joined = "memory://,sqlite:///x.db,postgresql://app@127.0.0.1:5432/test,postgresql://u:pw@h/db"
+    assert redact(joined) == "memory://,sqlite:///x.db,postgresql://app@127.0.0.1:5432/test,postgresql://u:***@h/db"
+
+
 def test_a_strong_password_is_masked_as_a_whole_token_anywhere() -> None:
     strong = "x7#Kq2!vLm"
     assert is_strong_secret(strong) and not any(is_strong_secret(w) for w in WORDS)
