@@ -179,18 +179,21 @@ def backend_skeleton(kind: str, class_name: str) -> str:
     protocol = _protocol(kind)
     methods = [_method_source(name, getattr(protocol, name)) for name in _contract_methods(kind)]
     # A store hands runstore.open's store_index/store_ttl to StoreBase, which checks them.
-    construct = "index, ttl = store_config(options)\n    return cls(index=index, ttl=ttl)" if kind == "store" else (
-        "return cls()"
+    construct = (
+        ["index, ttl = store_config(options)", "return cls(index=index, ttl=ttl)"]
+        if kind == "store"
+        else ["return cls()"]
     )
-    opener = textwrap.dedent(
-        f'''
-            @classmethod
-            async def open(cls, url: BackendURL, options: BackendOptions) -> {class_name}:
-                """Open the backend for ``url``; runstore calls this through the registry."""
-                url.check_options(set())
-                {{construct}}
-        '''
-    ).replace("{construct}", construct)
+    opener = "\n".join(
+        [
+            "",
+            "@classmethod",
+            f"async def open(cls, url: BackendURL, options: BackendOptions) -> {class_name}:",
+            '    """Open the backend for ``url``; runstore calls this through the registry."""',
+            "    url.check_options(set())",
+            *(f"    {line}" for line in construct),
+        ]
+    )
     return (
         f'"""The {kind} backend. Fill in each method; `runstore check` tells you what is left."""\n\n'
         "from __future__ import annotations\n\n"
