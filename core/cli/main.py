@@ -363,8 +363,8 @@ _SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs", "sto
 
 @main.command("new-plugin")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs"]), default="events",
-              show_default=True,
+@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs", "store"]),
+              default="events", show_default=True,
               help="Which kind of backend the skeleton implements.")
 @click.option("--directory", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Where to create the runstore-NAME project.")

@@ -20,14 +20,31 @@ KINDS = {
     "events": ("events", "RunEventStore", "runstore_register_event_stores", "EventStoreRegistry"),
     "streams": ("streams", "StreamBridge", "runstore_register_stream_bridges", "StreamBridgeRegistry"),
     "runs": ("runs", "RunStore", "runstore_register_run_stores", "RunStoreRegistry"),
+    "store": ("store", "StoreBase", "runstore_register_stores", "StoreRegistry"),
 }
 #: The generated class is named ``<Name><suffix>`` (``AcmeSaver``, ``AcmeEventStore``, ...).
-CLASS_SUFFIX = {"saver": "Saver", "events": "EventStore", "streams": "StreamBridge", "runs": "RunStore"}
+CLASS_SUFFIX = {
+    "saver": "Saver",
+    "events": "EventStore",
+    "streams": "StreamBridge",
+    "runs": "RunStore",
+    "store": "Store",
+}
 #: The suite module that checks each kind.
-SUITES = {"saver": "test_savers", "events": "test_events", "streams": "test_streams", "runs": "test_runs"}
+SUITES = {
+    "saver": "test_savers",
+    "events": "test_events",
+    "streams": "test_streams",
+    "runs": "test_runs",
+    "store": "test_store",
+}
 #: A saver's contract is the async API of LangGraph's BaseCheckpointSaver, whose methods
 #: are not abstract (they raise NotImplementedError): the ones a saver must write.
 SAVER_METHODS = ("aget_tuple", "alist", "aput", "aput_writes", "adelete_thread")
+#: A store subclasses runstore's `StoreBase`, which routes LangGraph's get/put/search/...
+#: through ``batch``/``abatch`` after runstore's input checks: a store writes the two
+#: batch methods, and ``asweep_expired`` (the retention sweeper calls it on every pass).
+STORE_METHODS = ("abatch", "batch", "asweep_expired")
 
 _HEADER = {
     "saver": (
@@ -66,6 +83,14 @@ _HEADER = {
         "from runstore.options import BackendOptions\n"
         "from runstore.urls import BackendURL\n"
     ),
+    "store": (
+        "from collections.abc import Iterable\n"
+        "from typing import Any\n\n"
+        "from runstore.options import BackendOptions\n"
+        "from runstore.store import StoreBase\n"
+        "from runstore.store.base import store_config\n"
+        "from runstore.urls import BackendURL\n"
+    ),
     "streams": (
         "from collections.abc import AsyncGenerator\n"
         "from typing import Any\n\n"
@@ -76,16 +101,32 @@ _HEADER = {
 }
 
 
+#: A class docstring that says more than the protocol's name.
+_CLASS_DOC = {
+    "store": (
+        '    """A runstore long-term memory store (LangGraph ``BaseStore``), built on `StoreBase`.\n\n'
+        "    `StoreBase` turns get/put/search/delete/list_namespaces, sync and async, into ops\n"
+        "    for ``batch``/``abatch``, and holds the clock and the checked index/TTL configs.\n"
+        "    Start each batch with ``runstore.store.check_ops(ops)``: it refuses bad input\n"
+        "    before any I/O and hands back checked ops; `runstore.store` has the filter,\n"
+        "    namespace, TTL and ranking rules to build the rest on.\n"
+        '    """\n'
+    ),
+}
+
+
 def _protocol(kind: str) -> type[Any]:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from runstore import events, runs, streams
+    from runstore.store import StoreBase
 
     return {
         "saver": BaseCheckpointSaver,
         "events": events.RunEventStore,
         "streams": streams.StreamBridge,
         "runs": runs.RunStore,
+        "store": StoreBase,
     }[kind]
 
 
@@ -93,6 +134,8 @@ def _contract_methods(kind: str) -> list[str]:
     """The methods a backend of ``kind`` must write, in name order."""
     if kind == "saver":
         return sorted(SAVER_METHODS)
+    if kind == "store":
+        return sorted(STORE_METHODS)
     return sorted(getattr(_protocol(kind), "__abstractmethods__", ()))
 
 
@@ -135,21 +178,28 @@ def backend_skeleton(kind: str, class_name: str) -> str:
     """Source of a backend class whose every abstract method raises NotImplementedError."""
     protocol = _protocol(kind)
     methods = [_method_source(name, getattr(protocol, name)) for name in _contract_methods(kind)]
-    opener = textwrap.dedent(
-        f'''
-            @classmethod
-            async def open(cls, url: BackendURL, options: BackendOptions) -> {class_name}:
-                """Open the backend for ``url``; runstore calls this through the registry."""
-                url.check_options(set())
-                return cls()
-        '''
+    # A store hands runstore.open's store_index/store_ttl to StoreBase, which checks them.
+    construct = (
+        ["index, ttl = store_config(options)", "return cls(index=index, ttl=ttl)"]
+        if kind == "store"
+        else ["return cls()"]
+    )
+    opener = "\n".join(
+        [
+            "",
+            "@classmethod",
+            f"async def open(cls, url: BackendURL, options: BackendOptions) -> {class_name}:",
+            '    """Open the backend for ``url``; runstore calls this through the registry."""',
+            "    url.check_options(set())",
+            *(f"    {line}" for line in construct),
+        ]
     )
     return (
         f'"""The {kind} backend. Fill in each method; `runstore check` tells you what is left."""\n\n'
         "from __future__ import annotations\n\n"
         f"{_HEADER[kind]}\n\n"
         f"class {class_name}({protocol.__name__}):\n"
-        f'    """A runstore {protocol.__name__}."""\n'
+        + _CLASS_DOC.get(kind, f'    """A runstore {protocol.__name__}."""\n')
         + textwrap.indent(opener, "    ").rstrip()
         + "\n\n"
         + "\n\n".join(methods)

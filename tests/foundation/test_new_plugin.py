@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runstore.cli.scaffold import CLASS_SUFFIX, KINDS, new_plugin
+from runstore.cli.scaffold import CLASS_SUFFIX, KINDS, SUITES, new_plugin
 from runstore.errors import ConfigError
 
 from .conftest import FreshEnv
@@ -34,6 +34,15 @@ from runstore.plugins.memory.saver import MemorySaver
 
 class AcmeSaver(MemorySaver):
     """The skeleton, filled in by delegating to the in-process saver."""
+''',
+    "store": '''
+"""A memory-backed implementation: every method comes from runstore's memory store."""
+
+from runstore.plugins.memory.store import MemoryStore
+
+
+class AcmeStore(MemoryStore):
+    """The skeleton, filled in by delegating to the in-process store."""
 ''',
 }
 
@@ -102,15 +111,19 @@ def test_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp
     assert " passed" in filled.stdout.splitlines()[-1]
 
 
-def test_saver_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEnv, tmp_path: Path) -> None:
-    """The same flow for a saver, certified with `runstore check` from the fresh environment."""
+@pytest.mark.parametrize("kind", ["saver", "store"])
+def test_checked_template_fails_cleanly_then_passes_when_filled(
+    fresh_env: FreshEnv, tmp_path: Path, kind: str
+) -> None:
+    """The same flow for a saver and a store, certified with `runstore check` from the
+    fresh environment (one child run per state and kind)."""
     subprocess.run(
-        [sys.executable, "-m", "runstore.cli", "new-plugin", "acme", "--kind", "saver",
+        [sys.executable, "-m", "runstore.cli", "new-plugin", "acme", "--kind", kind,
          "--directory", str(tmp_path)],
         capture_output=True, text=True, check=True,
     )
     project = tmp_path / "runstore-acme"
-    assert "test_savers" in (project / "tests" / "test_conformance.py").read_text()
+    assert SUITES[kind] in (project / "tests" / "test_conformance.py").read_text()
     fresh_env.install(project)
 
     def check() -> dict[str, Any]:
@@ -121,14 +134,14 @@ def test_saver_template_fails_cleanly_then_passes_when_filled(fresh_env: FreshEn
         return result
 
     empty = check()
-    row = empty["backends"]["saver:acme"]
+    row = empty["backends"][f"{kind}:acme"]
     assert not empty["ok"] and row["level"] == "failing"
     failures = [f for suite in row["suites"].values() for f in suite["failures"]]
     assert failures and all("NotImplementedError" in (f["message"] or "") for f in failures), [
         f for f in failures if "NotImplementedError" not in (f["message"] or "")
     ][:3]
 
-    (project / "runstore_acme" / "saver.py").write_text(FILLED["saver"])
+    (project / "runstore_acme" / f"{KINDS[kind][0]}.py").write_text(FILLED[kind])
     fresh_env.install(project)
     filled = check()
     assert filled["ok"], json.dumps(filled, indent=1)[-5000:]
