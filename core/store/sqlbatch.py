@@ -1,0 +1,297 @@
+"""One `abatch` of a SQL memory store, prepared before it reaches the database.
+
+A SQL store turns LangGraph's ops into *steps* here, on the event loop, before any
+statement runs: every op is validated, the texts of the batch's puts are embedded in
+one call and each search's query once, and each filter is rendered to SQL
+(`runstore.store.sqlplan`). Only then does the store run the steps, in order, in one
+transaction. So bad input (an invalid namespace, a value that is not JSON, a filter
+operator that does not exist, an embedding of the wrong length, an index field the
+value lacks) is raised before anything is written, and a batch's ops see each other
+in order because they run one after another in that transaction.
+
+`Scorer` ranks embedded items for a search in Python (numpy) where the database has
+no vector function; `list_namespaces` applies a `ListNamespacesOp` to the distinct
+namespaces a database returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    SearchItem,
+    SearchOp,
+)
+
+from runstore.clock import from_micros
+from runstore.store import rules
+from runstore.store.sqlplan import FilterSql, RenderedFilter, encode_namespace
+from runstore.validation import dumps, loads
+
+#: Microseconds in a minute (TTLs are minutes, stamps microseconds).
+MINUTE_MICROS = 60_000_000
+
+
+@dataclass(frozen=True)
+class GetStep:
+    """A `GetOp`: read one item (refreshing its TTL if asked)."""
+
+    namespace: tuple[str, ...]
+    prefix: str
+    key: str
+    refresh: bool
+
+
+@dataclass(frozen=True)
+class PutStep:
+    """A `PutOp`: write (``value_text`` set) or delete (``None``) one item.
+
+    ``vectors``: the item's embedded fields (``None``: not indexed, old vectors dropped).
+    """
+
+    namespace: tuple[str, ...]
+    prefix: str
+    key: str
+    value_text: str | None
+    ttl_minutes: float | None
+    vectors: list[tuple[str, np.ndarray]] | None
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """A `SearchOp`: its namespace prefix, rendered filter and paging, and the query's
+    embedding when it is a semantic search."""
+
+    namespace_prefix: tuple[str, ...]
+    filter: dict[str, Any] | None
+    rendered: RenderedFilter
+    query_vector: np.ndarray | None
+    limit: int
+    offset: int
+    refresh: bool
+
+    def keep(self, value: dict[str, Any]) -> bool:
+        """Whether an item the SQL returned passes the whole filter (the shared evaluator)."""
+        return self.rendered.exact or rules.matches_filter(value, self.filter)
+
+
+@dataclass(frozen=True)
+class ListStep:
+    """A `ListNamespacesOp`, applied to the distinct namespaces the database returns."""
+
+    op: ListNamespacesOp
+
+
+Step = GetStep | PutStep | SearchStep | ListStep
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """What a SQL store was opened with: its index (``None``: no semantic search) and TTL rules."""
+
+    index: rules.IndexSettings | None
+    ttl: rules.TTLSettings
+
+
+async def prepare(ops: Iterable[Op], settings: StoreSettings, filters: FilterSql) -> list[Step]:
+    """Validate and embed ``ops``; one step per op, in order (module docstring).
+
+    Raises the shared rules' errors for bad input before anything is written.
+    """
+    ops = list(ops)
+    steps: list[Step | None] = []
+    # Texts to embed: (step position, field path, text).
+    texts: list[tuple[int, str, str]] = []
+    queries: dict[str, np.ndarray | None] = {}
+    index = settings.index
+    for position, op in enumerate(ops):
+        if isinstance(op, GetOp):
+            rules.check_namespace_labels(op.namespace)
+            rules.check_key(op.key)
+            steps.append(GetStep(tuple(op.namespace), encode_namespace(op.namespace), op.key, op.refresh_ttl))
+        elif isinstance(op, PutOp):
+            steps.append(None)
+            rules.check_namespace(op.namespace)
+            rules.check_key(op.key)
+            if op.value is not None:
+                value = rules.check_value(op.value)
+                if index is not None and op.index is not False:
+                    for path, text in rules.index_texts(value, index, op.index):
+                        texts.append((position, path, text))
+        elif isinstance(op, SearchOp):
+            rules.check_namespace_labels(op.namespace_prefix)
+            rules.check_filter(op.filter)
+            rules.check_paging(op.limit, op.offset)
+            if op.query and index is not None:
+                queries.setdefault(op.query, None)
+            steps.append(None)
+        elif isinstance(op, ListNamespacesOp):
+            rules.check_list_namespaces(op)
+            steps.append(ListStep(op))
+        else:
+            raise rules.unknown_op(op)
+    vectors = await _embed(index, [text for _, _, text in texts], list(queries))
+    by_op: dict[int, list[tuple[str, np.ndarray]]] = {}
+    for (position, path, _), vector in zip(texts, vectors[: len(texts)], strict=True):
+        by_op.setdefault(position, []).append((path, vector))
+    for query, vector in zip(queries, vectors[len(texts) :], strict=True):
+        queries[query] = vector
+    for position, op in enumerate(ops):
+        if isinstance(op, PutOp):
+            indexed = index is not None and op.value is not None and op.index is not False
+            steps[position] = PutStep(
+                namespace=tuple(op.namespace),
+                prefix=encode_namespace(op.namespace),
+                key=op.key,
+                value_text=None if op.value is None else dumps(dict(op.value)),
+                ttl_minutes=rules.put_ttl(op.ttl, settings.ttl) if op.value is not None else None,
+                vectors=by_op.get(position, []) if indexed else None,
+            )
+        elif isinstance(op, SearchOp):
+            steps[position] = SearchStep(
+                namespace_prefix=tuple(op.namespace_prefix),
+                filter=dict(op.filter) if op.filter else None,
+                rendered=filters.render(op.filter),
+                query_vector=queries.get(op.query) if op.query else None,
+                limit=op.limit,
+                offset=op.offset,
+                refresh=op.refresh_ttl,
+            )
+    return [step for step in steps if step is not None]
+
+
+async def _embed(
+    index: rules.IndexSettings | None, documents: Sequence[str], queries: Sequence[str]
+) -> list[np.ndarray]:
+    """Embed ``documents`` (one call) and each of ``queries``; each vector checked against
+    the index's ``dims`` (`rules.check_vectors`), as float32."""
+    if index is None or not (documents or queries):
+        return []
+    embeddings = index.embeddings
+    calls: list[Any] = []
+    if documents:
+        calls.append(embeddings.aembed_documents(list(documents)))
+    calls.extend(embeddings.aembed_query(query) for query in queries)
+    results = await asyncio.gather(*calls)
+    raw: list[Sequence[float]] = []
+    if documents:
+        raw.extend(results[0])
+        results = results[1:]
+    raw.extend(results)
+    rules.check_vectors(raw, len(documents) + len(queries), index.dims)
+    return [np.asarray(vector, dtype=np.float32) for vector in raw]
+
+
+def expires_at(now_micros: int, ttl_minutes: float | None) -> int | None:
+    """The expiry stamp of an item written or refreshed at ``now_micros``: the TTL in whole
+    microseconds, half rounded up (`EXPIRY_SQL` computes the same in SQL)."""
+    if ttl_minutes is None:
+        return None
+    return now_micros + math.floor(ttl_minutes * MINUTE_MICROS + 0.5)
+
+
+def expiry_sql(ttl_column: str) -> str:
+    """`expires_at` in SQL, for a ``now`` parameter (``?``) and the TTL column ``ttl_column``."""
+    return f"? + CAST(floor({ttl_column} * {MINUTE_MICROS} + 0.5) AS BIGINT)"
+
+
+def item_of(prefix_namespace: tuple[str, ...], key: str, value: str | bytes | dict[str, Any], created: int, updated: int) -> Item:
+    """An `Item` from a row's columns (stamps in microseconds)."""
+    return Item(
+        value=value if isinstance(value, dict) else loads(value),
+        key=key,
+        namespace=prefix_namespace,
+        created_at=_stamp(created),
+        updated_at=_stamp(updated),
+    )
+
+
+def search_item_of(item: Item, score: float | None) -> SearchItem:
+    """``item`` as a `SearchItem` with ``score``."""
+    return SearchItem(
+        namespace=item.namespace,
+        key=item.key,
+        value=item.value,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        score=score,
+    )
+
+
+def _stamp(micros: int) -> datetime:
+    return from_micros(int(micros))
+
+
+class Scorer:
+    """Cosine scores of embedded fields against one query, best field per item."""
+
+    def __init__(self, query: np.ndarray) -> None:
+        norm = float(np.linalg.norm(query))
+        self._query = query / norm if norm else query
+
+    def best(self, keys: Sequence[Any], blobs: Sequence[bytes], dims: int) -> dict[Any, float]:
+        """The highest cosine similarity per key over ``blobs`` (float32 vectors of ``dims``);
+        a blob of another length (written under other ``dims``) is skipped."""
+        width = dims * 4
+        kept = [(k, b) for k, b in zip(keys, blobs, strict=True) if len(b) == width]
+        if not kept:
+            return {}
+        matrix = np.frombuffer(b"".join(b for _, b in kept), dtype=np.float32).reshape(len(kept), dims)
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        scores = (matrix @ self._query) / norms
+        best: dict[Any, float] = {}
+        for (key, _), score in zip(kept, scores.tolist(), strict=True):
+            if key not in best or score > best[key]:
+                best[key] = score
+        return best
+
+
+#: A row as the SQL stores read items: prefix, key, value (JSON text or decoded),
+#: created_at, updated_at, ttl_minutes.
+ItemRow = tuple[Any, ...]
+
+
+def rank(
+    rows: Sequence[ItemRow],
+    vectors: Sequence[tuple[str, str, bytes]],
+    step: SearchStep,
+    dims: int,
+) -> list[tuple[ItemRow, float | None]]:
+    """A semantic search's page ranked in Python: ``rows`` (the candidates, already past the
+    SQL conditions) kept by the whole filter, scored by their best vector in ``vectors``
+    (``(prefix, key, float32 blob)``), best first, unembedded items last; ties in the
+    order of a plain search (newest update first, then namespace and key)."""
+    assert step.query_vector is not None
+    kept = [row for row in rows if step.keep(_decoded(row[2]))]
+    best = Scorer(step.query_vector).best([(p, k) for p, k, _ in vectors], [b for _, _, b in vectors], dims)
+    kept.sort(key=lambda r: (r[0], r[1]))
+    kept.sort(key=lambda r: -int(r[4]))
+    scored = [(row, best.get((row[0], row[1]))) for row in kept]
+    scored.sort(key=lambda pair: (pair[1] is None, -(pair[1] or 0.0)))
+    return page(scored, step)
+
+
+def page(rows: list[Any], step: SearchStep) -> list[Any]:
+    """The ``offset``/``limit`` slice of a search's ordered matches."""
+    return rows[step.offset : step.offset + step.limit]
+
+
+def _decoded(value: str | bytes | dict[str, Any]) -> Any:
+    return value if isinstance(value, dict) else loads(value)
+
+
+def list_namespaces(namespaces: Iterable[tuple[str, ...]], op: ListNamespacesOp) -> list[tuple[str, ...]]:
+    """``op`` applied to the distinct namespaces a store holds (the shared matching rules)."""
+    return rules.list_namespaces(namespaces, op)

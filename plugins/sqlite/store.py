@@ -1,0 +1,179 @@
+"""`SqliteStore`: LangGraph's long-term memory store (`BaseStore`) in a sqlite file.
+
+The store shares the file (`SqliteFile`) with the saver, the event store and the run
+store opened on the same URL: one engine, and one writer and write queue
+(`runstore.plugins.sqlite.commits`). Each `abatch` is prepared first (validated and
+embedded, `runstore.store.sqlbatch`), then runs whole on one thread hop:
+
+* a batch with a put or delete is one op of the file's write queue, so it is one
+  transaction (``BEGIN IMMEDIATE``, in a savepoint of its own when other stores' ops
+  share the commit): all of it lands or none of it does;
+* a read-only batch runs in one read transaction (one snapshot) on the file's writer
+  while no write is queued, else on the store's own reader; the expiries its reads
+  refresh are then written as one op.
+
+A caller cancelled meanwhile does not stop its write: the op commits or rolls back
+with its batch and the cancelled caller returns once it has
+(`runstore.cancellation.settle`). Items past their expiry are invisible to reads and
+deleted by `asweep_expired`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
+
+from runstore.cancellation import settle
+from runstore.checkpoint.rules import run_sync
+from runstore.clock import Clock, system_clock, to_micros
+from runstore.errors import BackendUnavailableError, StoreError
+from runstore.options import BackendOptions
+from runstore.sql.migrations import Migration, ensure_schema
+from runstore.standalone import Standalone
+from runstore.store import rules
+from runstore.store.sqlbatch import PutStep, StoreSettings, prepare
+from runstore.urls import BackendURL
+
+from . import store_ops, vectors
+from .adapter import WorkerConnection
+from .errors import is_unavailable
+from .file import SqliteFile, shared_file
+
+BACKEND = "sqlite memory store"
+_CLOSED = "this sqlite memory store is closed"
+
+
+class SqliteStore(BaseStore, Standalone):
+    """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
+
+    ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with
+    sqlite-vec, `runstore.plugins.sqlite.vectors`); ``ttl`` is LangGraph's `TTLConfig`.
+    """
+
+    supports_ttl: bool = True
+    #: URL query options the store accepts (none).
+    url_options: ClassVar[frozenset[str]] = frozenset()
+    schema_component: ClassVar[str | None] = store_ops.COMPONENT
+    file_scheme: ClassVar[str | None] = "sqlite"
+    schema_migrations: ClassVar[Sequence[Migration]] = store_ops.MIGRATIONS
+
+    def __init__(
+        self,
+        file: SqliteFile,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+    ) -> None:
+        self._file = file
+        self.engine = file.engine
+        self._settings = StoreSettings(index=rules.index_settings(index), ttl=rules.ttl_settings(ttl))
+        self.index_config = index
+        self.ttl_config = ttl
+        #: The clock stamps and expiries are read from (tests swap in a `ManualClock`).
+        self.clock: Clock = system_clock
+        self._reader: WorkerConnection | None = None
+        self._writing = False
+        self._vec = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        url: BackendURL,
+        options: BackendOptions,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+    ) -> SqliteStore:
+        """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed."""
+        file = await shared_file(url, options, cls.url_options)
+        if options.migrate:
+            await ensure_schema(file.engine, store_ops.COMPONENT, store_ops.MIGRATIONS)
+        store = cls(file, index=index, ttl=ttl)
+        await store._start()
+        options.on_close(store.aclose)
+        return store
+
+    async def _start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._reader = await WorkerConnection.checkout(self._file.engine)
+        try:
+            self._vec = await self._reader.run(vectors.available)
+            await self._file.commits.acquire()
+        except BaseException:
+            await self._reader.close()
+            self._reader = None
+            raise
+        self._writing = True
+
+    async def aclose(self) -> None:
+        """Give the file's writer and the store's reader back (idempotent)."""
+        reader, self._reader = self._reader, None
+        writing, self._writing = self._writing, False
+        if writing:
+            await self._file.commits.release()
+        if reader is not None:
+            await reader.close()
+
+    # --- the BaseStore contract -------------------------------------------------------
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order as one transaction (module docstring); one result per op."""
+        steps = await prepare(ops, self._settings, store_ops.FILTERS)
+        if not steps:
+            return []
+        reader = self._reader
+        if reader is None or not self._writing:
+            raise RuntimeError(_CLOSED)
+        now = to_micros(self.clock())
+        dims = None if self._settings.index is None else self._settings.index.dims
+        commits = self._file.commits
+        try:
+            if any(isinstance(step, PutStep) for step in steps):
+                ctx = store_ops.Context(now, dims, self._vec, write=True)
+                outcome: store_ops.Outcome = await settle(commits.submit(store_ops.write_batch, steps, ctx))
+            else:
+                ctx = store_ops.Context(now, dims, self._vec)
+                outcome = await commits.read(reader, store_ops.read_batch, steps, ctx)
+                if outcome.refresh:
+                    await settle(commits.submit(store_ops.refresh, outcome.refresh))
+        except sqlite3.Error as exc:
+            raise _translate(exc, "batch") from exc
+        return outcome.results
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """`abatch` from another thread than the store's event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError(_CLOSED)
+        listed = list(ops)
+        return run_sync(loop, lambda: self.abatch(listed), "batch", type(self).__name__)
+
+    async def asweep_expired(self) -> int:
+        """Delete the items whose TTL has passed (and their vectors); return how many."""
+        if not self._writing:
+            raise RuntimeError(_CLOSED)
+        now = to_micros(self.clock())
+        try:
+            swept: int = await settle(self._file.commits.submit(store_ops.sweep, now))
+        except sqlite3.Error as exc:
+            raise _translate(exc, "sweep expired items") from exc
+        return swept
+
+    def sweep_expired(self) -> int:
+        """`asweep_expired` from another thread than the store's event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError(_CLOSED)
+        return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
+
+
+def _translate(exc: sqlite3.Error, operation: str) -> Exception:
+    """`BackendUnavailableError` for a file that cannot be used now (nothing written), else `StoreError`."""
+    if is_unavailable(exc):
+        return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=exc)
+    return StoreError(f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written")
