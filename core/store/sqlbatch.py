@@ -24,19 +24,15 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from langgraph.store.base import (
-    GetOp,
-    Item,
-    ListNamespacesOp,
-    Op,
-    PutOp,
-    SearchItem,
-    SearchOp,
-)
+from langgraph.store.base import Item, Op, SearchItem
 
 from runstore.clock import from_micros
-from runstore.store import rules
+from runstore.store.filters import Condition, matches
+from runstore.store.indexing import IndexRules, check_vectors, texts_to_embed
+from runstore.store.ops import Get, ListNamespaces, Put, Search, check_ops
+from runstore.store.ops import list_namespaces as _list_namespaces
 from runstore.store.sqlplan import FilterSql, RenderedFilter, encode_namespace
+from runstore.store.ttl import TTLRules
 from runstore.validation import dumps, loads
 
 #: Microseconds in a minute (TTLs are minutes, stamps microseconds).
@@ -74,7 +70,7 @@ class SearchStep:
     embedding when it is a semantic search."""
 
     namespace_prefix: tuple[str, ...]
-    filter: dict[str, Any] | None
+    conditions: tuple[Condition, ...]
     rendered: RenderedFilter
     query_vector: np.ndarray | None
     limit: int
@@ -83,14 +79,14 @@ class SearchStep:
 
     def keep(self, value: dict[str, Any]) -> bool:
         """Whether an item the SQL returned passes the whole filter (the shared evaluator)."""
-        return self.rendered.exact or rules.matches_filter(value, self.filter)
+        return self.rendered.exact or matches(self.conditions, value)
 
 
 @dataclass(frozen=True)
 class ListStep:
     """A `ListNamespacesOp`, applied to the distinct namespaces the database returns."""
 
-    op: ListNamespacesOp
+    op: ListNamespaces
 
 
 Step = GetStep | PutStep | SearchStep | ListStep
@@ -100,82 +96,69 @@ Step = GetStep | PutStep | SearchStep | ListStep
 class StoreSettings:
     """What a SQL store was opened with: its index (``None``: no semantic search) and TTL rules."""
 
-    index: rules.IndexSettings | None
-    ttl: rules.TTLSettings
+    index: IndexRules | None
+    ttl: TTLRules
 
 
 async def prepare(ops: Iterable[Op], settings: StoreSettings, filters: FilterSql) -> list[Step]:
-    """Validate and embed ``ops``; one step per op, in order (module docstring).
+    """Check and embed ``ops``; one step per op, in order (module docstring).
 
-    Raises the shared rules' errors for bad input before anything is written.
+    Raises `InvalidStoreInputError` for bad input before anything is written.
     """
-    ops = list(ops)
-    steps: list[Step | None] = []
-    # Texts to embed: (step position, field path, text).
+    checked = check_ops(ops)
+    index = settings.index
+    # Texts to embed: (op position, field path, text); each query once.
     texts: list[tuple[int, str, str]] = []
     queries: dict[str, np.ndarray | None] = {}
-    index = settings.index
-    for position, op in enumerate(ops):
-        if isinstance(op, GetOp):
-            rules.check_namespace_labels(op.namespace)
-            rules.check_key(op.key)
-            steps.append(GetStep(tuple(op.namespace), encode_namespace(op.namespace), op.key, op.refresh_ttl))
-        elif isinstance(op, PutOp):
-            steps.append(None)
-            rules.check_namespace(op.namespace)
-            rules.check_key(op.key)
-            if op.value is not None:
-                value = rules.check_value(op.value)
-                if index is not None and op.index is not False:
-                    for path, text in rules.index_texts(value, index, op.index):
-                        texts.append((position, path, text))
-        elif isinstance(op, SearchOp):
-            rules.check_namespace_labels(op.namespace_prefix)
-            rules.check_filter(op.filter)
-            rules.check_paging(op.limit, op.offset)
-            if op.query and index is not None:
-                queries.setdefault(op.query, None)
-            steps.append(None)
-        elif isinstance(op, ListNamespacesOp):
-            rules.check_list_namespaces(op)
-            steps.append(ListStep(op))
-        else:
-            raise rules.unknown_op(op)
+    for position, op in enumerate(checked):
+        if isinstance(op, Put) and op.value is not None and index is not None:
+            texts.extend((position, path, text) for path, text in texts_to_embed(op.value, op.index, index))
+        elif isinstance(op, Search) and op.query and index is not None:
+            queries.setdefault(op.query, None)
     vectors = await _embed(index, [text for _, _, text in texts], list(queries))
     by_op: dict[int, list[tuple[str, np.ndarray]]] = {}
     for (position, path, _), vector in zip(texts, vectors[: len(texts)], strict=True):
         by_op.setdefault(position, []).append((path, vector))
     for query, vector in zip(queries, vectors[len(texts) :], strict=True):
         queries[query] = vector
-    for position, op in enumerate(ops):
-        if isinstance(op, PutOp):
+    steps: list[Step] = []
+    for position, op in enumerate(checked):
+        if isinstance(op, Get):
+            steps.append(GetStep(op.namespace, encode_namespace(op.namespace), op.key, op.refresh_ttl))
+        elif isinstance(op, Put):
             indexed = index is not None and op.value is not None and op.index is not False
-            steps[position] = PutStep(
-                namespace=tuple(op.namespace),
-                prefix=encode_namespace(op.namespace),
-                key=op.key,
-                value_text=None if op.value is None else dumps(dict(op.value)),
-                ttl_minutes=rules.put_ttl(op.ttl, settings.ttl) if op.value is not None else None,
-                vectors=by_op.get(position, []) if indexed else None,
+            steps.append(
+                PutStep(
+                    namespace=op.namespace,
+                    prefix=encode_namespace(op.namespace),
+                    key=op.key,
+                    value_text=None if op.value is None else dumps(op.value),
+                    ttl_minutes=op.ttl,
+                    vectors=by_op.get(position, []) if indexed else None,
+                )
             )
-        elif isinstance(op, SearchOp):
-            steps[position] = SearchStep(
-                namespace_prefix=tuple(op.namespace_prefix),
-                filter=dict(op.filter) if op.filter else None,
-                rendered=filters.render(op.filter),
-                query_vector=queries.get(op.query) if op.query else None,
-                limit=op.limit,
-                offset=op.offset,
-                refresh=op.refresh_ttl,
+        elif isinstance(op, Search):
+            steps.append(
+                SearchStep(
+                    namespace_prefix=op.prefix,
+                    conditions=op.conditions,
+                    rendered=filters.render(op.conditions),
+                    query_vector=queries.get(op.query) if op.query else None,
+                    limit=op.limit,
+                    offset=op.offset,
+                    refresh=op.refresh_ttl,
+                )
             )
-    return [step for step in steps if step is not None]
+        else:
+            steps.append(ListStep(op))
+    return steps
 
 
 async def _embed(
-    index: rules.IndexSettings | None, documents: Sequence[str], queries: Sequence[str]
+    index: IndexRules | None, documents: Sequence[str], queries: Sequence[str]
 ) -> list[np.ndarray]:
-    """Embed ``documents`` (one call) and each of ``queries``; each vector checked against
-    the index's ``dims`` (`rules.check_vectors`), as float32."""
+    """Embed ``documents`` (one call) and each of ``queries``; the vectors checked against
+    the index's ``dims`` (`runstore.store.indexing.check_vectors`), as float32."""
     if index is None or not (documents or queries):
         return []
     embeddings = index.embeddings
@@ -189,8 +172,8 @@ async def _embed(
         raw.extend(results[0])
         results = results[1:]
     raw.extend(results)
-    rules.check_vectors(raw, len(documents) + len(queries), index.dims)
-    return [np.asarray(vector, dtype=np.float32) for vector in raw]
+    checked = check_vectors(raw, len(documents) + len(queries), index.dims)
+    return [np.asarray(vector, dtype=np.float32) for vector in checked]
 
 
 def expires_at(now_micros: int, ttl_minutes: float | None) -> int | None:
@@ -274,7 +257,7 @@ def rank(
     (``(prefix, key, float32 blob)``), best first, unembedded items last; ties in the
     order of a plain search (newest update first, then namespace and key)."""
     assert step.query_vector is not None
-    kept = [row for row in rows if step.keep(_decoded(row[2]))]
+    kept = [row for row in rows if step.keep(decoded(row[2]))]
     best = Scorer(step.query_vector).best([(p, k) for p, k, _ in vectors], [b for _, _, b in vectors], dims)
     kept.sort(key=lambda r: (r[0], r[1]))
     kept.sort(key=lambda r: -int(r[4]))
@@ -288,10 +271,11 @@ def page(rows: list[Any], step: SearchStep) -> list[Any]:
     return rows[step.offset : step.offset + step.limit]
 
 
-def _decoded(value: str | bytes | dict[str, Any]) -> Any:
+def decoded(value: str | bytes | dict[str, Any]) -> Any:
+    """A value column as read: JSON text, or already decoded by the driver."""
     return value if isinstance(value, dict) else loads(value)
 
 
-def list_namespaces(namespaces: Iterable[tuple[str, ...]], op: ListNamespacesOp) -> list[tuple[str, ...]]:
+def list_namespaces(namespaces: Iterable[tuple[str, ...]], op: ListNamespaces) -> list[tuple[str, ...]]:
     """``op`` applied to the distinct namespaces a store holds (the shared matching rules)."""
-    return rules.list_namespaces(namespaces, op)
+    return _list_namespaces(namespaces, op)

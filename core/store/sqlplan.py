@@ -8,11 +8,13 @@ decodes back to one tuple). This module turns the parts of a `SearchOp` and a
 * `prefix_condition`: a namespace prefix as an index range on the text column
   (``prefix = 'a.b' OR 'a.b.' <= prefix < 'a.b/'``: ``/`` is the character after ``.``),
   so a search under a prefix reads only that slice of the primary key;
-* `FilterSql.render`: a search filter as SQL over the stored JSON. A term the SQL
-  decides exactly (equality with a string, number or boolean, the comparison operators
-  with a number) is *exact*; any other term renders as ``TRUE`` and is left to the
-  shared Python evaluator on the rows the SQL returned. Only a filter whose terms are
-  all exact lets the database apply ``LIMIT`` and ``OFFSET``.
+* `FilterSql.render`: a search filter's conditions as SQL over the stored JSON, meaning
+  what `runstore.store.filters.holds` means. A condition the SQL decides exactly
+  (``$eq``/``$ne`` with a string, number, boolean or ``None``, the ordering operators)
+  is *exact*; any other (equality with a list or an object, a path the database cannot
+  address as object keys) renders as ``TRUE`` and is left to the shared evaluator on
+  the rows the SQL returned. Only a filter whose conditions are all exact lets the
+  database apply ``LIMIT`` and ``OFFSET``.
 
 Nothing here knows a particular database: each store passes its `FilterSql` subclass
 (how it extracts and types a JSON member).
@@ -20,20 +22,19 @@ Nothing here knows a particular database: each store passes its `FilterSql` subc
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runstore.store.filters import Condition
 
 #: What joins a namespace's labels in the ``prefix`` column.
 SEPARATOR = "."
 #: The character right after `SEPARATOR`: ``'a.' <= text < 'a/'`` is everything under ``a``.
 _AFTER_SEPARATOR = chr(ord(SEPARATOR) + 1)
 
-#: Filter keys a JSON path can name without quoting.
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-_RANGE_OPERATORS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
 def encode_namespace(namespace: Sequence[str]) -> str:
@@ -70,101 +71,105 @@ class RenderedFilter:
 
 
 class FilterSql:
-    """Renders filter terms over a JSON column; subclasses say how their database reads JSON."""
+    """Renders a filter's conditions (`runstore.store.filters.Condition`) as SQL over the
+    JSON column, with the meaning `runstore.store.filters.holds` gives them; subclasses
+    say how their database reads a JSON member."""
 
-    #: The JSON column.
-    column = "value"
-
-    def member_type(self, key: str, params: list[Any]) -> str:
-        """SQL for the JSON type of top-level member ``key`` (see `type_names`)."""
-        raise NotImplementedError
-
-    def member_scalar(self, key: str, params: list[Any]) -> str:
-        """SQL for member ``key`` as a value `operand` compares with."""
-        raise NotImplementedError
-
-    def operand(self, value: str | int | float, params: list[Any]) -> str:
-        """SQL for a bound string or number compared with `member_scalar` (default ``?``)."""
-        params.append(value)
-        return "?"
-
-    #: The names `member_type` gives strings, numbers (any of), ``true`` and ``false``.
+    #: The names `member_type` gives strings, numbers (any of), ``true``, ``false`` and null.
     string_types: tuple[str, ...] = ("string",)
     number_types: tuple[str, ...] = ("number",)
     true_types: tuple[str, ...] = ("true",)
     false_types: tuple[str, ...] = ("false",)
+    null_type: str = "null"
 
-    def render(self, filter: Mapping[str, Any] | None) -> RenderedFilter:
-        """``filter`` (already validated) as SQL; non-exact terms become ``TRUE``."""
+    def reaches(self, path: tuple[str, ...]) -> bool:
+        """Whether the database can address ``path`` exactly as a chain of object keys."""
+        return True
+
+    def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
+        """SQL for the JSON type name of the member at ``path`` (NULL when it is missing)."""
+        raise NotImplementedError
+
+    def member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        """SQL for the member at ``path`` as a value `operand` compares with."""
+        raise NotImplementedError
+
+    def operand(self, value: str | int | float, params: list[Any]) -> str:
+        """SQL for a bound string or number compared with `member` (default ``?``)."""
+        params.append(value)
+        return "?"
+
+    def text_member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        """SQL for a string member ordered by code point against `text_operand`."""
+        return self.member(path, params)
+
+    def text_operand(self, value: str, params: list[Any]) -> str:
+        """SQL for a bound string compared with `text_member` (default `operand`)."""
+        return self.operand(value, params)
+
+    def boolean(self, path: tuple[str, ...], wanted: bool, params: list[Any]) -> str:
+        """SQL true when the member at ``path`` is the JSON boolean ``wanted``."""
+        return self._type_in(path, self.true_types if wanted else self.false_types, params)
+
+    def render(self, conditions: Sequence[Condition]) -> RenderedFilter:
+        """``conditions`` (checked) as SQL; one the SQL cannot decide exactly becomes ``TRUE``."""
         out = RenderedFilter()
-        if not filter:
-            return out
         clauses: list[str] = []
-        for key, wanted in filter.items():
-            clause = self._term(key, wanted, out.params)
+        for condition in conditions:
+            clause = self._condition(condition, out.params) if self.reaches(condition.path) else None
             if clause is None:
                 out.exact = False
             else:
                 clauses.append(clause)
-        out.sql = " AND ".join(clauses) if clauses else "TRUE"
+        if clauses:
+            out.sql = " AND ".join(clauses)
         return out
 
-    def _term(self, key: str, wanted: Any, params: list[Any]) -> str | None:
-        if not isinstance(key, str) or not _PLAIN_KEY.match(key):
-            return None
-        if isinstance(wanted, Mapping) and wanted and all(str(k).startswith("$") for k in wanted):
-            parts: list[str] = []
-            for operator, operand in wanted.items():
-                part = self._operator(key, operator, operand, params)
-                if part is None:
-                    return None
-                parts.append(part)
-            return " AND ".join(parts)
-        return self._equal(key, wanted, params)
-
-    def _operator(self, key: str, operator: str, operand: Any, params: list[Any]) -> str | None:
-        if operator == "$eq":
-            return self._equal(key, operand, params)
-        if operator == "$ne":
-            # Scratch list: the term is dropped whole when the equality cannot be rendered.
+    def _condition(self, condition: Condition, params: list[Any]) -> str | None:
+        path, op, operand = condition.path, condition.op, condition.operand
+        if op in ("$eq", "$ne"):
+            # Scratch list: a condition is dropped whole when it cannot be rendered.
             inner: list[Any] = []
-            equal = self._equal(key, operand, inner)
+            equal = self._equal(path, operand, inner)
             if equal is None:
                 return None
             params.extend(inner)
-            return f"NOT COALESCE({equal}, FALSE)"
-        symbol = _RANGE_OPERATORS.get(operator)
-        if symbol is None or not _is_number(operand):
+            return equal if op == "$eq" else f"NOT {equal}"
+        symbol = _ORDERING[op]
+        if isinstance(operand, str):
+            kind = self._type_in(path, self.string_types, params)
+            member = self.text_member(path, params)
+            return f"({kind} AND {member} {symbol} {self.text_operand(operand, params)})"
+        if not _is_number(operand):
             return None
-        kind = self._type_in(key, self.number_types, params)
-        scalar = self.member_scalar(key, params)
-        return f"({kind} AND {scalar} {symbol} {self.operand(operand, params)})"
+        kind = self._type_in(path, self.number_types, params)
+        return f"({kind} AND {self.member(path, params)} {symbol} {self.operand(operand, params)})"
 
-    def boolean(self, key: str, wanted: bool, params: list[Any]) -> str:
-        """SQL true when member ``key`` is the JSON boolean ``wanted``."""
-        return self._type_in(key, self.true_types if wanted else self.false_types, params)
-
-    def _equal(self, key: str, wanted: Any, params: list[Any]) -> str | None:
+    def _equal(self, path: tuple[str, ...], wanted: Any, params: list[Any]) -> str | None:
+        """SQL that is never NULL: true when the member equals ``wanted`` as JSON."""
+        if wanted is None:
+            # None equals a missing member (type NULL) or a JSON null.
+            kind = self.member_type(path, params)
+            params.append(self.null_type)
+            return f"COALESCE({kind} = ?, TRUE)"
         if isinstance(wanted, bool):
-            return self.boolean(key, wanted, params)
+            return self.boolean(path, wanted, params)
         if isinstance(wanted, str):
-            kind = self._type_in(key, self.string_types, params)
-            scalar = self.member_scalar(key, params)
-            return f"({kind} AND {scalar} = {self.operand(wanted, params)})"
+            kind = self._type_in(path, self.string_types, params)
+            return f"({kind} AND COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE))"
         if _is_number(wanted):
-            kind = self._type_in(key, self.number_types, params)
-            scalar = self.member_scalar(key, params)
-            return f"({kind} AND {scalar} = {self.operand(wanted, params)})"
+            kind = self._type_in(path, self.number_types, params)
+            return f"({kind} AND COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE))"
         return None
 
-    def _type_in(self, key: str, names: tuple[str, ...], params: list[Any]) -> str:
-        kind = self.member_type(key, params)
-        if len(names) == 1:
-            params.append(names[0])
-            return f"COALESCE({kind} = ?, FALSE)"
+    def _type_in(self, path: tuple[str, ...], names: tuple[str, ...], params: list[Any]) -> str:
+        kind = self.member_type(path, params)
         params.extend(names)
         marks = ", ".join("?" for _ in names)
         return f"COALESCE({kind} IN ({marks}), FALSE)"
+
+
+_ORDERING = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
 def _is_number(value: Any) -> bool:
@@ -173,4 +178,4 @@ def _is_number(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return -(2**63) <= value < 2**63
-    return isinstance(value, float) and value == value and value not in (float("inf"), float("-inf"))
+    return isinstance(value, float) and math.isfinite(value)

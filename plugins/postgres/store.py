@@ -29,8 +29,9 @@ from runstore.checkpoint.rules import run_sync
 from runstore.clock import Clock, system_clock, to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
-from runstore.store import rules
+from runstore.store.indexing import IndexRules
 from runstore.store.sqlbatch import StoreSettings, prepare
+from runstore.store.ttl import TTLRules
 from runstore.urls import BackendURL
 
 from . import store_sql
@@ -68,9 +69,10 @@ class PostgresStore(BaseStore, FromEngine):
         self._leases = Leases(
             engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
         )
-        self._settings = StoreSettings(index=rules.index_settings(index), ttl=rules.ttl_settings(ttl))
+        self._settings = StoreSettings(index=IndexRules.of(index), ttl=TTLRules.of(ttl))
         self.index_config = index
-        self.ttl_config = ttl
+        # LangGraph's put/get read their defaults (default_ttl, refresh_on_read) from here.
+        self.ttl_config = self._settings.ttl.as_config()  # type: ignore[assignment]
         #: The clock stamps and expiries are read from (tests swap in a `ManualClock`).
         self.clock: Clock = system_clock
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -15,6 +15,7 @@ measured on 10,000 384-dimension vectors, that took about 36 ms where scoring
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from runstore.store.sqlbatch import (
     PutStep,
     SearchStep,
     Step,
+    decoded,
     expires_at,
     expiry_sql,
     item_of,
@@ -37,7 +39,7 @@ from runstore.store.sqlbatch import (
     search_item_of,
 )
 from runstore.store.sqlplan import FilterSql, decode_namespace, prefix_condition
-from runstore.validation import dumps, loads
+from runstore.validation import dumps
 
 from .engine import POSTGRES
 
@@ -80,24 +82,41 @@ _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 
 
 class PostgresFilters(FilterSql):
-    """Filters over the ``value`` column with jsonb operators (the key a parameter)."""
+    """Filters over the ``value`` column with jsonb operators (the path a ``text[]`` parameter)."""
 
-    def member_type(self, key: str, params: list[Any]) -> str:
-        params.append(key)
-        return "jsonb_typeof(i.value -> ?::text)"
+    def reaches(self, path: tuple[str, ...]) -> bool:
+        # ``#>`` reads a key that looks like a number as an index into an array, where
+        # the shared rule finds no member: such paths are left to the Python evaluator.
+        return not any(_INDEX_LIKE.match(key) for key in path)
 
-    def member_scalar(self, key: str, params: list[Any]) -> str:
-        params.append(key)
-        return "(i.value -> ?::text)"
+    def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
+        params.append(list(path))
+        return "jsonb_typeof(i.value #> ?::text[])"
+
+    def member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        params.append(list(path))
+        return "(i.value #> ?::text[])"
 
     def operand(self, value: str | int | float, params: list[Any]) -> str:
         # jsonb compares numbers as numbers and strings as strings: exact both ways.
         params.append(dumps(value))
         return "?::jsonb"
 
-    def boolean(self, key: str, wanted: bool, params: list[Any]) -> str:
-        params.extend([key, "true" if wanted else "false"])
-        return "COALESCE(i.value -> ?::text = ?::jsonb, FALSE)"
+    def text_member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        # Code-point order, whatever the database's collation.
+        params.append(list(path))
+        return '((i.value #>> ?::text[]) COLLATE "C")'
+
+    def text_operand(self, value: str, params: list[Any]) -> str:
+        params.append(value)
+        return "?::text"
+
+    def boolean(self, path: tuple[str, ...], wanted: bool, params: list[Any]) -> str:
+        params.extend([list(path), "true" if wanted else "false"])
+        return "COALESCE(i.value #> ?::text[] = ?::jsonb, FALSE)"
+
+
+_INDEX_LIKE = re.compile(r"^\s*-?\d+\s*$")
 
 
 FILTERS = PostgresFilters()
@@ -260,7 +279,7 @@ async def _search(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
             found = list(await conn.fetch(sql(select), *params))
         else:
             rows = await conn.fetch(sql(select), *params)
-            found = page([r for r in rows if step.keep(loads(r[2]))], step)
+            found = page([r for r in rows if step.keep(decoded(r[2]))], step)
             if step.refresh:
                 await _refresh(conn, [(r[0], r[1]) for r in found], ctx)
     return [

@@ -15,13 +15,13 @@ embedded, `runstore.store.sqlbatch`), then runs whole on one thread hop:
 A caller cancelled meanwhile does not stop its write: the op commits or rolls back
 with its batch and the cancelled caller returns once it has
 (`runstore.cancellation.settle`). Items past their expiry are invisible to reads and
-deleted by `asweep_expired`.
+deleted by `asweep_expired`. A file that cannot be used right now (busy past
+``busy_timeout``, a full disk...) is `BackendUnavailableError`, nothing written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
@@ -30,17 +30,17 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
 from runstore.cancellation import settle
 from runstore.checkpoint.rules import run_sync
 from runstore.clock import Clock, system_clock, to_micros
-from runstore.errors import BackendUnavailableError, StoreError
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.standalone import Standalone
-from runstore.store import rules
+from runstore.store.indexing import IndexRules
 from runstore.store.sqlbatch import PutStep, StoreSettings, prepare
+from runstore.store.ttl import TTLRules
 from runstore.urls import BackendURL
 
 from . import store_ops, vectors
 from .adapter import WorkerConnection
-from .errors import is_unavailable
+from .errors import unavailable_errors
 from .file import SqliteFile, shared_file
 
 BACKEND = "sqlite memory store"
@@ -70,9 +70,10 @@ class SqliteStore(BaseStore, Standalone):
     ) -> None:
         self._file = file
         self.engine = file.engine
-        self._settings = StoreSettings(index=rules.index_settings(index), ttl=rules.ttl_settings(ttl))
+        self._settings = StoreSettings(index=IndexRules.of(index), ttl=TTLRules.of(ttl))
         self.index_config = index
-        self.ttl_config = ttl
+        # LangGraph's put/get read their defaults (default_ttl, refresh_on_read) from here.
+        self.ttl_config = self._settings.ttl.as_config()  # type: ignore[assignment]
         #: The clock stamps and expiries are read from (tests swap in a `ManualClock`).
         self.clock: Clock = system_clock
         self._reader: WorkerConnection | None = None
@@ -132,7 +133,7 @@ class SqliteStore(BaseStore, Standalone):
         now = to_micros(self.clock())
         dims = None if self._settings.index is None else self._settings.index.dims
         commits = self._file.commits
-        try:
+        with unavailable_errors(BACKEND, "batch"):
             if any(isinstance(step, PutStep) for step in steps):
                 ctx = store_ops.Context(now, dims, self._vec, write=True)
                 outcome: store_ops.Outcome = await settle(commits.submit(store_ops.write_batch, steps, ctx))
@@ -141,8 +142,6 @@ class SqliteStore(BaseStore, Standalone):
                 outcome = await commits.read(reader, store_ops.read_batch, steps, ctx)
                 if outcome.refresh:
                     await settle(commits.submit(store_ops.refresh, outcome.refresh))
-        except sqlite3.Error as exc:
-            raise _translate(exc, "batch") from exc
         return outcome.results
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -158,10 +157,8 @@ class SqliteStore(BaseStore, Standalone):
         if not self._writing:
             raise RuntimeError(_CLOSED)
         now = to_micros(self.clock())
-        try:
+        with unavailable_errors(BACKEND, "sweep expired items"):
             swept: int = await settle(self._file.commits.submit(store_ops.sweep, now))
-        except sqlite3.Error as exc:
-            raise _translate(exc, "sweep expired items") from exc
         return swept
 
     def sweep_expired(self) -> int:
@@ -171,9 +168,3 @@ class SqliteStore(BaseStore, Standalone):
             raise RuntimeError(_CLOSED)
         return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
 
-
-def _translate(exc: sqlite3.Error, operation: str) -> Exception:
-    """`BackendUnavailableError` for a file that cannot be used now (nothing written), else `StoreError`."""
-    if is_unavailable(exc):
-        return BackendUnavailableError(BACKEND, operation, write_may_have_happened=False, cause=exc)
-    return StoreError(f"{BACKEND}: {operation} failed ({type(exc).__name__}: {exc}); nothing was written")

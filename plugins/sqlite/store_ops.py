@@ -76,16 +76,28 @@ _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 
 
 class SqliteFilters(FilterSql):
-    """Filters over the ``value`` column with sqlite's JSON1 functions."""
+    """Filters over the ``value`` column with sqlite's JSON1 functions (the path a parameter)."""
 
     string_types = ("text",)
     number_types = ("integer", "real")
 
-    def member_type(self, key: str, params: list[Any]) -> str:
-        return f"json_type(i.value, '$.{key}')"
+    def reaches(self, path: tuple[str, ...]) -> bool:
+        # Each key is quoted in the JSON path; a key holding a quote or backslash is left
+        # to the Python evaluator.
+        return not any('"' in key or "\\" in key for key in path)
 
-    def member_scalar(self, key: str, params: list[Any]) -> str:
-        return f"json_extract(i.value, '$.{key}')"
+    def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
+        params.append(_json_path(path))
+        return "json_type(i.value, ?)"
+
+    def member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        params.append(_json_path(path))
+        return "json_extract(i.value, ?)"
+
+
+def _json_path(path: tuple[str, ...]) -> str:
+    """sqlite's JSON path to the member at ``path`` (object keys only)."""
+    return "$" + "".join(f'."{key}"' for key in path)
 
 
 FILTERS = SqliteFilters()

@@ -384,3 +384,60 @@ def test_a_graph_writes_and_searches_memories(opener: Callable[..., Opened]) -> 
     assert sorted(second) == ["likes tea", "lives in Oslo"]
     # Two memories with the same text tie at the top; the other one ranks last.
     assert third[:2] == ["likes tea", "likes tea"] and third[2] == "lives in Oslo"
+
+
+# --- filters in SQL mean what the shared evaluator means -----------------------------
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([1.0, 2.5, -0.5, 10, 9]),
+    st.sampled_from(["", "a", "b", "B", "é", "ä", "z", "10", "9", "a b"]),
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=2), st.dictionaries(st.sampled_from(["x", "y", "1"]), inner, max_size=2)
+    ),
+    max_leaves=4,
+)
+FIELD_NAMES = st.sampled_from(["a", "b", "1", "k y"])
+ITEM_VALUES = st.dictionaries(FIELD_NAMES, JSON, max_size=3)
+PATHS = st.sampled_from(["a", "b", "a.x", "a.1", "1", "k y", "a.x.y", "b.y"])
+CONDITIONS = st.one_of(
+    SCALARS,
+    st.dictionaries(st.sampled_from(["$eq", "$ne"]), SCALARS, min_size=1, max_size=2),
+    st.dictionaries(
+        st.sampled_from(["$gt", "$gte", "$lt", "$lte"]),
+        st.one_of(st.integers(-3, 3), st.sampled_from([2.5, -0.5]), st.sampled_from(["a", "b", "é", "10", ""])),
+        min_size=1,
+        max_size=2,
+    ),
+    st.lists(st.integers(0, 1), max_size=1),
+    st.fixed_dictionaries({"x": SCALARS}),
+)
+SEARCH_FILTERS = st.dictionaries(PATHS, CONDITIONS, min_size=1, max_size=2)
+
+
+def test_filters_in_sql_mean_what_the_shared_evaluator_means(opener: Callable[..., Opened]) -> None:
+    """Whatever part of a filter the SQL decides, a search keeps exactly the items the
+    shared evaluator (`runstore.store.filters.matches`) keeps, page by page."""
+    from runstore.store.filters import compile_filter, matches
+
+    store = opener().store
+
+    @settings(max_examples=40, deadline=None)
+    @given(values=st.lists(ITEM_VALUES, min_size=1, max_size=8), filters=st.lists(SEARCH_FILTERS, min_size=1, max_size=4))
+    def check(values: list[dict[str, Any]], filters: list[dict[str, Any]]) -> None:
+        root = "f" + uuid.uuid4().hex[:10]
+        store.batch([PutOp((root,), str(i), value) for i, value in enumerate(values)])
+        for f in filters:
+            expected = {str(i) for i, value in enumerate(values) if matches(compile_filter(f), value)}
+            found = [item.key for item in store.search((root,), filter=f, limit=100)]
+            assert sorted(found) == sorted(expected), f
+            assert len(found) == len(set(found))
+            paged = [item.key for item in store.search((root,), filter=f, limit=2, offset=1)]
+            assert paged == found[1:3], f
+
+    check()
