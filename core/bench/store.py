@@ -72,7 +72,8 @@ class _Vectors:
         return [self._by_text[t].tolist() for t in texts]
 
 
-def _index(vectors: _Vectors, dims: int) -> dict[str, Any]:
+def _index(vectors: _Vectors, dims: int) -> Any:
+    """The ``IndexConfig`` both stores get."""
     return {"dims": dims, "embed": vectors.embed, "fields": ["text"]}
 
 

@@ -21,9 +21,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from langgraph.store.base import Item, Op, SearchItem
 
 from runstore.clock import from_micros
@@ -34,6 +33,9 @@ from runstore.store.ops import list_namespaces as _list_namespaces
 from runstore.store.sqlplan import FilterSql, RenderedFilter, encode_namespace
 from runstore.store.ttl import TTLRules
 from runstore.validation import dumps, loads
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Microseconds in a minute (TTLs are minutes, stamps microseconds).
 MINUTE_MICROS = 60_000_000
@@ -173,6 +175,8 @@ async def _embed(
         results = results[1:]
     raw.extend(results)
     checked = check_vectors(raw, len(documents) + len(queries), index.dims)
+    import numpy as np  # semantic search only (runstore[vectors])
+
     return [np.asarray(vector, dtype=np.float32) for vector in checked]
 
 
@@ -220,12 +224,16 @@ class Scorer:
     """Cosine scores of embedded fields against one query, best field per item."""
 
     def __init__(self, query: np.ndarray) -> None:
+        import numpy as np
+
         norm = float(np.linalg.norm(query))
         self._query = query / norm if norm else query
 
     def best(self, keys: Sequence[Any], blobs: Sequence[bytes], dims: int) -> dict[Any, float]:
         """The highest cosine similarity per key over ``blobs`` (float32 vectors of ``dims``);
         a blob of another length (written under other ``dims``) is skipped."""
+        import numpy as np
+
         width = dims * 4
         kept = [(k, b) for k, b in zip(keys, blobs, strict=True) if len(b) == width]
         if not kept:
