@@ -55,6 +55,7 @@ class Standalone:
         cls,
         url: str | BackendURL,
         config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+        **open_options: Any,
     ) -> AsyncIterator[Self]:
         """Open the store on ``url`` with its own connections; close everything on exit.
 
@@ -63,18 +64,20 @@ class Standalone:
         ``config`` is what `runstore.open` takes (a mapping shaped like ``runstore.yaml``,
         a YAML path or `Settings`) for the plugin sections, e.g. ``{"postgres":
         {"pool_max_size": 5}}``. No migrations run: call `setup` (or apply `schema_sql`).
+        ``open_options`` go to the class's ``open`` (a memory store's ``index`` and ``ttl``).
         """
         if isinstance(url, str) and "://" not in url and cls.file_scheme is not None:
             url = BackendURL.for_file(cls.file_scheme, url)
         settings = Settings.load(config)
         async with BackendOptions.scope(settings) as options:
             options.migrate = False
-            yield await cls._open_standalone(BackendURL.parse(url), options)
+            yield await cls._open_standalone(BackendURL.parse(url), options, **open_options)
 
     @classmethod
-    async def _open_standalone(cls, url: BackendURL, options: BackendOptions) -> Self:
+    async def _open_standalone(cls, url: BackendURL, options: BackendOptions, **open_options: Any) -> Self:
         """Open through the class's factory; ``options`` close the store (`BackendOptions.adopt`)."""
-        return cast("Self", await options.adopt(await cast(Any, cls).open(url, options)))
+        opened = await cast(Any, cls).open(url, options, **open_options)
+        return cast("Self", await options.adopt(opened))
 
     def _schema_engine(self) -> AsyncEngine:
         engine = getattr(self, "engine", None)

@@ -441,3 +441,68 @@ def test_filters_in_sql_mean_what_the_shared_evaluator_means(opener: Callable[..
             assert paged == found[1:3], f
 
     check()
+
+
+# --- bad input: a specific error, nothing written ------------------------------------
+
+
+def test_bad_input_is_refused_and_writes_nothing(opener: Callable[..., Opened]) -> None:
+    from runstore.errors import InvalidStoreInputError
+
+    def wrong_size(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 2.0] for _ in texts]
+
+    store = opener(index={"dims": DIMS, "embed": embed, "fields": ["text"]}).store
+    bad_batches: list[list[Any]] = [
+        [PutOp(("ok",), "a", {"text": "x"}), PutOp((), "b", {"v": 1})],
+        [PutOp(("ok",), "a", {"text": "x"}), PutOp(("a.b",), "b", {"v": 1})],
+        [PutOp(("ok",), "a", {"text": "x"}), PutOp(("langgraph",), "b", {"v": 1})],
+        [PutOp(("ok",), "a", {"text": "x"}), PutOp(("ok",), "b", {"v": object()})],
+        [PutOp(("ok",), "a", {"text": "x"}), SearchOp(("ok",), {"v": {"$near": 1}})],
+        [PutOp(("ok",), "a", {"text": "x"}), PutOp(("ok",), "b", {"title": "t"}, index=["text"])],
+    ]
+    for batch in bad_batches:
+        with pytest.raises(InvalidStoreInputError):
+            store.batch(batch)
+    assert store.get(("ok",), "a") is None
+    wrong = opener(index={"dims": DIMS, "embed": wrong_size}).store
+    with pytest.raises(InvalidStoreInputError, match="dims"):
+        wrong.put(("ok",), "a", {"text": "x"})
+    assert wrong.get(("ok",), "a") is None
+
+
+def test_from_conn_string_setup_and_schema_sql(opener: Callable[..., Opened]) -> None:
+    kind = opener().kind
+    url = opener().url
+
+    async def run() -> tuple[str, str, Any]:
+        if kind == "sqlite":
+            from runstore.plugins.sqlite.store import SqliteStore as cls
+            target = url.replace("store.db", "standalone.db")
+        else:
+            from runstore.plugins.postgres.store import PostgresStore as cls  # type: ignore[assignment]
+            target = url.replace("schema=", "schema=standalone_")
+        async with cls.from_conn_string(
+            target, index={"dims": DIMS, "embed": embed, "fields": ["text"]}, ttl={"default_ttl": 5}
+        ) as store:
+            before = await store.schema_sql()
+            await store.setup()
+            after = await store.schema_sql()
+            await store.aput(("a",), "k", {"text": "hello"})
+            found = await store.asearch(("a",), query="hello")
+        if kind == "postgres":
+            import asyncpg
+
+            schema = BackendURL.parse(target).option("schema")
+            conn = await asyncpg.connect(url.split("?")[0])
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            await conn.close()
+        return before, after, found
+
+    loop = LoopThread()
+    try:
+        before, after, found = loop.run(run())
+    finally:
+        loop.stop()
+    assert "runstore_store_items" in before and after == ""
+    assert found[0].key == "k" and found[0].score == pytest.approx(1.0, abs=1e-5)
