@@ -110,6 +110,11 @@ class FilterSql:
         """SQL for a bound string compared with `text_member` (default `operand`)."""
         return self.operand(value, params)
 
+    def equal_needs_type(self, wanted: str | int | float) -> bool:
+        """Whether ``member = operand`` needs the member's type checked too to mean JSON
+        equality with ``wanted`` (default: always; a database saves a JSON call where not)."""
+        return True
+
     def boolean(self, path: tuple[str, ...], wanted: bool, params: list[Any]) -> str:
         """SQL true when the member at ``path`` is the JSON boolean ``wanted``."""
         return self._type_in(path, self.true_types if wanted else self.false_types, params)
@@ -158,12 +163,16 @@ class FilterSql:
         if isinstance(wanted, bool):
             return self.boolean(path, wanted, params)
         if isinstance(wanted, str):
-            kind = self._type_in(path, self.string_types, params)
-            return f"({kind} AND COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE))"
-        if _is_number(wanted):
-            kind = self._type_in(path, self.number_types, params)
-            return f"({kind} AND COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE))"
-        return None
+            names = self.string_types
+        elif _is_number(wanted):
+            names = self.number_types
+        else:
+            return None
+        if self.equal_needs_type(wanted):
+            kind = self._type_in(path, names, params)
+            equal = f"COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE)"
+            return f"({kind} AND {equal})"
+        return f"COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE)"
 
     def _type_in(self, path: tuple[str, ...], names: tuple[str, ...], params: list[Any]) -> str:
         kind = self.member_type(path, params)

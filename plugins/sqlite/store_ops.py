@@ -86,6 +86,15 @@ class SqliteFilters(FilterSql):
         # to the Python evaluator.
         return not any('"' in key or "\\" in key for key in path)
 
+    def equal_needs_type(self, wanted: str | int | float) -> bool:
+        # json_extract gives a JSON string as TEXT, a number as INTEGER or REAL, true and
+        # false as 1 and 0, an object or array as its JSON text; TEXT never equals a
+        # number. So only 0 and 1 (booleans) and text starting like an object or array
+        # need the type checked too, which costs a second parse of the value.
+        if isinstance(wanted, str):
+            return wanted.lstrip().startswith(("{", "["))
+        return wanted in (0, 1)
+
     def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
         params.append(_json_path(path))
         return "json_type(i.value, ?)"
