@@ -1,7 +1,7 @@
 """The pytest plugin (entry point ``pytest11``): inert unless a runstore backend is named.
 
 ``--runstore-backend URL`` (repeatable) names backends; each suite test that takes
-``saver_target``, ``events_target``, ``streams_target`` or ``runs_target`` runs once per named backend
+``saver_target``, ``events_target``, ``streams_target``, ``runs_target`` or ``store_target`` runs once per named backend
 of that kind. ``--runstore-plugin MODULE_OR_FILE`` loads a runstore plugin that is
 not installed (handy while writing one); ``--runstore-timeout SECONDS`` bounds each
 phase of every suite test (`runstore.conformance.bounds`).
@@ -207,6 +207,12 @@ def streams_target(request: pytest.FixtureRequest, runstore_provisions: Provisio
 def runs_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The run store under test (a `BackendTarget`)."""
     return _target(request, "runs", runstore_provisions)
+
+
+@pytest.fixture(scope="session")
+def store_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
+    """The long-term memory store under test (a `BackendTarget`)."""
+    return _target(request, "store", runstore_provisions)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -27,6 +27,7 @@ TARGET_FIXTURES = {
     "events": "events_target",
     "streams": "streams_target",
     "runs": "runs_target",
+    "store": "store_target",
 }
 
 

@@ -13,6 +13,7 @@ class Kind(StrEnum):
     STREAMS = "streams"
     RUNS = "runs"
     HISTORY_CACHE = "history_cache"
+    STORE = "store"
 
 
 #: Every capability a backend may declare, with what it promises. The conformance
@@ -44,20 +45,35 @@ CAPABILITIES: dict[str, str] = {
     "checked_ids": "saver refuses ids, namespaces, task ids and channels no backend can store "
     "(a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
     "replay": "stream bridge replays retained events to late subscribers",
+    "store_clock": "store reads time from its `clock` attribute (a runstore.clock Clock): "
+    "created_at kept across updates, updated_at set by each put",
+    "store_ttl": "store expires items by TTLConfig and per-put ttl on its clock: refresh_on_read "
+    "and refresh_ttl honoured, expired items never returned, asweep_expired() deletes them",
+    "store_nested_filters": "store's search filter reaches nested keys, by dotted path ('a.b') "
+    "and by a nested mapping matching as a subset",
+    "store_numeric_filters": "store's $gt/$gte/$lt/$lte compare numbers as numbers and strings "
+    "as strings (never a number's text), and never match another JSON type",
+    "store_vector_search": "store takes index={'dims','embed','fields'}: search(query=) ranks "
+    "by cosine similarity of the embedded fields, score in SearchItem.score, per-put index",
+    "store_ordered_batch": "ops of one store batch apply in order: a get, search or listing "
+    "sees the puts before it in the batch (LangGraph's stock stores read before they write)",
+    "checked_store_input": "store refuses invalid namespaces, keys, values, filters, ttl and "
+    "index fields with InvalidStoreInputError naming the problem, writing nothing",
 }
 
 
 _SAVER = frozenset({Kind.SAVER})
+_STORE = frozenset({Kind.STORE})
 #: The kinds each capability can be promised by (and tested on).
 CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
-    "durable": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS, Kind.RUNS, Kind.HISTORY_CACHE}),
-    "cross_process": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS, Kind.RUNS, Kind.HISTORY_CACHE}),
+    "durable": frozenset(Kind),
+    "cross_process": frozenset(Kind),
     "owner_filter": frozenset({Kind.EVENTS}),
     "copy_thread": _SAVER,
     "prune": _SAVER,
     "delete_for_runs": _SAVER,
     "delta_history": _SAVER,
-    "sync_api": _SAVER,
+    "sync_api": frozenset({Kind.SAVER, Kind.STORE}),
     "thread_index": _SAVER,
     "retention": _SAVER,
     "fencing": frozenset({Kind.SAVER, Kind.EVENTS, Kind.STREAMS}),
@@ -65,6 +81,13 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "global_list_order": _SAVER,
     "checked_ids": _SAVER,
     "replay": frozenset({Kind.STREAMS}),
+    "store_clock": _STORE,
+    "store_ttl": _STORE,
+    "store_nested_filters": _STORE,
+    "store_numeric_filters": _STORE,
+    "store_vector_search": _STORE,
+    "store_ordered_batch": _STORE,
+    "checked_store_input": _STORE,
 }
 
 

@@ -383,6 +383,12 @@ class InvalidStreamInputError(RunstoreError, ValueError):
     published. The message names the argument and what is accepted."""
 
 
+class InvalidStoreInputError(RunstoreError, ValueError):
+    """A long-term memory store call got a namespace, key, value, filter, ttl, index or
+    embedding it does not accept; nothing was written. The message names the argument
+    and what is accepted."""
+
+
 class UnboundEngineError(RunstoreError, LookupError):
     """An engine reached runstore's shared SQL code without a `SqlDialect` bound to it."""
 

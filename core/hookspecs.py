@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         RunStoreRegistry,
         SaverRegistry,
         SettingsRegistry,
+        StoreRegistry,
         StreamBridgeRegistry,
     )
     from runstore.urls import BackendURL
@@ -52,6 +53,12 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
 @hookspec
 def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     """Add delta-history cache backends (``checkpoint_cache.type``) to ``registry``."""
+
+
+@hookspec
+def runstore_register_stores(registry: StoreRegistry) -> None:
+    """Add long-term memory stores (LangGraph ``BaseStore``: namespaced items, search, TTL)
+    to ``registry``."""
 
 
 @hookspec

@@ -36,6 +36,7 @@ from runstore.registry import (
     RunStoreRegistry,
     SaverRegistry,
     SettingsRegistry,
+    StoreRegistry,
     StreamBridgeRegistry,
 )
 
@@ -184,6 +185,7 @@ def _collect(pm: pluggy.PluginManager) -> Backends:
         "runstore_register_history_caches": lambda info: HistoryCacheRegistry(
             backends.history_caches, info
         ),
+        "runstore_register_stores": lambda info: StoreRegistry(backends.stores, info),
         "runstore_register_settings": lambda info: SettingsRegistry(backends.settings, info),
     }
     for hook_name, view in views.items():

@@ -74,6 +74,10 @@ class BackendOptions:
         (a pool, engine or client the caller owns)."""
         self._shared[key] = resource
 
+    def provided(self, key: Hashable, default: Any = None) -> Any:
+        """What `provide` or `shared` holds under ``key``, or ``default`` (opens nothing)."""
+        return self._shared.get(key, default)
+
     async def aclose(self) -> None:
         """Run every registered cleanup."""
         self._shared.clear()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     # Used in the quoted type arguments of the registries below.
     from _typeshed import DataclassInstance
     from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.store.base import BaseStore
 
     from runstore.events.protocol import RunEventStore
     from runstore.options import BackendOptions
@@ -315,6 +316,12 @@ class HistoryCacheRegistry(PluginRegistry[Any]):
     kind = Kind.HISTORY_CACHE
 
 
+class StoreRegistry(PluginRegistry["BaseStore"]):
+    """Adds long-term memory stores, LangGraph ``BaseStore`` (``runstore_register_stores``)."""
+
+    kind = Kind.STORE
+
+
 #: How a settings section may be named: lowercase, a ``RUNSTORE_<SECTION>__<KEY>`` prefix.
 _SECTION_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
 
@@ -413,6 +420,7 @@ class Backends:
     history_caches: BackendRegistry[Any] = field(
         default_factory=lambda: BackendRegistry(Kind.HISTORY_CACHE)
     )
+    stores: BackendRegistry[BaseStore] = field(default_factory=lambda: BackendRegistry(Kind.STORE))
     settings: SettingsSections = field(default_factory=SettingsSections)
 
     def of(self, kind: Kind | str) -> BackendRegistry[Any]:
@@ -423,6 +431,7 @@ class Backends:
             Kind.STREAMS: self.streams,
             Kind.RUNS: self.runs,
             Kind.HISTORY_CACHE: self.history_caches,
+            Kind.STORE: self.stores,
         }
         return registries[Kind(kind)]
 

@@ -31,10 +31,13 @@ S = TypeVar("S", bound="DataclassInstance")
 #: The embedded default: one sqlite file for checkpoints, events and runs; memory streams.
 DEFAULT_DATABASE_URL = "sqlite:///.runstore/runstore.db"
 DEFAULT_STREAMS_URL = "memory://"
+#: The embedded default of the long-term memory store: in process until a file-backed
+#: store ships as the default (then the sqlite file above, like the other kinds).
+DEFAULT_STORE_URL = "memory://"
 CONFIG_FILE = "runstore.yaml"
 CONFIG_ENV = "RUNSTORE_CONFIG"
 #: The top-level keys that hold one backend URL each.
-URL_KEYS = ("checkpointer", "events", "streams", "runs")
+URL_KEYS = ("checkpointer", "events", "streams", "runs", "store")
 
 
 #: The largest value an int setting accepts unless its field says otherwise: every count,
@@ -133,6 +136,7 @@ class Settings:
     events: str = DEFAULT_DATABASE_URL
     streams: str = DEFAULT_STREAMS_URL
     runs: str = DEFAULT_DATABASE_URL
+    store: str = DEFAULT_STORE_URL
     checkpoint_channel_mode: Literal["full", "delta"] = "full"
     checkpoint_delta: CheckpointDeltaSettings = field(default_factory=CheckpointDeltaSettings)
     checkpoint_graph_cache: CheckpointGraphCacheSettings = field(
@@ -198,7 +202,7 @@ class Settings:
 
     def selected_kinds(self) -> tuple[str, ...]:
         """The kinds `runstore.open` opens: those whose URL some source set (or that differ
-        from the default); all four, the embedded default, when none is."""
+        from the default); all of them, the embedded default, when none is."""
         defaults = Settings()
         chosen = tuple(
             kind for kind in URL_KEYS
@@ -254,7 +258,7 @@ class Settings:
             data[name] = dataclasses.asdict(value)
         return data
 
-    def url(self, kind: Literal["checkpointer", "events", "streams", "runs"]) -> BackendURL:
+    def url(self, kind: Literal["checkpointer", "events", "streams", "runs", "store"]) -> BackendURL:
         """The parsed URL selected for ``kind``."""
         return BackendURL.parse(getattr(self, kind))
 
@@ -313,7 +317,7 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith("RUNSTORE_"):
             continue
         key = name[len("RUNSTORE_") :].lower()
-        if key in ("checkpointer_url", "events_url", "streams_url", "runs_url"):
+        if key in ("checkpointer_url", "events_url", "streams_url", "runs_url", "store_url"):
             out[key[: -len("_url")]] = value
         elif key == "checkpoint_channel_mode":
             out[key] = value

@@ -1,4 +1,5 @@
-"""`runstore.open`: one entry point that opens a checkpointer, an event store, a bridge and a run store."""
+"""`runstore.open`: one entry point that opens a checkpointer, an event store, a bridge, a run
+store and a long-term memory store."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from runstore.settings import URL_KEYS, Settings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.store.base import BaseStore
 
     from runstore.events.protocol import RunEventStore
     from runstore.runs.protocol import RunStore
@@ -38,12 +40,14 @@ class Stores:
     _events: RunEventStore | None = None
     _streams: StreamBridge | None = None
     _runs: RunStore | None = None
+    _store: BaseStore | None = None
 
     def _get(self, kind: str) -> Any:
         value = getattr(self, f"_{kind}")
         if value is None:
+            what = "long-term memory store" if kind == "store" else f"{kind} store"
             raise StoreNotOpenedError(
-                f"no {kind} store was opened: runstore.open opens only the kinds it is given "
+                f"no {what} was opened: runstore.open opens only the kinds it is given "
                 f"(here: {', '.join(self.opened)}); pass {kind}=URL, or set {kind}: in the config"
             )
         return value
@@ -73,6 +77,12 @@ class Stores:
         """The run store."""
         return cast("RunStore", self._get("runs"))
 
+    @property
+    def store(self) -> BaseStore:
+        """The long-term memory store (LangGraph ``BaseStore``): hand it to
+        ``builder.compile(checkpointer=stores.checkpointer, store=stores.store)``."""
+        return cast("BaseStore", self._get("store"))
+
     def thread_state_schema(self, *, extra_schemas: Iterable[type] = ()) -> type:
         """`runstore.get_thread_state_schema` for these stores' checkpoint mode and frequency."""
         from runstore.checkpoint.modes import get_thread_state_schema
@@ -92,6 +102,9 @@ async def open(
     events: str | None = None,
     streams: str | None = None,
     runs: str | None = None,
+    store: str | None = None,
+    store_index: Mapping[str, Any] | None = None,
+    store_ttl: Mapping[str, Any] | None = None,
     backends: Backends | None = None,
 ) -> AsyncIterator[Stores]:
     """Open the configured stores; everything opened is closed when the block exits.
@@ -100,10 +113,15 @@ async def open(
     `Settings`; the keywords pick a backend URL per kind and win over ``config``.
     Only the kinds given a URL (here or in the YAML file / environment) are opened.
     With none given you get the embedded default: one sqlite file under
-    ``.runstore/`` for checkpoints, events and runs, and an in-process memory bridge.
+    ``.runstore/`` for checkpoints, events and runs, and an in-process memory bridge
+    and memory store.
+
+    ``store_index`` (LangGraph's ``IndexConfig``: ``dims``, ``embed``, ``fields``) turns on
+    the store's semantic search and ``store_ttl`` (``TTLConfig``) its expiry; both are
+    Python objects (an embeddings function), so they are arguments, not settings.
     """
     settings = Settings.load(
-        config, checkpointer=checkpointer, events=events, streams=streams, runs=runs
+        config, checkpointer=checkpointer, events=events, streams=streams, runs=runs, store=store
     )
     registry = backends or get_backends()
     kinds = settings.selected_kinds()
@@ -119,11 +137,15 @@ async def open(
     try:
         opened: dict[str, Any] = {}
         async with BackendOptions.scope(settings) as options:
+            if store_index is not None or store_ttl is not None:
+                from runstore.store.base import STORE_CONFIG_KEY
+
+                options.provide(STORE_CONFIG_KEY, (store_index, store_ttl))
             for kind, spec in specs.items():
-                store = await spec.open(settings.url(kind), options)  # type: ignore[arg-type]
+                backend = await spec.open(settings.url(kind), options)  # type: ignore[arg-type]
                 if kind == "checkpointer":
-                    store = await _wrap_checkpointer(store, options, registry)
-                opened[kind] = store
+                    backend = await _wrap_checkpointer(backend, options, registry)
+                opened[kind] = backend
             log.debug(
                 "runstore opened %s",
                 " ".join(f"{kind}={settings.url(kind)}" for kind in kinds),  # type: ignore[arg-type]
@@ -135,7 +157,13 @@ async def open(
         modes.leave_open(settings)
 
 
-_REGISTRY = {"checkpointer": "savers", "events": "events", "streams": "streams", "runs": "runs"}
+_REGISTRY = {
+    "checkpointer": "savers",
+    "events": "events",
+    "streams": "streams",
+    "runs": "runs",
+    "store": "stores",
+}
 
 
 def _saver_chain(saver: BaseCheckpointSaver[Any] | None) -> list[Any]:

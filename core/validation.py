@@ -49,24 +49,26 @@ def check_text(
 _ACCEPTED_JSON = "str, int, finite float, bool, None, list and dict with str keys"
 
 
-def _copy_json(value: Any, where: str, depth: int) -> Any:
+def _copy_json(
+    value: Any, where: str, depth: int, error: type[RunstoreError] = InvalidEventError
+) -> Any:
     """Return a fresh copy of a JSON value, rejecting anything JSON cannot round-trip."""
     if depth > MAX_JSON_DEPTH:
-        raise InvalidEventError(
+        raise error(
             f"{where} nests deeper than {MAX_JSON_DEPTH} levels (or refers to itself)"
         )
     if isinstance(value, str):
-        check_text(value, where)
+        check_text(value, where, error)
         return value
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
-            raise InvalidEventError(f"{where} holds an integer outside the 64-bit range: {value}")
+            raise error(f"{where} holds an integer outside the 64-bit range: {value}")
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidEventError(
+            raise error(
                 f"{where} holds {value!r}; JSON has no NaN or Infinity, use a finite number or None"
             )
         return float(value)
@@ -74,15 +76,15 @@ def _copy_json(value: Any, where: str, depth: int) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise InvalidEventError(
+                raise error(
                     f"{where} has a {type(key).__name__} key {key!r}; JSON object keys must be str"
                 )
-            check_text(key, f"a key of {where}")
-            out[key] = _copy_json(item, f"{where}[{key!r}]", depth + 1)
+            check_text(key, f"a key of {where}", error)
+            out[key] = _copy_json(item, f"{where}[{key!r}]", depth + 1, error)
         return out
     if isinstance(value, list):
-        return [_copy_json(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise InvalidEventError(
+        return [_copy_json(item, f"{where}[{i}]", depth + 1, error) for i, item in enumerate(value)]
+    raise error(
         f"{where} holds a {type(value).__name__}, which is not JSON; accepted: {_ACCEPTED_JSON}"
     )
 
@@ -96,6 +98,11 @@ def validate_metadata(metadata: Any) -> dict[str, Any]:
             f"metadata must be a dict (JSON object) or None, not {type(metadata).__name__}"
         )
     return _copy_json(dict(metadata), "metadata", 0)
+
+
+def copy_json(value: Any, where: str, error: type[RunstoreError]) -> Any:
+    """A fresh copy of the JSON value ``value``, or ``error`` naming ``where`` and what is wrong."""
+    return _copy_json(value, where, 0, error)
 
 
 def dumps(value: Any) -> str:

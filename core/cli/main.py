@@ -123,7 +123,7 @@ def _default_urls() -> list[str]:
 
     settings = Settings.load()
     kinds_by_url: dict[str, list[str]] = {}
-    for setting, kind in zip(("checkpointer", "events", "streams", "runs"), SUITE_KINDS, strict=True):
+    for setting, kind in zip(("checkpointer", "events", "streams", "runs", "store"), SUITE_KINDS, strict=True):
         kinds_by_url.setdefault(getattr(settings, setting), []).append(kind)
     return [f"{','.join(kinds)}={url}" for url, kinds in kinds_by_url.items()]
 

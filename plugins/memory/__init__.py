@@ -1,4 +1,5 @@
-"""Built-in plugin ``memory``: in-process saver, event store, stream bridge, run store and history cache.
+"""Built-in plugin ``memory``: in-process saver, event store, stream bridge, run store, history
+cache and long-term memory store.
 
 Nothing here outlives the process; use it for tests and single-process development.
 """
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
         HistoryCacheRegistry,
         RunStoreRegistry,
         SaverRegistry,
+        StoreRegistry,
         StreamBridgeRegistry,
     )
 
@@ -82,4 +84,24 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
         schemes=["memory"],
         factory="runstore.plugins.memory.cache:MemoryHistoryCache.open",
         description="in-process LRU cache of delta history",
+    )
+
+
+@hookimpl
+def runstore_register_stores(registry: StoreRegistry) -> None:
+    registry.add(
+        "memory",
+        schemes=["memory"],
+        factory="runstore.plugins.memory.store:MemoryStore.open",
+        capabilities=[
+            "sync_api",
+            "store_clock",
+            "store_ttl",
+            "store_nested_filters",
+            "store_numeric_filters",
+            "store_vector_search",
+            "store_ordered_batch",
+            "checked_store_input",
+        ],
+        description="in-process long-term memory store (LangGraph BaseStore)",
     )

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Source folder -> the package it ships as (pyproject's package-dir).
 PACKAGES = {"core": "runstore", "plugins": "runstore.plugins", "conformance": "runstore.conformance"}
-WINGS = ("runstore.checkpoint", "runstore.events", "runstore.streams", "runstore.runs")
+WINGS = ("runstore.checkpoint", "runstore.events", "runstore.streams", "runstore.runs", "runstore.store")
 TOOLS = ("runstore.cli", "runstore.bench", "runstore.conformance", "runstore.__main__")
 #: Modules that exist to keep old import paths working; they name every new home.
 COMPATIBILITY = {"runstore", "runstore.moved"}
