@@ -31,7 +31,6 @@ from runstore.store.indexing import IndexRules, check_vectors, texts_to_embed
 from runstore.store.ops import Get, ListNamespaces, Put, Search, check_ops
 from runstore.store.ops import list_namespaces as _list_namespaces
 from runstore.store.sqlplan import FilterSql, RenderedFilter, encode_namespace
-from runstore.store.ttl import TTLRules
 from runstore.validation import dumps, loads
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ class GetStep:
     """A `GetOp`: read one item (refreshing its TTL if asked)."""
 
     namespace: tuple[str, ...]
-    prefix: str
+    prefix: bytes
     key: str
     refresh: bool
 
@@ -59,7 +58,7 @@ class PutStep:
     """
 
     namespace: tuple[str, ...]
-    prefix: str
+    prefix: bytes
     key: str
     value_text: str | None
     ttl_minutes: float | None
@@ -94,21 +93,13 @@ class ListStep:
 Step = GetStep | PutStep | SearchStep | ListStep
 
 
-@dataclass(frozen=True)
-class StoreSettings:
-    """What a SQL store was opened with: its index (``None``: no semantic search) and TTL rules."""
-
-    index: IndexRules | None
-    ttl: TTLRules
-
-
-async def prepare(ops: Iterable[Op], settings: StoreSettings, filters: FilterSql) -> list[Step]:
-    """Check and embed ``ops``; one step per op, in order (module docstring).
+async def prepare(ops: Iterable[Op], index: IndexRules | None, filters: FilterSql) -> list[Step]:
+    """Check and embed ``ops``; one step per op, in order (module docstring). ``index``:
+    the store's index rules (``None``: no semantic search).
 
     Raises `InvalidStoreInputError` for bad input before anything is written.
     """
     checked = check_ops(ops)
-    index = settings.index
     # Texts to embed: (op position, field path, text); each query once.
     texts: list[tuple[int, str, str]] = []
     queries: dict[str, np.ndarray | None] = {}
@@ -256,7 +247,7 @@ ItemRow = tuple[Any, ...]
 
 def rank(
     rows: Sequence[ItemRow],
-    vectors: Sequence[tuple[str, str, bytes]],
+    vectors: Sequence[tuple[bytes, str, bytes]],
     step: SearchStep,
     dims: int,
 ) -> list[tuple[ItemRow, float | None]]:

@@ -1,26 +1,29 @@
 """SQL text shared by the SQL long-term memory stores (sqlite, PostgreSQL).
 
-Both SQL stores keep one row per item and one row per embedded field, with the
-namespace stored as its labels each followed by ``.`` (``('users', 'u1')`` is
-``'users.u1.'``; a label never holds a dot, so the text decodes back to one tuple).
-This module turns the parts of a `SearchOp` that a database can answer into SQL with
-``?`` placeholders:
+Both SQL stores keep one row per item and one row per embedded field, keyed by the
+namespace and the key. The namespace is stored as bytes: each label's UTF-8 followed
+by a zero byte (``('users', 'u1')`` is ``b'users\\0u1\\0'``; a label never holds a NUL,
+so the bytes decode back to one tuple). Two reasons:
 
-* `prefix_condition`: a namespace prefix as one index range on the text column
-  (``'a.b.' <= prefix < 'a.b/'``: ``/`` is the character after ``.``), so a search
-  under a prefix reads only that slice of the primary key (the trailing separator makes
-  it one range instead of an equality OR a range, which sqlite answered three times
-  slower on 10,000 items);
-* `FilterSql.render`: a search filter's conditions as SQL over the stored JSON, meaning
-  what `runstore.store.filters.holds` means. A condition the SQL decides exactly
-  (``$eq``/``$ne`` with a string, number, boolean or ``None``, the ordering operators)
-  is *exact*; any other (equality with a list or an object, a path the database cannot
-  address as object keys) renders as ``TRUE`` and is left to the shared evaluator on
-  the rows the SQL returned. Only a filter whose conditions are all exact lets the
-  database apply ``LIMIT`` and ``OFFSET``.
+* bytes compare as the tuples do (UTF-8 keeps code point order and the zero byte sorts
+  below every label byte), so ``ORDER BY updated_at DESC, namespace, key`` is the order
+  `runstore.store` gives every search: newest first, ties by namespace then key, and
+  pages never overlap;
+* a namespace prefix is one index range (`prefix_condition`): ``('a',)`` is every
+  namespace from ``b'a\\0'`` up to ``b'a\\1'``, so a search under a prefix reads only
+  that slice of the primary key (an equality OR a range instead was three times slower
+  on sqlite with 10,000 items).
+
+`FilterSql.render` turns a search filter's conditions into SQL over the stored JSON,
+meaning what `runstore.store.filters.holds` means. A condition the SQL decides exactly
+(``$eq``/``$ne`` with a string, number, boolean or ``None``, the ordering operators) is
+*exact*; any other (equality with a list or an object, a path the database cannot
+address as object keys) renders as ``TRUE`` and is left to the shared evaluator on the
+rows the SQL returned. Only a filter whose conditions are all exact lets the database
+apply ``LIMIT`` and ``OFFSET``.
 
 Nothing here knows a particular database: each store passes its `FilterSql` subclass
-(how it extracts and types a JSON member).
+(how it extracts and types a JSON member). SQL uses ``?`` placeholders.
 """
 
 from __future__ import annotations
@@ -33,33 +36,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runstore.store.filters import Condition
 
-#: What joins a namespace's labels in the ``prefix`` column.
-SEPARATOR = "."
-#: The character right after `SEPARATOR`: ``'a.' <= text < 'a/'`` is everything under ``a``.
-_AFTER_SEPARATOR = chr(ord(SEPARATOR) + 1)
+#: What ends each label in the stored namespace.
+TERMINATOR = b"\0"
 
 
+def encode_namespace(namespace: Sequence[str]) -> bytes:
+    """The stored bytes of a (checked) namespace: each label's UTF-8, then a zero byte."""
+    return b"".join(label.encode() + TERMINATOR for label in namespace)
 
-def encode_namespace(namespace: Sequence[str]) -> str:
-    """The ``prefix`` column text of a (checked) namespace: each label followed by ``.``."""
-    return "".join(label + SEPARATOR for label in namespace)
 
-
-def decode_namespace(text: str) -> tuple[str, ...]:
-    """The namespace tuple of a ``prefix`` column text."""
-    return tuple(text.split(SEPARATOR)[:-1])
+def decode_namespace(stored: bytes | memoryview) -> tuple[str, ...]:
+    """The namespace tuple of its stored bytes."""
+    return tuple(part.decode() for part in bytes(stored).split(TERMINATOR)[:-1])
 
 
 def prefix_condition(column: str, prefix: Sequence[str], params: list[Any]) -> str:
-    """SQL true for namespaces starting with ``prefix`` (``TRUE`` for the empty prefix).
-
-    A range on the column, so the primary key's index serves it. The column must sort
-    by code point (sqlite's ``BINARY``, PostgreSQL's ``COLLATE "C"``).
-    """
+    """SQL true for namespaces starting with ``prefix`` (``TRUE`` for the empty prefix):
+    one range on the column, which the primary key's index serves."""
     if not prefix:
         return "TRUE"
-    text = encode_namespace(prefix)
-    params.extend([text, text[:-1] + _AFTER_SEPARATOR])
+    low = encode_namespace(prefix)
+    params.extend([low, low[:-1] + b"\1"])
     return f"({column} >= ? AND {column} < ?)"
 
 

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
+from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.cancellation import settle
 from runstore.checkpoint.rules import run_sync
-from runstore.clock import Clock, system_clock, to_micros
+from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
-from runstore.store.indexing import IndexRules
-from runstore.store.sqlbatch import StoreSettings, prepare
-from runstore.store.ttl import TTLRules
+from runstore.store.base import StoreBase, store_config
+from runstore.store.sqlbatch import prepare
 from runstore.urls import BackendURL
 
 from . import store_sql
@@ -43,12 +42,11 @@ BACKEND = "postgres memory store"
 _CLOSED = "this postgres memory store is closed"
 
 
-class PostgresStore(BaseStore, FromEngine):
+class PostgresStore(StoreBase, FromEngine):
     """LangGraph `BaseStore` in PostgreSQL: filters in SQL over jsonb, TTL, semantic search
     over stored float32 vectors (no server extension); ``?schema=NAME`` keeps its tables
     in that schema."""
 
-    supports_ttl: bool = True
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS
     schema_component: ClassVar[str | None] = store_sql.COMPONENT
@@ -69,12 +67,8 @@ class PostgresStore(BaseStore, FromEngine):
         self._leases = Leases(
             engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
         )
-        self._settings = StoreSettings(index=IndexRules.of(index), ttl=TTLRules.of(ttl))
-        self.index_config = index
-        # LangGraph's put/get read their defaults (default_ttl, refresh_on_read) from here.
-        self.ttl_config = self._settings.ttl.as_config()  # type: ignore[assignment]
-        #: The clock stamps and expiries are read from (tests swap in a `ManualClock`).
-        self.clock: Clock = system_clock
+        # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
+        super().__init__(index=index, ttl=ttl)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -86,8 +80,12 @@ class PostgresStore(BaseStore, FromEngine):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
     ) -> PostgresStore:
-        """Open ``postgresql://...``, creating the schema and tables or upgrading them as needed."""
+        """Open ``postgresql://...``, creating the schema and tables or upgrading them as needed.
+
+        ``index`` and ``ttl`` default to what `runstore.open` was given as ``store_index``
+        and ``store_ttl``."""
         database = await shared_database(url, options)
+        index, ttl = _configured(options, index, ttl)
         if options.migrate:
             await ensure_schema(database.engine, store_sql.COMPONENT, store_sql.MIGRATIONS)
         store = cls(database.engine, database.timeouts, index=index, ttl=ttl)
@@ -101,11 +99,11 @@ class PostgresStore(BaseStore, FromEngine):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order as one transaction (module docstring); one result per op."""
-        steps = await prepare(ops, self._settings, store_sql.FILTERS)
+        steps = await prepare(ops, self.index_rules, store_sql.FILTERS)
         if not steps:
             return []
-        dims = None if self._settings.index is None else self._settings.index.dims
-        ctx = store_sql.Context(to_micros(self.clock()), dims)
+        dims = None if self.index_rules is None else self.index_rules.dims
+        ctx = store_sql.Context(to_micros(self.now()), dims)
         write = store_sql.writes(steps)
         # One statement commits (or not) by itself: no BEGIN and COMMIT round trips.
         begin = None
@@ -128,7 +126,7 @@ class PostgresStore(BaseStore, FromEngine):
 
     async def asweep_expired(self) -> int:
         """Delete the items whose TTL has passed (and their vectors); return how many."""
-        now = to_micros(self.clock())
+        now = to_micros(self.now())
         swept: int = await settle(
             self._leases.run(lambda conn: store_sql.sweep(conn, now), operation="sweep expired items", write=True)
         )
@@ -140,3 +138,11 @@ class PostgresStore(BaseStore, FromEngine):
         if loop is None:
             raise RuntimeError(_CLOSED)
         return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
+
+
+def _configured(
+    options: BackendOptions, index: IndexConfig | None, ttl: TTLConfig | None
+) -> tuple[Any, Any]:
+    """``index`` and ``ttl``, each defaulting to `runstore.open`'s (`store_config`)."""
+    opened_index, opened_ttl = store_config(options)
+    return (opened_index if index is None else index), (opened_ttl if ttl is None else ttl)

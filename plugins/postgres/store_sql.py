@@ -51,9 +51,9 @@ MIGRATIONS: list[Migration] = [
     Migration(
         1,
         [
-            # COLLATE "C": namespace prefixes are code-point ranges (runstore.store.sqlplan).
+            # The namespace as bytes (runstore.store.sqlplan); keys sort by code point.
             f"""CREATE TABLE {ITEMS} (
-    prefix TEXT COLLATE "C" NOT NULL,
+    prefix BYTEA NOT NULL,
     key TEXT COLLATE "C" NOT NULL,
     value JSONB NOT NULL,
     created_at BIGINT NOT NULL,
@@ -64,7 +64,7 @@ MIGRATIONS: list[Migration] = [
 )""",
             f"CREATE INDEX {ITEMS}_expiry ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
             f"""CREATE TABLE {VECTORS} (
-    prefix TEXT COLLATE "C" NOT NULL,
+    prefix BYTEA NOT NULL,
     key TEXT COLLATE "C" NOT NULL,
     field TEXT NOT NULL,
     embedding BYTEA NOT NULL,
@@ -287,12 +287,12 @@ async def _search(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
     ]
 
 
-async def _refresh(conn: Any, keys: Sequence[tuple[str, str]], ctx: Context) -> None:
+async def _refresh(conn: Any, keys: Sequence[tuple[bytes, str]], ctx: Context) -> None:
     if not keys:
         return
     await conn.execute(
         sql(
-            f"UPDATE {ITEMS} SET expires_at = {_EXPIRY} FROM unnest(?::text[], ?::text[]) AS t(p, k) "
+            f"UPDATE {ITEMS} SET expires_at = {_EXPIRY} FROM unnest(?::bytea[], ?::text[]) AS t(p, k) "
             f"WHERE {ITEMS}.prefix = t.p AND {ITEMS}.key = t.k AND {ITEMS}.ttl_minutes IS NOT NULL"
         ),
         ctx.now, [p for p, _ in keys], [k for _, k in keys],

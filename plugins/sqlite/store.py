@@ -23,19 +23,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig
+from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
 from runstore.cancellation import settle
 from runstore.checkpoint.rules import run_sync
-from runstore.clock import Clock, system_clock, to_micros
+from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.standalone import Standalone
-from runstore.store.indexing import IndexRules
-from runstore.store.sqlbatch import PutStep, StoreSettings, prepare
-from runstore.store.ttl import TTLRules
+from runstore.store.base import StoreBase, store_config
+from runstore.store.sqlbatch import PutStep, prepare
 from runstore.urls import BackendURL
 
 from . import store_ops, vectors
@@ -47,14 +46,13 @@ BACKEND = "sqlite memory store"
 _CLOSED = "this sqlite memory store is closed"
 
 
-class SqliteStore(BaseStore, Standalone):
+class SqliteStore(StoreBase, Standalone):
     """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
 
     ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with
     sqlite-vec, `runstore.plugins.sqlite.vectors`); ``ttl`` is LangGraph's `TTLConfig`.
     """
 
-    supports_ttl: bool = True
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
     schema_component: ClassVar[str | None] = store_ops.COMPONENT
@@ -70,12 +68,8 @@ class SqliteStore(BaseStore, Standalone):
     ) -> None:
         self._file = file
         self.engine = file.engine
-        self._settings = StoreSettings(index=IndexRules.of(index), ttl=TTLRules.of(ttl))
-        self.index_config = index
-        # LangGraph's put/get read their defaults (default_ttl, refresh_on_read) from here.
-        self.ttl_config = self._settings.ttl.as_config()  # type: ignore[assignment]
-        #: The clock stamps and expiries are read from (tests swap in a `ManualClock`).
-        self.clock: Clock = system_clock
+        # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
+        super().__init__(index=index, ttl=ttl)
         self._reader: WorkerConnection | None = None
         self._writing = False
         self._vec = False
@@ -90,8 +84,12 @@ class SqliteStore(BaseStore, Standalone):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
     ) -> SqliteStore:
-        """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed."""
+        """Open ``sqlite:///path.db``, creating the file and upgrading the schema as needed.
+
+        ``index`` and ``ttl`` default to what `runstore.open` was given as ``store_index``
+        and ``store_ttl``."""
         file = await shared_file(url, options, cls.url_options)
+        index, ttl = _configured(options, index, ttl)
         if options.migrate:
             await ensure_schema(file.engine, store_ops.COMPONENT, store_ops.MIGRATIONS)
         store = cls(file, index=index, ttl=ttl)
@@ -124,14 +122,14 @@ class SqliteStore(BaseStore, Standalone):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order as one transaction (module docstring); one result per op."""
-        steps = await prepare(ops, self._settings, store_ops.FILTERS)
+        steps = await prepare(ops, self.index_rules, store_ops.FILTERS)
         if not steps:
             return []
         reader = self._reader
         if reader is None or not self._writing:
             raise RuntimeError(_CLOSED)
-        now = to_micros(self.clock())
-        dims = None if self._settings.index is None else self._settings.index.dims
+        now = to_micros(self.now())
+        dims = None if self.index_rules is None else self.index_rules.dims
         commits = self._file.commits
         with unavailable_errors(BACKEND, "batch"):
             if any(isinstance(step, PutStep) for step in steps):
@@ -156,7 +154,7 @@ class SqliteStore(BaseStore, Standalone):
         """Delete the items whose TTL has passed (and their vectors); return how many."""
         if not self._writing:
             raise RuntimeError(_CLOSED)
-        now = to_micros(self.clock())
+        now = to_micros(self.now())
         with unavailable_errors(BACKEND, "sweep expired items"):
             swept: int = await settle(self._file.commits.submit(store_ops.sweep, now))
         return swept
@@ -168,3 +166,10 @@ class SqliteStore(BaseStore, Standalone):
             raise RuntimeError(_CLOSED)
         return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
 
+
+def _configured(
+    options: BackendOptions, index: IndexConfig | None, ttl: TTLConfig | None
+) -> tuple[Any, Any]:
+    """``index`` and ``ttl``, each defaulting to `runstore.open`'s (`store_config`)."""
+    opened_index, opened_ttl = store_config(options)
+    return (opened_index if index is None else index), (opened_ttl if ttl is None else ttl)

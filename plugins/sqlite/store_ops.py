@@ -47,7 +47,7 @@ MIGRATIONS: list[Migration] = [
         1,
         [
             f"""CREATE TABLE {ITEMS} (
-    prefix TEXT NOT NULL,
+    prefix BLOB NOT NULL,
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     created_at INTEGER NOT NULL,
@@ -58,7 +58,7 @@ MIGRATIONS: list[Migration] = [
 )""",
             f"CREATE INDEX {ITEMS}_expiry ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
             f"""CREATE TABLE {VECTORS} (
-    prefix TEXT NOT NULL,
+    prefix BLOB NOT NULL,
     key TEXT NOT NULL,
     field TEXT NOT NULL,
     embedding BLOB NOT NULL,
@@ -118,7 +118,7 @@ class Outcome:
     (``(expires_at, prefix, key)``) when it ran read-only and could not write them."""
 
     results: list[Result]
-    refresh: list[tuple[int, str, str]] = field(default_factory=list)
+    refresh: list[tuple[int, bytes, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def read_batch(conn: sqlite3.Connection, steps: Sequence[Step], ctx: Context) ->
             conn.execute("COMMIT")
 
 
-def refresh(conn: sqlite3.Connection, targets: Sequence[tuple[int, str, str]]) -> None:
+def refresh(conn: sqlite3.Connection, targets: Sequence[tuple[int, bytes, str]]) -> None:
     """Write refreshed expiries (inside the caller's write transaction)."""
     _write_refresh(conn, targets)
 
@@ -165,7 +165,7 @@ def sweep(conn: sqlite3.Connection, now: int) -> int:
     return conn.execute(f"DELETE FROM {ITEMS} WHERE expires_at <= ?", (now,)).rowcount
 
 
-def _write_refresh(conn: sqlite3.Connection, targets: Sequence[tuple[int, str, str]]) -> None:
+def _write_refresh(conn: sqlite3.Connection, targets: Sequence[tuple[int, bytes, str]]) -> None:
     if targets:
         conn.executemany(
             f"UPDATE {ITEMS} SET expires_at = ? WHERE prefix = ? AND key = ? AND ttl_minutes IS NOT NULL",
@@ -188,13 +188,13 @@ def _run(conn: sqlite3.Connection, steps: Sequence[Step], ctx: Context) -> Outco
     return outcome
 
 
-def _note_refresh(refresh: list[tuple[int, str, str]], ctx: Context, prefix: str, key: str, ttl: float | None) -> None:
+def _note_refresh(refresh: list[tuple[int, bytes, str]], ctx: Context, prefix: bytes, key: str, ttl: float | None) -> None:
     stamp = expires_at(ctx.now, ttl)
     if stamp is not None:
         refresh.append((stamp, prefix, key))
 
 
-def _get(conn: sqlite3.Connection, step: GetStep, ctx: Context, refresh: list[tuple[int, str, str]]) -> Item | None:
+def _get(conn: sqlite3.Connection, step: GetStep, ctx: Context, refresh: list[tuple[int, bytes, str]]) -> Item | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM {ITEMS} i WHERE i.prefix = ? AND i.key = ? AND {_LIVE}",
         (step.prefix, step.key, ctx.now),
@@ -208,7 +208,7 @@ def _get(conn: sqlite3.Connection, step: GetStep, ctx: Context, refresh: list[tu
     return item_of(step.namespace, row[1], row[2], row[3], row[4])
 
 
-def _flush(conn: sqlite3.Connection, ctx: Context, refresh: list[tuple[int, str, str]]) -> None:
+def _flush(conn: sqlite3.Connection, ctx: Context, refresh: list[tuple[int, bytes, str]]) -> None:
     """In a write batch, write pending refreshes now, so later steps see them (a read
     batch hands them back instead)."""
     if refresh and ctx.write:
@@ -251,7 +251,7 @@ def _where(step: SearchStep, ctx: Context, params: list[Any]) -> str:
 
 
 def _search(
-    conn: sqlite3.Connection, step: SearchStep, ctx: Context, refresh: list[tuple[int, str, str]]
+    conn: sqlite3.Connection, step: SearchStep, ctx: Context, refresh: list[tuple[int, bytes, str]]
 ) -> list[Any]:
     if step.query_vector is not None and ctx.dims is not None:
         found = _ranked(conn, step, ctx)
