@@ -265,6 +265,18 @@ def rank(
     return page(scored, step)
 
 
+def rank_keys(
+    vectors: Sequence[Sequence[Any]], query: np.ndarray, dims: int
+) -> list[tuple[bytes, str, float]]:
+    """``(prefix, key, score)`` of every item with a vector in ``vectors`` (rows of
+    ``(prefix, key, updated_at, float32 blob)``), best first; ties newest first, then by
+    namespace and key (a plain search's order)."""
+    best = Scorer(query).best([(r[0], r[1]) for r in vectors], [r[3] for r in vectors], dims)
+    updated = {(r[0], r[1]): int(r[2]) for r in vectors}
+    order = sorted(best, key=lambda pk: (-best[pk], -updated[pk], pk[0], pk[1]))
+    return [(p, k, best[(p, k)]) for p, k in order]
+
+
 def page(rows: list[Any], step: SearchStep) -> list[Any]:
     """The ``offset``/``limit`` slice of a search's ordered matches."""
     return rows[step.offset : step.offset + step.limit]

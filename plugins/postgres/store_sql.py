@@ -36,6 +36,7 @@ from runstore.store.sqlbatch import (
     list_namespaces,
     page,
     rank,
+    rank_keys,
     search_item_of,
 )
 from runstore.store.sqlplan import FilterSql, decode_namespace, prefix_condition
@@ -89,11 +90,17 @@ class PostgresFilters(FilterSql):
         # the shared rule finds no member: such paths are left to the Python evaluator.
         return not any(_INDEX_LIKE.match(key) for key in path)
 
+    def equal_needs_type(self, wanted: str | int | float) -> bool:
+        # jsonb equality is JSON equality already: a string never equals a number, 1 = 1.0.
+        return False
+
     def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
-        params.append(list(path))
-        return "jsonb_typeof(i.value #> ?::text[])"
+        return f"jsonb_typeof({self.member(path, params)})"
 
     def member(self, path: tuple[str, ...], params: list[Any]) -> str:
+        if len(path) == 1:
+            params.append(path[0])
+            return "(i.value -> ?::text)"
         params.append(list(path))
         return "(i.value #> ?::text[])"
 
@@ -112,8 +119,9 @@ class PostgresFilters(FilterSql):
         return "?::text"
 
     def boolean(self, path: tuple[str, ...], wanted: bool, params: list[Any]) -> str:
-        params.extend([list(path), "true" if wanted else "false"])
-        return "COALESCE(i.value #> ?::text[] = ?::jsonb, FALSE)"
+        member = self.member(path, params)
+        params.append("true" if wanted else "false")
+        return f"COALESCE({member} = ?::jsonb, FALSE)"
 
 
 _INDEX_LIKE = re.compile(r"^\s*-?\d+\s*$")
@@ -256,7 +264,11 @@ def _where(step: SearchStep, ctx: Context, params: list[Any]) -> str:
 async def _search(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
     params: list[Any] = []
     where = _where(step, ctx, params)
-    if step.query_vector is not None and ctx.dims is not None:
+    if step.query_vector is not None and ctx.dims is not None and step.rendered.exact:
+        found = await _ranked(conn, step, ctx)
+        if step.refresh:
+            await _refresh(conn, [(r[0], r[1]) for r in found], ctx)
+    elif step.query_vector is not None and ctx.dims is not None:
         rows = await conn.fetch(sql(f"SELECT {_COLUMNS} FROM {ITEMS} i WHERE {where}"), *params)
         vparams: list[Any] = []
         vectors = await conn.fetch(
@@ -285,6 +297,49 @@ async def _search(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
     return [
         search_item_of(item_of(decode_namespace(r[0]), r[1], r[2], r[3], r[4]), r[6]) for r in found
     ]
+
+
+async def _ranked(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
+    """A semantic search whose filter the SQL decides: only the candidates' vectors travel;
+    the page's items are read once ranked, then unembedded items fill what is left."""
+    assert step.query_vector is not None and ctx.dims is not None
+    params: list[Any] = []
+    where = _where(step, ctx, params)
+    vectors = await conn.fetch(
+        sql(
+            f"SELECT v.prefix, v.key, i.updated_at, v.embedding FROM {VECTORS} v JOIN {ITEMS} i "
+            f"ON i.prefix = v.prefix AND i.key = v.key WHERE {where}"
+        ),
+        *params,
+    )
+    ranked = rank_keys(vectors, step.query_vector, ctx.dims)
+    wanted = ranked[step.offset : step.offset + step.limit]
+    found: list[Any] = []
+    if wanted:
+        rows = await conn.fetch(
+            sql(
+                f"SELECT {_COLUMNS} FROM {ITEMS} i JOIN unnest(?::bytea[], ?::text[]) AS t(p, k) "
+                "ON i.prefix = t.p AND i.key = t.k"
+            ),
+            [p for p, _, _ in wanted], [k for _, k, _ in wanted],
+        )  # fmt: skip
+        by_key = {(r[0], r[1]): r for r in rows}
+        found = [(*by_key[(p, k)], score) for p, k, score in wanted if (p, k) in by_key]
+    missing = step.offset + step.limit - len(ranked)
+    if len(found) < step.limit and missing > 0:
+        params = []
+        where = _where(step, ctx, params)
+        params.append(ctx.dims * 4)
+        params.extend([min(missing, step.limit - len(found)), max(0, step.offset - len(ranked))])
+        found += await conn.fetch(
+            sql(
+                f"SELECT {_COLUMNS}, NULL::float8 FROM {ITEMS} i WHERE {where} AND NOT EXISTS ("
+                f"SELECT 1 FROM {VECTORS} v WHERE v.prefix = i.prefix AND v.key = i.key "
+                f"AND length(v.embedding) = ?) ORDER BY {ORDER} LIMIT ? OFFSET ?"
+            ),
+            *params,
+        )
+    return found
 
 
 async def _refresh(conn: Any, keys: Sequence[tuple[bytes, str]], ctx: Context) -> None:

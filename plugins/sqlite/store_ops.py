@@ -55,7 +55,9 @@ MIGRATIONS: list[Migration] = [
     expires_at INTEGER,
     ttl_minutes REAL,
     PRIMARY KEY (prefix, key)
-)""",
+) WITHOUT ROWID""",
+            # WITHOUT ROWID: a search under a namespace prefix reads its slice of the
+            # primary key and the rows with it, not an index and then each row.
             f"CREATE INDEX {ITEMS}_expiry ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
             f"""CREATE TABLE {VECTORS} (
     prefix BLOB NOT NULL,
@@ -96,17 +98,21 @@ class SqliteFilters(FilterSql):
         return wanted in (0, 1)
 
     def member_type(self, path: tuple[str, ...], params: list[Any]) -> str:
-        params.append(_json_path(path))
-        return "json_type(i.value, ?)"
+        return f"json_type(i.value, {_json_path(path)})"
 
     def member(self, path: tuple[str, ...], params: list[Any]) -> str:
-        params.append(_json_path(path))
-        return "json_extract(i.value, ?)"
+        return f"json_extract(i.value, {_json_path(path)})"
 
 
 def _json_path(path: tuple[str, ...]) -> str:
-    """sqlite's JSON path to the member at ``path`` (object keys only)."""
-    return "$" + "".join(f'."{key}"' for key in path)
+    """sqlite's JSON path to the member at ``path`` (object keys only), as a SQL literal.
+
+    A literal, not a parameter: sqlite then parses the path once per statement instead
+    of once per row (filtered searches over 10,000 items took about 1.5x as long). Keys
+    reaching here hold no ``"`` or ``\\`` (`SqliteFilters.reaches`); a ``'`` is doubled.
+    """
+    text = "$" + "".join(f'."{key}"' for key in path)
+    return "'" + text.replace("'", "''") + "'"
 
 
 FILTERS = SqliteFilters()

@@ -280,6 +280,12 @@ def test_semantic_search_ranks_like_a_numpy_scan(opener: Callable[..., Opened], 
         everything = store.search(("docs",), query=query, limit=200)
         assert len(everything) == 121
         assert everything[-1].key == "plain" and everything[-1].score is None
+        # Pages that reach past the embedded items go on with the unembedded ones.
+        assert [i.key for i in store.search(("docs",), query=query, limit=5, offset=119)] == [
+            everything[119].key,
+            "plain",
+        ]
+        assert [i.key for i in store.search(("docs",), query=query, limit=5, offset=120)] == ["plain"]
         ranked = [f"k{i}" for i in np.argsort(-scores)]
         under_one = [i.key for i in store.search(("docs", "1"), query=query, limit=200)]
         assert under_one == [k for k in ranked if int(k[1:]) % 3 == 1]
@@ -402,9 +408,9 @@ JSON = st.recursive(
     ),
     max_leaves=4,
 )
-FIELD_NAMES = st.sampled_from(["a", "b", "1", "k y"])
+FIELD_NAMES = st.sampled_from(["a", "b", "1", "k y", "it's"])
 ITEM_VALUES = st.dictionaries(FIELD_NAMES, JSON, max_size=3)
-PATHS = st.sampled_from(["a", "b", "a.x", "a.1", "1", "k y", "a.x.y", "b.y"])
+PATHS = st.sampled_from(["a", "b", "a.x", "a.1", "1", "k y", "a.x.y", "b.y", "it's"])
 CONDITIONS = st.one_of(
     SCALARS,
     st.dictionaries(st.sampled_from(["$eq", "$ne"]), SCALARS, min_size=1, max_size=2),
