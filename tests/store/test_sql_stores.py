@@ -512,3 +512,33 @@ def test_from_conn_string_setup_and_schema_sql(opener: Callable[..., Opened]) ->
         loop.stop()
     assert "runstore_store_items" in before and after == ""
     assert found[0].key == "k" and found[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_runstore_open_hands_the_store_its_index_and_ttl(opener: Callable[..., Opened]) -> None:
+    """``runstore.open(store=URL, store_index=..., store_ttl=...)``: the same file or schema
+    as the other kinds, the store found by its URL's scheme."""
+    import runstore
+
+    url = opener().url
+    checkpointer = url
+
+    async def run() -> tuple[Any, Any, Any]:
+        async with runstore.open(
+            checkpointer=checkpointer,
+            store=url,
+            store_index={"dims": DIMS, "embed": embed, "fields": ["text"]},
+            store_ttl={"default_ttl": 10},
+        ) as stores:
+            store = stores.store
+            await store.aput(("users", "ada"), "m1", {"text": "likes tea"})
+            found = await store.asearch(("users",), query="likes tea")
+            return type(store).__name__, found[0], store.ttl_config
+
+    loop = LoopThread()
+    try:
+        name, first, ttl = loop.run(run())
+    finally:
+        loop.stop()
+    assert name == ("SqliteStore" if url.startswith("sqlite") else "PostgresStore")
+    assert first.key == "m1" and first.score == pytest.approx(1.0, abs=1e-5)
+    assert ttl["default_ttl"] == 10
