@@ -130,15 +130,18 @@ class BackendTarget(Generic[B]):
         return self.settings.merged(overrides or {})
 
     def opener(
-        self, overrides: Mapping[str, Any] | None = None
+        self, overrides: Mapping[str, Any] | None = None, provided: Mapping[Any, Any] | None = None
     ) -> AbstractAsyncContextManager[B]:
-        """An async context manager opening a fresh instance on the isolated URL."""
+        """An async context manager opening a fresh instance on the isolated URL; ``provided``
+        is handed to the factory through `BackendOptions.provide` (a store's index config)."""
         target = self
 
         class _Open:
             async def __aenter__(self) -> B:
                 self._scope = BackendOptions.scope(target.settings_with(overrides))
                 options = await self._scope.__aenter__()
+                for key, value in (provided or {}).items():
+                    options.provide(key, value)
                 try:
                     # The registry's lifecycle: options enter / close the backend.
                     backend = await target.spec.open(target.url, options)
@@ -157,11 +160,12 @@ class BackendTarget(Generic[B]):
         body: Callable[[B], Awaitable[R]],
         *,
         settings: Mapping[str, Any] | None = None,
+        provided: Mapping[Any, Any] | None = None,
     ) -> R:
         """Open a fresh instance on a new event loop, await ``body(instance)``, close, return."""
 
         async def main() -> R:
-            async with self.opener(settings) as backend:
+            async with self.opener(settings, provided) as backend:
                 return await body(backend)
 
         with not_implemented_stops_the_test():

@@ -5,7 +5,8 @@ and the whole store after every step, against a plain-dict model:
 
 - `SaverMachine` (checkpoint savers; ``mode = "full"`` or ``"delta"``),
 - `EventStoreMachine` (run event stores),
-- `RunStoreMachine` (run stores).
+- `RunStoreMachine` (run stores),
+- `StoreMachine` (long-term memory stores).
 
 A machine is built with a `runstore.conformance.harness.BackendSession` (from
 ``target.session()``); its backend is ``self.saver`` or ``self.store``, the target
@@ -49,8 +50,9 @@ from .events_machine import EventStoreMachine
 from .harness import BackendSession, BackendTarget
 from .runs_machine import RunStoreMachine
 from .savers_machine import SaverMachine
+from .store_machine import StoreMachine
 
-__all__ = ["EventStoreMachine", "RunStoreMachine", "SaverMachine", "run_machine"]
+__all__ = ["EventStoreMachine", "RunStoreMachine", "SaverMachine", "StoreMachine", "run_machine"]
 
 
 def run_machine(

@@ -13,7 +13,8 @@ caller deleted) also loses its stream keys and its events. The order, per thread
 4. the saver marks the tombstone done (``afinish_cleanup``).
 
 A failure or crash between steps leaves the tombstone not done, so the next pass
-hands the thread out again and repeats 2-4, each idempotent. Entry points:
+hands the thread out again and repeats 2-4, each idempotent. A pass ends by deleting the
+long-term memory store's expired items (``asweep_expired``), when one is open. Entry points:
 `sweep` (one pass; ``runstore retention run``), `start_sweeper` (an asyncio task an
 app starts), `delete_thread` (one thread now, everywhere, with counts).
 """
@@ -77,7 +78,8 @@ class SweepReport:
     ``examined``: threads the saver looked at; ``trimmed``: those that lost checkpoints;
     ``expired``: those deleted whole; ``cleaned``: deleted threads whose events and
     stream keys this pass removed; ``removed``: saver rows and their bytes; ``events``,
-    ``streams``: event rows and run streams removed; ``reclaimed_bytes``: file space given
+    ``streams``: event rows and run streams removed; ``store_items``: expired items the
+    long-term memory store deleted; ``reclaimed_bytes``: file space given
     back by compaction (sqlite), when the pass compacted.
     """
 
@@ -90,6 +92,7 @@ class SweepReport:
     removed: Removed = field(default_factory=Removed)
     events: int = 0
     streams: int = 0
+    store_items: int = 0
     reclaimed_bytes: int | None = None
     seconds: float = 0.0
 
@@ -113,6 +116,7 @@ class SweepReport:
             **{f"saver_{k}": v for k, v in self.removed.as_dict().items() if k != "threads"},
             "events": self.events,
             "streams": self.streams,
+            "store_items": self.store_items,
             "reclaimed_bytes": self.reclaimed_bytes,
             "seconds": round(self.seconds, 3),
             "threads_per_second": round(self.examined / self.seconds, 1) if self.seconds else None,
@@ -122,12 +126,13 @@ class SweepReport:
 @dataclass(frozen=True)
 class Sweeper:
     """The stores a sweep reaches: a saver declaring ``retention``, and optionally the
-    event store, stream bridge and run store of the same runtime."""
+    event store, stream bridge, run store and long-term memory store of the same runtime."""
 
     saver: Any
     events: RunEventStore | None = None
     streams: StreamBridge | None = None
     runs: RunStore | None = None
+    store: Any = None
 
     @classmethod
     def from_stores(cls, stores: Stores) -> Sweeper:
@@ -138,6 +143,7 @@ class Sweeper:
             events=stores.events if "events" in opened else None,
             streams=stores.streams if "streams" in opened else None,
             runs=stores.runs if "runs" in opened else None,
+            store=stores.store if "store" in opened else None,
         )
 
     def __post_init__(self) -> None:
@@ -221,6 +227,10 @@ class Sweeper:
             if batch.cursor is None:
                 break
             after = batch.cursor
+        if not dry_run and callable(getattr(self.store, "asweep_expired", None)):
+            # TTL expiry is the store's own rule (no policy applies); a dry run skips it.
+            report.store_items = await self.store.asweep_expired()
+            report.seconds = time.perf_counter() - started
         if compact and not dry_run and report.removed.bytes:
             saver = unwrap_saver(self.saver)
             if isinstance(saver, CompactingSaver):

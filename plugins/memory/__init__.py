@@ -87,21 +87,25 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
     )
 
 
+#: What the memory store promises (every store capability there is).
+STORE_CAPABILITIES = (
+    "sync_api",
+    "store_clock",
+    "store_ttl",
+    "store_nested_filters",
+    "store_numeric_filters",
+    "store_vector_search",
+    "store_ordered_batch",
+    "checked_store_input",
+)
+
+
 @hookimpl
 def runstore_register_stores(registry: StoreRegistry) -> None:
     registry.add(
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.store:MemoryStore.open",
-        capabilities=[
-            "sync_api",
-            "store_clock",
-            "store_ttl",
-            "store_nested_filters",
-            "store_numeric_filters",
-            "store_vector_search",
-            "store_ordered_batch",
-            "checked_store_input",
-        ],
+        capabilities=STORE_CAPABILITIES,
         description="in-process long-term memory store (LangGraph BaseStore)",
     )

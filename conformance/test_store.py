@@ -1,0 +1,404 @@
+"""Long-term memory store conformance (LangGraph ``BaseStore``, docs/store.md): the state
+machine against a plain-dict model, then each edge rule on its own.
+
+Every test works under a fresh root label, so tests share one provisioned store. Rules
+not every store keeps are gated by capability: ``store_clock``, ``store_ttl``,
+``store_nested_filters``, ``store_numeric_filters``, ``store_vector_search``,
+``store_ordered_batch``, ``checked_store_input``, ``sync_api``, ``durable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runstore.clock import ManualClock
+from runstore.errors import InvalidStoreInputError
+from runstore.store.base import STORE_CONFIG_KEY
+
+from .events_model import fresh_id
+from .harness import BackendTarget
+from .machines import run_machine
+from .store_machine import StoreMachine
+
+pytestmark = pytest.mark.runstore_contract("store")
+
+EPOCH = datetime(2002, 2, 2, tzinfo=UTC)
+DIMS = 8
+
+
+def letters(text: str) -> list[float]:
+    """A deterministic embedding: how often each of the letters a to h occurs."""
+    return [float(text.count(c)) for c in "abcdefgh"]
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    """The test embeddings function (texts -> vectors of `DIMS`)."""
+    return [letters(t) for t in texts]
+
+
+def index(fields: list[str] | None = None, dims: int = DIMS) -> dict[Any, Any]:
+    """What the harness provides for a store opened with semantic search."""
+    config: dict[str, Any] = {"dims": dims, "embed": embed}
+    if fields is not None:
+        config["fields"] = fields
+    return {STORE_CONFIG_KEY: (config, None)}
+
+
+def run(target: BackendTarget[Any], body: Callable[[Any, tuple[str, ...]], Awaitable[None]], **kw: Any) -> None:
+    """Run ``body(store, root)`` on a fresh instance, ``root`` a fresh namespace label."""
+    root = (fresh_id("st"),)
+    target.run(lambda store: body(store, root), **kw)
+
+
+def clocked(store: Any) -> ManualClock:
+    """Give ``store`` a `ManualClock` at `EPOCH` and return it."""
+    clock = ManualClock(EPOCH)
+    store.clock = clock
+    return clock
+
+
+def keys(items: Any) -> list[tuple[tuple[str, ...], str]]:
+    return [(tuple(i.namespace), i.key) for i in items]
+
+
+def test_store_state_machine(store_target: BackendTarget[Any]) -> None:
+    run_machine(store_target, StoreMachine)
+
+
+def test_put_get_delete(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        ns = (*root, "users", "u1")
+        await store.aput(ns, "prefs", {"theme": "dark", "size": [1, 2.5, None, True]})
+        got = await store.aget(ns, "prefs")
+        assert got is not None and got.value == {"theme": "dark", "size": [1, 2.5, None, True]}, (
+            f"contract: get returns the value put: {got}"
+        )
+        assert (tuple(got.namespace), got.key) == (ns, "prefs"), f"contract: an item names its namespace and key: {got}"
+        assert got.created_at.tzinfo is not None and got.updated_at >= got.created_at, (
+            "contract: created_at and updated_at are aware datetimes, updated_at >= created_at"
+        )
+        await store.aput(ns, "prefs", {"theme": "light"})
+        got = await store.aget(ns, "prefs")
+        assert got is not None and got.value == {"theme": "light"}, f"contract: a put replaces the value: {got}"
+        await store.adelete(ns, "prefs")
+        await store.adelete(ns, "never-put")
+        assert await store.aget(ns, "prefs") is None, "contract: a deleted item is gone"
+
+    run(store_target, body)
+
+
+def test_search_prefix_is_by_label(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        await store.aput((*root, "a", "b"), "k", {"v": 1})
+        await store.aput((*root, "a", "bc"), "k", {"v": 2})
+        await store.aput((*root, "ab"), "k", {"v": 3})
+        got = keys(await store.asearch((*root, "a", "b"), limit=10))
+        assert got == [((*root, "a", "b"), "k")], (
+            f"contract: a search prefix matches whole labels: ('a', 'b') is not a prefix of ('a', 'bc'): {got}"
+        )
+        got = keys(await store.asearch((*root, "a"), limit=10))
+        assert sorted(got) == [((*root, "a", "b"), "k"), ((*root, "a", "bc"), "k")], (
+            f"contract: a search covers the prefix's namespace and those under it, not ('ab',): {got}"
+        )
+
+    run(store_target, body)
+
+
+def test_search_pages(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        for i in range(7):
+            await store.aput((*root, "p", str(i % 2)), f"k{i}", {"i": i, "even": i % 2 == 0})
+        for filter in (None, {"even": True}):
+            everything = keys(await store.asearch(root, filter=filter, limit=100))
+            for size in (1, 2, 3):
+                pages = [k for offset in range(0, 8, size)
+                         for k in keys(await store.asearch(root, filter=filter, limit=size, offset=offset))]
+                assert len(pages) == len(set(pages)) == len(everything) and set(pages) == set(everything), (
+                    f"contract: search pages (limit={size}, offset 0, {size}, ...) never repeat an item and "
+                    f"together list every match of {filter}: {pages}"
+                )
+
+    run(store_target, body)
+
+
+def test_list_namespaces_rules(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        for ns in [("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "b", "f"), ("a", "c", "f")]:
+            await store.aput((*root, *ns), "k", {"v": 1})
+
+        async def listed(**kw: Any) -> list[tuple[str, ...]]:
+            return [tuple(ns[1:]) for ns in await store.alist_namespaces(prefix=kw.pop("prefix", root), **kw)]
+
+        got = await listed(prefix=(*root, "a", "b"), max_depth=4)
+        assert sorted(got) == [("a", "b", "c"), ("a", "b", "d"), ("a", "b", "f")], (
+            f"contract: list_namespaces max_depth cuts namespaces to that many labels, each listed once: {got}"
+        )
+        got = await listed(suffix=("f",))
+        assert sorted(got) == [("a", "b", "f"), ("a", "c", "f")], f"contract: a suffix matches the last labels: {got}"
+        got = await listed(prefix=(*root, "a", "*", "d"))
+        assert sorted(got) == [("a", "b", "d", "e"), ("a", "b", "d", "i")], (
+            f"contract: '*' in a prefix matches any one label: {got}"
+        )
+        got = await listed(suffix=("d", "*"))
+        assert sorted(got) == [("a", "b", "d", "e"), ("a", "b", "d", "i")], (
+            f"contract: '*' in a suffix matches any one label: {got}"
+        )
+        everything = await listed()
+        pages = [ns for offset in range(0, 6, 2) for ns in await listed(limit=2, offset=offset)]
+        assert len(everything) == 5 and sorted(pages) == sorted(everything) and len(set(pages)) == 5, (
+            f"contract: list_namespaces pages (limit/offset) never repeat and together list all: {pages}"
+        )
+        await store.adelete((*root, "a", "c", "f"), "k")
+        assert ("a", "c", "f") not in await listed(), "contract: a namespace whose items are all deleted is not listed"
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("store_numeric_filters")
+def test_comparison_operators(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        values = {"m2": -2, "p9": 9, "p10": 10, "p10f": 10.0, "s": "10", "t": True}
+        for key, n in values.items():
+            await store.aput(root, key, {"n": n})
+
+        async def found(filter: dict[str, Any]) -> set[str]:
+            return {i.key for i in await store.asearch(root, filter=filter, limit=50)}
+
+        cases: list[tuple[dict[str, Any], set[str]]] = [
+            ({"n": {"$gt": 9}}, {"p10", "p10f"}),
+            ({"n": {"$gte": 9}}, {"p9", "p10", "p10f"}),
+            ({"n": {"$lt": 9}}, {"m2"}),
+            ({"n": {"$lte": -2}}, {"m2"}),
+            ({"n": {"$gt": -3, "$lt": 10}}, {"m2", "p9"}),
+            ({"n": {"$gt": "1"}}, {"s"}),
+            ({"n": 10}, {"p10", "p10f"}),
+            ({"n": {"$eq": True}}, {"t"}),
+        ]
+        for filter, want in cases:
+            got = await found(filter)
+            assert got == want, (
+                f"contract: filter {filter} compares as JSON types (numbers as numbers, strings as "
+                f"strings, a bool never a number): got {sorted(got)}, expected {sorted(want)}"
+            )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("store_nested_filters")
+def test_nested_filters(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        await store.aput(root, "a", {"meta": {"tag": "red", "level": 2}, "kind": "note"})
+        await store.aput(root, "b", {"meta": {"tag": "blue", "level": 1}, "kind": "note"})
+        await store.aput(root, "c", {"meta": "red", "kind": "note"})
+        for filter in [{"meta.tag": "red"}, {"meta": {"tag": "red"}}, {"meta.level": {"$gt": 1}}]:
+            got = sorted(i.key for i in await store.asearch(root, filter=filter, limit=10))
+            assert got == ["a"], (
+                f"contract: search returns the items that match the filter, which reaches nested keys by "
+                f"dotted path or nested mapping (a subset match): "
+                f"{filter} -> {got}"
+            )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("store_clock")
+def test_timestamps_on_the_store_clock(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        clock = clocked(store)
+        await store.aput(root, "k", {"v": 1})
+        first = clock()
+        clock.advance(5)
+        await store.aput(root, "k", {"v": 2})
+        got = await store.aget(root, "k")
+        assert got is not None and (got.created_at, got.updated_at) == (first, clock()), (
+            f"contract: created_at is kept across updates and updated_at is the last put, on the store's clock: {got}"
+        )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("store_ttl", "store_clock")
+def test_ttl_expiry_refresh_and_sweep(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        clock = clocked(store)
+        await store.aput(root, "short", {"v": 1}, ttl=1)
+        await store.aput(root, "kept", {"v": 2}, ttl=None)
+        clock.advance(59)
+        assert await store.aget(root, "short", refresh_ttl=False) is not None, "contract: an item lives until its ttl"
+        clock.advance(1)
+        assert await store.aget(root, "short") is None, (
+            "contract: an item is gone exactly ttl minutes after its last write (expiry is inclusive)"
+        )
+        assert await store.aget(root, "kept") is not None, "contract: ttl=None never expires"
+        await store.aput(root, "read", {"v": 3}, ttl=1)
+        clock.advance(50)
+        assert await store.aget(root, "read", refresh_ttl=True) is not None
+        clock.advance(50)
+        assert await store.aget(root, "read", refresh_ttl=False) is not None, (
+            "contract: a read with refresh_ttl restarts the item's ttl: it lives until ttl minutes "
+            "after its last write or refreshing read"
+        )
+        clock.advance(5)
+        assert [i.key for i in await store.asearch(root, filter={"v": 3}, refresh_ttl=True)] == ["read"]
+        clock.advance(50)
+        assert await store.aget(root, "read", refresh_ttl=False) is not None, (
+            "contract: a search with refresh_ttl restarts the ttl of the items it returns: each "
+            "lives until ttl minutes after its last write or refreshing read"
+        )
+        clock.advance(20)
+        assert await store.aget(root, "read") is None, "contract: a read without refresh leaves the ttl running"
+        await store.aput(root, "swept", {"v": 4}, ttl=1)
+        clock.advance(61)
+        removed = await store.asweep_expired()
+        assert removed >= 1, f"contract: asweep_expired deletes expired items and counts them: {removed}"
+        assert [i.key for i in await store.asearch(root, limit=10)] == ["kept"], (
+            "contract: expired items are never returned"
+        )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("store_vector_search")
+def test_semantic_search(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        await store.aput(root, "aaa", {"text": "aaab", "title": "h"})
+        await store.aput(root, "bbb", {"text": "bbba", "title": "a"})
+        await store.aput(root, "ccc", {"text": "cccc", "title": "c"})
+        await store.aput(root, "skip", {"text": "aaaa"}, index=False)
+        await store.aput(root, "titled", {"text": "hhhh", "title": "aaaa"}, index=["title"])
+        got = await store.asearch(root, query="aaaa", limit=10)
+        order = [i.key for i in got]
+        assert order[:3] == ["titled", "aaa", "bbb"] and order[-1] == "skip", (
+            f"contract: search(query=) ranks by cosine similarity of the indexed fields, best first; "
+            f"index=False items come last without a score; a put's index list embeds only those fields: {order}"
+        )
+        scores = {i.key: i.score for i in got}
+        assert scores["skip"] is None and abs(scores["titled"] - 1.0) < 1e-6, (
+            f"contract: SearchItem.score is the cosine similarity (None when not indexed): {scores}"
+        )
+        assert abs(scores["aaa"] - 3 / 10**0.5) < 1e-6 and scores["ccc"] == pytest.approx(0.0, abs=1e-9), (
+            f"contract: SearchItem.score is the cosine similarity of query and item vectors: {scores}"
+        )
+        page = [i.key for i in await store.asearch(root, query="aaaa", limit=2, offset=1)]
+        assert page == order[1:3], f"contract: limit/offset page the ranked results: {page} vs {order}"
+        filtered = [i.key for i in await store.asearch(root, query="aaaa", filter={"title": "a"}, limit=10)]
+        assert filtered == ["bbb"], f"contract: a filter applies with a query: {filtered}"
+
+    run(store_target, body, provided=index(["text"]))
+
+
+@pytest.mark.requires("store_vector_search", "checked_store_input")
+def test_semantic_search_bad_input(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        with pytest.raises(InvalidStoreInputError, match="title"):
+            await store.aput(root, "k", {"text": "a"}, index=["title"])
+        assert await store.aget(root, "k") is None, "contract: a refused put writes nothing"
+
+    run(store_target, body, provided=index(["text"]))
+
+    async def wrong_dims(store: Any, root: tuple[str, ...]) -> None:
+        with pytest.raises(InvalidStoreInputError, match="dims"):
+            await store.aput(root, "k", {"text": "a"})
+        assert await store.aget(root, "k") is None, "contract: a put whose embedding has the wrong size writes nothing"
+
+    run(store_target, wrong_dims, provided=index(["text"], dims=DIMS + 1))
+
+
+@pytest.mark.requires("store_ordered_batch")
+def test_batch_applies_in_order(store_target: BackendTarget[Any]) -> None:
+    from langgraph.store.base import GetOp, PutOp, SearchOp
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        ops = [
+            PutOp(root, "k", {"v": 1}),
+            PutOp(root, "k", {"v": 2}),
+            GetOp(root, "k"),
+            SearchOp(root, {"v": 2}, 10, 0),
+            PutOp(root, "k", None),
+            SearchOp(root, None, 10, 0),
+        ]
+        got = await store.abatch(ops)
+        assert got[0] is None and got[1] is None and got[4] is None, f"contract: a put's result is None: {got}"
+        assert got[2] is not None and got[2].value == {"v": 2} and keys(got[3]) == [(root, "k")] and got[5] == [], (
+            f"contract: ops of one batch apply in order, each seeing the puts before it: {got}"
+        )
+
+    run(store_target, body)
+
+
+BAD_CALLS: list[tuple[str, Callable[[Any, tuple[str, ...]], Awaitable[Any]]]] = [
+    ("empty namespace", lambda s, r: s.aput((), "k", {"v": 1})),
+    ("empty label", lambda s, r: s.aput((*r, ""), "k", {"v": 1})),
+    ("label with a period", lambda s, r: s.aput((*r, "a.b"), "k", {"v": 1})),
+    ("reserved root", lambda s, r: s.aput(("langgraph", *r), "k", {"v": 1})),
+    ("label not a string", lambda s, r: s.aput((*r, 1), "k", {"v": 1})),
+    ("NUL in a key", lambda s, r: s.aput(r, "k\x00", {"v": 1})),
+    ("value not an object", lambda s, r: s.aput(r, "k", [1, 2])),
+    ("value not JSON", lambda s, r: s.aput(r, "k", {"v": object()})),
+    ("NaN in a value", lambda s, r: s.aput(r, "k", {"v": float("nan")})),
+    ("unknown operator", lambda s, r: s.asearch(r, filter={"v": {"$regex": "x"}})),
+    ("negative ttl", lambda s, r: s.aput(r, "k", {"v": 1}, ttl=-1)),
+    ("negative limit", lambda s, r: s.asearch(r, limit=-1)),
+]
+
+
+@pytest.mark.requires("checked_store_input")
+@pytest.mark.parametrize("case", [name for name, _ in BAD_CALLS])
+def test_bad_input_is_refused(store_target: BackendTarget[Any], case: str) -> None:
+    call = dict(BAD_CALLS)[case]
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        try:
+            await call(store, root)
+        except InvalidStoreInputError as exc:
+            assert str(exc), "contract: the error says what was wrong"
+        else:
+            raise AssertionError(f"contract: {case} is refused with InvalidStoreInputError")
+        assert await store.asearch(root) == [] and await store.aget(root, "k") is None, (
+            f"contract: a refused call ({case}) writes nothing"
+        )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("sync_api")
+def test_sync_api(store_target: BackendTarget[Any]) -> None:
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        def calls() -> Any:
+            store.put(root, "k", {"v": 1})
+            got = store.get(root, "k")
+            found = store.search(root, filter={"v": 1})
+            spaces = store.list_namespaces(prefix=root)
+            store.delete(root, "k")
+            return got, found, spaces, store.get(root, "k")
+
+        # Off the loop thread, as LangGraph's sync API is meant to be called.
+        got, found, spaces, after = await asyncio.to_thread(calls)
+        assert got is not None and got.value == {"v": 1} and keys(found) == [(root, "k")], (
+            f"contract: the sync twins behave as the async methods: {got}, {found}"
+        )
+        assert [tuple(s) for s in spaces] == [root] and after is None, (
+            f"contract: the sync twins behave as the async methods: {spaces}, {after}"
+        )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("durable")
+def test_durable(store_target: BackendTarget[Any]) -> None:
+    root = (fresh_id("dur"),)
+
+    async def write(store: Any) -> None:
+        await store.aput(root, "k", {"v": 1})
+
+    async def read(store: Any) -> Any:
+        return await store.aget(root, "k")
+
+    store_target.run(write)
+    got = store_target.run(read)
+    assert got is not None and got.value == {"v": 1}, "contract: items survive closing and reopening the store"
