@@ -144,8 +144,8 @@ class Context:
     dims: int | None
 
 
-_PUT = f"""WITH item AS (
-    INSERT INTO {ITEMS} AS old (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
+#: Writing an item (an expired one's created_at restarts).
+_UPSERT = f"""INSERT INTO {ITEMS} AS old (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
     VALUES (?, ?, ?::jsonb, ?, ?, ?, ?)
     ON CONFLICT (prefix, key) DO UPDATE SET
         value = excluded.value,
@@ -154,13 +154,19 @@ _PUT = f"""WITH item AS (
         updated_at = excluded.updated_at,
         expires_at = excluded.expires_at,
         ttl_minutes = excluded.ttl_minutes
-    RETURNING 1
-), dropped AS (
+    RETURNING 1"""
+
+#: A put that embeds: the item, its vectors replaced.
+_PUT = f"""WITH item AS ({_UPSERT}), dropped AS (
     DELETE FROM {VECTORS} WHERE prefix = ? AND key = ? AND NOT (field = ANY(?::text[]))
 )
 INSERT INTO {VECTORS} (prefix, key, field, embedding)
 SELECT ?, ?, f, e FROM unnest(?::text[], ?::bytea[]) AS t(f, e)
 ON CONFLICT (prefix, key, field) DO UPDATE SET embedding = excluded.embedding"""
+
+#: A put that embeds nothing: the item, and any vectors an earlier put left dropped.
+_PUT_PLAIN = f"""WITH item AS ({_UPSERT})
+DELETE FROM {VECTORS} WHERE prefix = ? AND key = ?"""
 
 _DELETE = f"""WITH item AS (DELETE FROM {ITEMS} WHERE prefix = ? AND key = ?)
 DELETE FROM {VECTORS} WHERE prefix = ? AND key = ?"""
@@ -242,12 +248,20 @@ async def _put(conn: Any, step: PutStep, ctx: Context) -> None:
     if step.value_text is None:
         await conn.execute(sql(_DELETE), step.prefix, step.key, step.prefix, step.key)
         return
-    fields = [path for path, _ in step.vectors or ()]
-    blobs = [vector.tobytes() for _, vector in step.vectors or ()]
     now = ctx.now
+    expiry = expires_at(now, step.ttl_minutes)
+    if not step.vectors:
+        await conn.execute(
+            sql(_PUT_PLAIN),
+            step.prefix, step.key, step.value_text, now, now, expiry, step.ttl_minutes,
+            step.prefix, step.key,
+        )  # fmt: skip
+        return
+    fields = [path for path, _ in step.vectors]
+    blobs = [vector.tobytes() for _, vector in step.vectors]
     await conn.execute(
         sql(_PUT),
-        step.prefix, step.key, step.value_text, now, now, expires_at(now, step.ttl_minutes), step.ttl_minutes,
+        step.prefix, step.key, step.value_text, now, now, expiry, step.ttl_minutes,
         step.prefix, step.key, fields,
         step.prefix, step.key, fields, blobs,
     )  # fmt: skip
