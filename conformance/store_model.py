@@ -31,6 +31,9 @@ class StoreModel:
 
     def __init__(self) -> None:
         self.items: dict[tuple[tuple[str, ...], str], ModelItem] = {}
+        #: Every namespace a call named: where a store without ``store_namespace_cleanup``
+        #: may still list one.
+        self.touched: set[tuple[str, ...]] = set()
 
     def live(self, now: datetime | None) -> dict[tuple[tuple[str, ...], str], ModelItem]:
         """The items not expired at ``now``."""
@@ -82,10 +85,13 @@ class StoreModel:
         suffix: tuple[str, ...] | None,
         max_depth: int | None,
         now: datetime | None,
+        *,
+        loose: bool = False,
     ) -> set[tuple[str, ...]]:
-        """The namespaces a listing returns (as a set: the order is checked elsewhere)."""
+        """The namespaces a listing returns (as a set: the order is checked elsewhere);
+        ``loose``: those it may return, counting every namespace a call named."""
         out = set()
-        for ns, _ in self.live(now):
+        for ns in self.touched if loose else {ns for ns, _ in self.live(now)}:
             if prefix and not matches_labels(ns, "prefix", prefix):
                 continue
             if suffix and not matches_labels(ns, "suffix", suffix):

@@ -57,6 +57,8 @@ CAPABILITIES: dict[str, str] = {
     "by cosine similarity of the embedded fields, score in SearchItem.score, per-put index",
     "store_ordered_batch": "ops of one store batch apply in order: a get, search or listing "
     "sees the puts before it in the batch (LangGraph's stock stores read before they write)",
+    "store_namespace_cleanup": "store's list_namespaces lists a namespace only while it holds a "
+    "live item: reads and deletes never create one, deleting its last item removes it",
     "checked_store_input": "store refuses invalid namespaces, keys, values, filters, ttl and "
     "index fields with InvalidStoreInputError naming the problem, writing nothing",
 }
@@ -87,6 +89,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "store_numeric_filters": _STORE,
     "store_vector_search": _STORE,
     "store_ordered_batch": _STORE,
+    "store_namespace_cleanup": _STORE,
     "checked_store_input": _STORE,
 }
 
