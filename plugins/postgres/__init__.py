@@ -101,6 +101,7 @@ def runstore_register_stores(registry: StoreRegistry) -> None:
             "store_numeric_filters",
             "store_vector_search",
             "store_ordered_batch",
+            "store_namespace_cleanup",
             "checked_store_input",
         ],
         drivers=DRIVERS,

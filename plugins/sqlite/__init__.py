@@ -97,6 +97,7 @@ STORE_CAPABILITIES = [
     "store_numeric_filters",
     "store_vector_search",
     "store_ordered_batch",
+    "store_namespace_cleanup",
     "checked_store_input",
 ]
 
