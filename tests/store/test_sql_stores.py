@@ -291,6 +291,9 @@ def test_semantic_search_ranks_like_a_numpy_scan(opener: Callable[..., Opened], 
         assert under_one == [k for k in ranked if int(k[1:]) % 3 == 1]
         low = [i.key for i in store.search(("docs",), query=query, filter={"i": {"$lt": 30}}, limit=200)]
         assert low == [k for k in ranked if int(k[1:]) < 30]
+        # A short page under a filter (read from the nearest vectors first on sqlite).
+        half = [i.key for i in store.search(("docs",), query=query, filter={"i": {"$lt": 60}}, limit=3)]
+        assert half == [k for k in ranked if int(k[1:]) < 60][:3]
 
 
 # --- one batch, one transaction --------------------------------------------------------
