@@ -14,8 +14,10 @@ other in that process:
   handing out precomputed random vectors, so no model is timed), next to a numpy
   brute-force scan of the same vectors held in memory (backend ``numpy``).
 
-Rows carry a reference, so `runstore bench summarize` prints same-run ratios: runstore
-against LangGraph per op, semantic search against the numpy scan. LangGraph's semantic
+Each op alternates between the two stores call by call (who goes first alternating
+too), so a machine whose load changes during the run slows both alike. Rows carry a
+reference, so `runstore bench summarize` prints same-run ratios: runstore against
+LangGraph per op, semantic search against the numpy scan (timed alternating with it). LangGraph's semantic
 search needs sqlite-vec loaded through ``enable_load_extension`` (absent from Pythons
 built without loadable extensions) or pgvector on the server; where that is missing its
 row is left out and the case's ``notes`` say why.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -33,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from runstore.bench.events import _measurement, _time_calls
+from runstore.bench.events import _measurement
 from runstore.bench.targets import (
     POSTGRES_SCHEMES,
     fresh_schema,
@@ -77,21 +80,39 @@ def _index(vectors: _Vectors, dims: int) -> Any:
     return {"dims": dims, "embed": vectors.embed, "fields": ["text"]}
 
 
-async def _timed(
-    label: str, op: str, n: int, call: Callable[[int], Awaitable[Any]], reference: dict[str, str] | None
-) -> dict[str, Any]:
-    durations = await _time_calls(n, call, budget=None)
-    return _measurement(op, "1", label, durations, units=len(durations), metric="rate_per_s", reference=reference)
+Call = Callable[[int], Awaitable[Any]]
 
 
-async def _kv_ops(store: Any, label: str, params: dict[str, Any], peer: str | None) -> list[dict[str, Any]]:
-    """put, get and filtered search on ``store``; ``peer``: the backend label its ratios refer to."""
-    items, calls = int(params["items"]), int(params["calls"])
+async def _alternating(n: int, first: Call, second: Call) -> tuple[list[float], list[float]]:
+    """``n`` calls of each, alternating call by call (who goes first alternating too), so a
+    machine whose load changes during the run slows both alike; durations of each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(n):
+        order = ((0, first), (1, second)) if i % 2 == 0 else ((1, second), (0, first))
+        for side, call in order:
+            t0 = time.perf_counter()
+            await call(i)
+            times[side].append(time.perf_counter() - t0)
+    return times
+
+
+def _pair(
+    op: str, labels: tuple[str, str], times: tuple[list[float], list[float]]
+) -> list[dict[str, Any]]:
+    """Rows for one op on both targets; the first's ratio refers to the second."""
+    ours, theirs = labels
+    reference = {"backend": theirs, "op": op, "variant": "1"}
+    return [
+        _measurement(op, "1", ours, times[0], units=len(times[0]), metric="rate_per_s", reference=reference),
+        _measurement(op, "1", theirs, times[1], units=len(times[1]), metric="rate_per_s", reference=None),
+    ]
+
+
+def _kv_calls(store: Any, params: dict[str, Any]) -> dict[str, Call]:
+    """put, get and filtered search calls on ``store`` (its own namespace root)."""
+    items = int(params["items"])
     prefix = "b" + uuid.uuid4().hex[:8]
     rng = random.Random(params.get("seed", 1))
-
-    def ref(op: str) -> dict[str, str] | None:
-        return None if peer is None else {"backend": peer, "op": op, "variant": "1"}
 
     async def put(i: int) -> None:
         await store.aput((prefix, f"u{i % USERS}"), f"k{i}", _value(i), index=False)
@@ -104,34 +125,41 @@ async def _kv_ops(store: Any, label: str, params: dict[str, Any], peer: str | No
         found = await store.asearch((prefix,), filter={"kind": i % KINDS}, limit=K)
         assert len(found) == min(K, len(range(i % KINDS, items, KINDS)))
 
-    return [
-        await _timed(label, "put", items, put, ref("put")),
-        await _timed(label, "get", calls, get, ref("get")),
-        await _timed(label, "filtered_search", calls, search, ref("filtered_search")),
-    ]
+    return {"put": put, "get": get, "filtered_search": search}
 
 
-async def _semantic(
-    store: Any, label: str, vectors: _Vectors, params: dict[str, Any], reference: dict[str, str] | None
-) -> dict[str, Any]:
+async def _kv_ops(ours: Any, theirs: Any, labels: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """put, get and filtered search, runstore's store and LangGraph's alternating."""
+    a, b = _kv_calls(ours, params), _kv_calls(theirs, params)
+    counts = {"put": int(params["items"]), "get": int(params["calls"]), "filtered_search": int(params["calls"])}
+    rows: list[dict[str, Any]] = []
+    for op, n in counts.items():
+        rows += _pair(op, labels, await _alternating(n, a[op], b[op]))
+    return rows
+
+
+async def _load(store: Any, items: int) -> str:
+    """Put ``items`` embedded items in a fresh namespace root; return its label."""
     from langgraph.store.base import PutOp
 
-    items, queries = int(params["items"]), int(params["queries"])
     prefix = "s" + uuid.uuid4().hex[:8]
     for start in range(0, items, LOAD_BATCH):
         await store.abatch(
             [PutOp((prefix, f"u{i % USERS}"), f"k{i}", _value(i)) for i in range(start, min(items, start + LOAD_BATCH))]
         )
+    return prefix
 
+
+def _semantic_call(store: Any, prefix: str, items: int, queries: int) -> Call:
     async def search(q: int) -> None:
         found = await store.asearch((prefix,), query=f"query {q % queries}", limit=K)
         assert len(found) == min(K, items)
 
-    return await _timed(label, "semantic_search", queries, search, reference)
+    return search
 
 
-async def _numpy_scan(vectors: _Vectors, queries: int) -> dict[str, Any]:
-    """The brute-force reference: cosine of each query against every vector held in memory."""
+def _numpy_call(vectors: _Vectors) -> Call:
+    """The brute-force reference: cosine of a query against every vector held in memory."""
     matrix = vectors.matrix
     norms = np.linalg.norm(matrix, axis=1)
 
@@ -141,7 +169,7 @@ async def _numpy_scan(vectors: _Vectors, queries: int) -> dict[str, Any]:
         top = np.argpartition(-scores, K)[:K]
         top[np.argsort(-scores[top])]
 
-    return await _timed("numpy", "semantic_search", queries, scan, None)
+    return scan
 
 
 async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -175,19 +203,23 @@ async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
                 url, _ = relocate(url, work_dir, "store.db")
             options = await stack.enter_async_context(BackendOptions.scope(Settings.load(None)))
             plain = await opener.open(url, options)
-            measurements += await _kv_ops(plain, ours, case, theirs)
             peer = await stack.enter_async_context(await _peer(name, dsn, work_dir, schemas, None))
-            measurements += await _kv_ops(peer, theirs, case, None)
+            measurements += await _kv_ops(plain, peer, (ours, theirs), case)
             indexed = await opener.open(url, options, index=_index(vectors, dims))
-            measurements.append(
-                await _semantic(indexed, ours, vectors, case, {"backend": "numpy", "op": "semantic_search", "variant": "1"})
+            search = _semantic_call(indexed, await _load(indexed, items), items, queries)
+            measurements += _pair(
+                "semantic_search", (ours, "numpy"), await _alternating(queries, search, _numpy_call(vectors))
             )
-            measurements.append(await _numpy_scan(vectors, queries))
             try:
                 peer_indexed = await stack.enter_async_context(
                     await _peer(name, dsn, work_dir, schemas, _index(vectors, dims))
                 )
-                measurements.append(await _semantic(peer_indexed, theirs, vectors, case, None))
+                theirs_search = _semantic_call(peer_indexed, await _load(peer_indexed, items), items, queries)
+                times = await _alternating(queries, search, theirs_search)
+                measurements.append(
+                    _measurement("semantic_search", "1", theirs, times[1], units=len(times[1]),
+                                 metric="rate_per_s", reference=None)
+                )
             except Exception as exc:  # no sqlite-vec loading or no pgvector: say so
                 notes.append(f"{theirs} semantic search not measured: {type(exc).__name__}: {exc}"[:300])
     finally:
