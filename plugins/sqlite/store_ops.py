@@ -297,7 +297,7 @@ def _ranked(conn: sqlite3.Connection, step: SearchStep, ctx: Context) -> list[An
         params.append(ctx.dims * 4)
         where = _where(step, ctx, params)
         sql = f"""SELECT {_COLUMNS}, s.score FROM {ITEMS} i LEFT JOIN (
-    SELECT v.prefix, v.key, MAX(1.0 - vec_distance_cosine(v.embedding, ?)) AS score
+    SELECT v.prefix, v.key, MAX(COALESCE(1.0 - vec_distance_cosine(v.embedding, ?), 0.0)) AS score
     FROM {VECTORS} v WHERE {vector_prefix} AND length(v.embedding) = ? GROUP BY v.prefix, v.key
 ) s ON s.prefix = i.prefix AND s.key = i.key
 WHERE {where} ORDER BY s.score IS NULL, s.score DESC, {ORDER}"""
@@ -340,7 +340,7 @@ def _nearest(conn: sqlite3.Connection, step: SearchStep, ctx: Context) -> list[A
     fetch = wanted * _OVERFETCH + 16
     params.extend([ctx.dims * 4, fetch])
     nearest = conn.execute(
-        f"SELECT v.prefix, v.key, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
+        f"SELECT v.prefix, v.key, COALESCE(1.0 - vec_distance_cosine(v.embedding, ?), 0.0) AS score "
         f"FROM {VECTORS} v WHERE {vector_prefix} AND length(v.embedding) = ? "
         "ORDER BY score DESC LIMIT ?",
         params,

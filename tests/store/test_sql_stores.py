@@ -545,3 +545,25 @@ def test_runstore_open_hands_the_store_its_index_and_ttl(opener: Callable[..., O
     assert name == ("SqliteStore" if url.startswith("sqlite") else "PostgresStore")
     assert first.key == "m1" and first.score == pytest.approx(1.0, abs=1e-5)
     assert ttl["default_ttl"] == 10
+
+
+@pytest.mark.parametrize("vec", [True, False], ids=["sql-ranking", "numpy-ranking"])
+def test_a_zero_vector_scores_zero(opener: Callable[..., Opened], vec: bool) -> None:
+    """Cosine against a zero vector is 0.0 (the shared rule), not a missing score."""
+
+    def flat(texts: list[str]) -> list[list[float]]:
+        return [[0.0] * 4 if t == "zero" else [1.0, 0.0, 0.0, 0.0] for t in texts]
+
+    opened = opener(index={"dims": 4, "embed": flat, "fields": ["text"]})
+    store = opened.store
+    if opened.kind == "sqlite":
+        store._vec = vec
+    elif not vec:
+        pytest.skip("PostgreSQL always ranks with numpy")
+    store.clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    store.put(("z",), "zero", {"text": "zero"})
+    store.put(("z",), "one", {"text": "one"})
+    found = store.search(("z",), query="one")
+    assert [(i.key, i.score) for i in found] == [("one", pytest.approx(1.0)), ("zero", 0.0)]
+    # Equal scores (and times): by key.
+    assert [(i.key, i.score) for i in store.search(("z",), query="zero")] == [("one", 0.0), ("zero", 0.0)]
