@@ -14,7 +14,9 @@ other in that process:
   handing out precomputed random vectors, so no model is timed), next to a numpy
   brute-force scan of the same vectors held in memory (backend ``numpy``).
 
-Each op alternates between the two stores call by call (who goes first alternating
+After the puts both databases are analyzed (``ANALYZE``: the planner statistics a
+database that has run a while has; a fresh PostgreSQL table planned a filtered search
+8 times slower without them). Each op alternates between the two stores call by call (who goes first alternating
 too), so a machine whose load changes during the run slows both alike. Rows carry a
 reference, so `runstore bench summarize` prints same-run ratios: runstore against
 LangGraph per op, semantic search against the numpy scan (timed alternating with it). LangGraph's semantic
@@ -128,14 +130,51 @@ def _kv_calls(store: Any, params: dict[str, Any]) -> dict[str, Call]:
     return {"put": put, "get": get, "filtered_search": search}
 
 
-async def _kv_ops(ours: Any, theirs: Any, labels: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:
-    """put, get and filtered search, runstore's store and LangGraph's alternating."""
+async def _kv_ops(
+    ours: Any,
+    theirs: Any,
+    labels: tuple[str, str],
+    params: dict[str, Any],
+    analyze: Callable[[], Awaitable[None]],
+) -> list[dict[str, Any]]:
+    """put, get and filtered search, runstore's store and LangGraph's alternating;
+    ``analyze`` runs after the puts (both databases' statistics, as autovacuum would)."""
     a, b = _kv_calls(ours, params), _kv_calls(theirs, params)
     counts = {"put": int(params["items"]), "get": int(params["calls"]), "filtered_search": int(params["calls"])}
     rows: list[dict[str, Any]] = []
     for op, n in counts.items():
         rows += _pair(op, labels, await _alternating(n, a[op], b[op]))
+        if op == "put":
+            await analyze()
     return rows
+
+
+async def _analyze(dsn: str | None, schemas: list[str], files: list[Path]) -> None:
+    """``ANALYZE`` every table of ``schemas`` (PostgreSQL) or of ``files`` (sqlite): the
+    planner statistics a database that has run a while has, for both stores alike."""
+    if dsn is not None:
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            tables = await conn.fetch(
+                "SELECT schemaname, tablename FROM pg_catalog.pg_tables WHERE schemaname = ANY($1::text[])",
+                schemas,
+            )
+            for schema, table in tables:
+                await conn.execute(f'ANALYZE "{schema}"."{table}"')
+        finally:
+            await conn.close()
+        return
+
+    def run() -> None:
+        import sqlite3
+
+        for path in files:
+            with sqlite3.connect(path) as conn:
+                conn.execute("ANALYZE")
+
+    await asyncio.to_thread(run)
 
 
 async def _load(store: Any, items: int) -> str:
@@ -193,6 +232,7 @@ async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     measurements: list[dict[str, Any]] = []
     schemas: list[str] = []
+    files: list[Path] = []
     dsn = postgres_dsn(url) if postgres else None
     try:
         async with AsyncExitStack() as stack:
@@ -200,11 +240,14 @@ async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
                 schemas.append(fresh_schema("rsbench_store"))
                 url = url.with_query(schema=schemas[-1])
             elif is_file_url(url):
-                url, _ = relocate(url, work_dir, "store.db")
+                url, path = relocate(url, work_dir, "store.db")
+                files.append(path)
             options = await stack.enter_async_context(BackendOptions.scope(Settings.load(None)))
             plain = await opener.open(url, options)
-            peer = await stack.enter_async_context(await _peer(name, dsn, work_dir, schemas, None))
-            measurements += await _kv_ops(plain, peer, (ours, theirs), case)
+            peer = await stack.enter_async_context(await _peer(name, dsn, work_dir, schemas, None, files))
+            measurements += await _kv_ops(
+                plain, peer, (ours, theirs), case, lambda: _analyze(dsn, schemas, files)
+            )
             indexed = await opener.open(url, options, index=_index(vectors, dims))
             search = _semantic_call(indexed, await _load(indexed, items), items, queries)
             measurements += _pair(
@@ -212,7 +255,7 @@ async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
             )
             try:
                 peer_indexed = await stack.enter_async_context(
-                    await _peer(name, dsn, work_dir, schemas, _index(vectors, dims))
+                    await _peer(name, dsn, work_dir, schemas, _index(vectors, dims), [])
                 )
                 theirs_search = _semantic_call(peer_indexed, await _load(peer_indexed, items), items, queries)
                 times = await _alternating(queries, search, theirs_search)
@@ -230,7 +273,12 @@ async def run_store_case(case: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _peer(
-    name: str, dsn: str | None, work_dir: Path, schemas: list[str], index: dict[str, Any] | None
+    name: str,
+    dsn: str | None,
+    work_dir: Path,
+    schemas: list[str],
+    index: dict[str, Any] | None,
+    files: list[Path],
 ) -> Any:
     """An async context manager opening LangGraph's store (set up) on a fresh file or schema."""
     from contextlib import asynccontextmanager
@@ -241,6 +289,7 @@ async def _peer(
             from langgraph.store.sqlite.aio import AsyncSqliteStore
 
             path = work_dir / f"langgraph-{uuid.uuid4().hex[:8]}.db"
+            files.append(path)
             async with AsyncSqliteStore.from_conn_string(str(path), index=index) as store:  # type: ignore[arg-type]
                 await store.setup()
                 yield store
