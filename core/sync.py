@@ -23,6 +23,7 @@ from runstore.settings import Settings
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.store.base import BaseStore
 
     from runstore.events.protocol import RunEventStore
     from runstore.registry import Backends
@@ -80,6 +81,12 @@ class SyncStores:
     def runs(self) -> RunStore:
         """The run store (async: use `run`)."""
         return self._stores.runs
+
+    @property
+    def store(self) -> BaseStore:
+        """The long-term memory store: LangGraph's sync methods (``put``, ``search``...) work
+        from any thread but the loop's (for ``builder.compile(store=...)`` with ``graph.invoke``)."""
+        return self._stores.store
 
     @property
     def settings(self) -> Settings:
@@ -177,6 +184,9 @@ def open_sync(
     events: str | None = None,
     streams: str | None = None,
     runs: str | None = None,
+    store: str | None = None,
+    store_index: Mapping[str, Any] | None = None,
+    store_ttl: Mapping[str, Any] | None = None,
     backends: Backends | None = None,
 ) -> SyncStores:
     """`runstore.open` for synchronous code: the stores, opened on a loop runstore owns.
@@ -195,6 +205,9 @@ def open_sync(
             events=events,
             streams=streams,
             runs=runs,
+            store=store,
+            store_index=store_index,
+            store_ttl=store_ttl,
             backends=backends,
         )
     )

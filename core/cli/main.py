@@ -317,7 +317,7 @@ def _print_report(result: Any) -> None:
 
 @main.command("schema-sql")
 @click.argument("url")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(["checkpointer", "events", "runs"]),
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["checkpointer", "events", "runs", "store"]),
               help="Only these kinds (default: every kind whose backend serves URL).")
 def schema_sql(url: str, kinds: tuple[str, ...]) -> None:
     """Print the SQL that would bring URL's runstore tables up to date, applying nothing.
@@ -335,7 +335,7 @@ def schema_sql(url: str, kinds: tuple[str, ...]) -> None:
 
     parsed = BackendURL.parse(url)
     registry = get_backends()
-    wanted = kinds or ("checkpointer", "events", "runs")
+    wanted = kinds or ("checkpointer", "events", "runs", "store")
     specs = [(kind, registry.of(_SUITE_KIND[kind]).for_url(parsed)) for kind in wanted
              if kinds or registry.of(_SUITE_KIND[kind]).serves(parsed)]
 
@@ -358,7 +358,7 @@ def schema_sql(url: str, kinds: tuple[str, ...]) -> None:
 
 
 #: `runstore schema-sql --kind` names -> registry kinds.
-_SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs"}
+_SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs", "store": "store"}
 
 
 @main.command("new-plugin")

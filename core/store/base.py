@@ -9,8 +9,10 @@ embedding with the dimension check. A backend implements `abatch` (and `batch`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.store.base import (
     NOT_PROVIDED,
@@ -27,8 +29,15 @@ from langgraph.store.base import (
 
 from runstore.clock import Clock, check_time, system_clock
 from runstore.errors import InvalidStoreInputError
+from runstore.options import BackendOptions
+from runstore.settings import Settings
+from runstore.standalone import Standalone
 from runstore.store.indexing import IndexRules, check_vectors
 from runstore.store.ttl import TTLRules
+from runstore.urls import BackendURL
+
+if TYPE_CHECKING:
+    from typing import Self
 
 #: Where `runstore.open` leaves ``store_index``/``store_ttl`` for a store factory
 #: (`BackendOptions.provide`); `store_config` reads it.
@@ -41,8 +50,12 @@ def store_config(options: Any) -> tuple[Mapping[str, Any] | None, Mapping[str, A
     return config[0], config[1]
 
 
-class StoreBase(BaseStore):
-    """What every runstore store shares; ``clock`` may be replaced (tests: a `ManualClock`)."""
+class StoreBase(Standalone, BaseStore):
+    """What every runstore store shares; ``clock`` may be replaced (tests: a `ManualClock`).
+
+    A backend class has ``open(url, options)`` (reading ``index``/``ttl`` with
+    `store_config`); `from_conn_string`, `setup` and `schema_sql` come with it.
+    """
 
     supports_ttl = True
 
@@ -58,6 +71,25 @@ class StoreBase(BaseStore):
         self.index_rules = IndexRules.of(index)
         self.index_config = self.index_rules.config if self.index_rules else None
         self.clock = clock
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        url: str | BackendURL,
+        config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+        *,
+        index: Mapping[str, Any] | None = None,
+        ttl: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[Self]:
+        """Open the store on ``url`` on its own, as LangGraph's ``from_conn_string(url,
+        index=, ttl=)`` does; close it on exit. No migrations run: call `setup`."""
+        if isinstance(url, str) and "://" not in url and cls.file_scheme is not None:
+            url = BackendURL.for_file(cls.file_scheme, url)
+        async with BackendOptions.scope(Settings.load(config)) as options:
+            options.migrate = False
+            options.provide(STORE_CONFIG_KEY, (index, ttl))
+            yield await cls._open_standalone(BackendURL.parse(url), options)
 
     def now(self) -> Any:
         """The store's current time (an aware datetime), read once per batch."""

@@ -94,7 +94,7 @@ def check_minutes(value: Any, what: str) -> float | None:
 
 
 def check_page(limit: Any, offset: Any, what: str) -> tuple[int, int]:
-    """``(limit, offset)`` of a search or listing: whole numbers, limit >= 1... or 0, offset >= 0."""
+    """``(limit, offset)`` of a search or listing: whole numbers >= 0 (``limit=0``: an empty page)."""
     for name, number in (("limit", limit), ("offset", offset)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise InvalidStoreInputError(f"{what} {name} must be a whole number >= 0, not {number!r}")

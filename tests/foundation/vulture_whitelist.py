@@ -34,3 +34,6 @@ check_thread_mode
 AutoType
 # Spawned worker processes import this by name (runstore.conformance.processes).
 load_plugins_from_env
+# LangGraph reads these attributes of a BaseStore (runstore.store.base.StoreBase sets them).
+supports_ttl
+index_config
