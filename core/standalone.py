@@ -55,7 +55,6 @@ class Standalone:
         cls,
         url: str | BackendURL,
         config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
-        **open_options: Any,
     ) -> AsyncIterator[Self]:
         """Open the store on ``url`` with its own connections; close everything on exit.
 
@@ -64,18 +63,18 @@ class Standalone:
         ``config`` is what `runstore.open` takes (a mapping shaped like ``runstore.yaml``,
         a YAML path or `Settings`) for the plugin sections, e.g. ``{"postgres":
         {"pool_max_size": 5}}``. No migrations run: call `setup` (or apply `schema_sql`).
-        ``open_options`` go to the class's ``open`` (a memory store's ``index`` and ``ttl``).
         """
         if isinstance(url, str) and "://" not in url and cls.file_scheme is not None:
             url = BackendURL.for_file(cls.file_scheme, url)
         settings = Settings.load(config)
         async with BackendOptions.scope(settings) as options:
             options.migrate = False
-            yield await cls._open_standalone(BackendURL.parse(url), options, **open_options)
+            yield await cls._open_standalone(BackendURL.parse(url), options)
 
     @classmethod
     async def _open_standalone(cls, url: BackendURL, options: BackendOptions, **open_options: Any) -> Self:
-        """Open through the class's factory; ``options`` close the store (`BackendOptions.adopt`)."""
+        """Open through the class's factory (``open_options`` passed to it, e.g. a memory
+        store's ``index`` from ``from_engine``); ``options`` close the store (`BackendOptions.adopt`)."""
         opened = await cast(Any, cls).open(url, options, **open_options)
         return cast("Self", await options.adopt(opened))
 

@@ -32,7 +32,6 @@ from runstore.checkpoint.rules import run_sync
 from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
-from runstore.standalone import Standalone
 from runstore.store.base import StoreBase, store_config
 from runstore.store.sqlbatch import PutStep, prepare
 from runstore.urls import BackendURL
@@ -46,7 +45,7 @@ BACKEND = "sqlite memory store"
 _CLOSED = "this sqlite memory store is closed"
 
 
-class SqliteStore(StoreBase, Standalone):
+class SqliteStore(StoreBase):
     """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
 
     ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with
