@@ -567,3 +567,40 @@ def test_a_zero_vector_scores_zero(opener: Callable[..., Opened], vec: bool) -> 
     assert [(i.key, i.score) for i in found] == [("one", pytest.approx(1.0)), ("zero", 0.0)]
     # Equal scores (and times): by key.
     assert [(i.key, i.score) for i in store.search(("z",), query="zero")] == [("one", 0.0), ("zero", 0.0)]
+
+
+def test_postgres_store_from_engine_takes_index_and_ttl(postgres_url: str) -> None:
+    """``PostgresStore.from_engine`` runs on the caller's engine, which it leaves open."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from runstore.plugins.postgres.store import PostgresStore
+
+    parsed = BackendURL.parse(postgres_url)
+    schema = parsed.option("schema")
+
+    async def run() -> tuple[Any, Any]:
+        engine = create_async_engine(
+            parsed.without_query("schema").render(hide_password=False).replace("postgresql://", "postgresql+asyncpg://"),
+            connect_args={"server_settings": {"search_path": f'"{schema}"'}},
+        )
+        try:
+            async with PostgresStore.from_engine(
+                engine, index={"dims": DIMS, "embed": embed, "fields": ["text"]}, ttl={"default_ttl": 3}
+            ) as store:
+                await store.setup()
+                await store.aput(("e",), "k", {"text": "hello"})
+                found = await store.asearch(("e",), query="hello")
+                ttl = store.ttl_config
+            async with engine.connect() as conn:  # still the caller's, still open
+                await conn.exec_driver_sql("SELECT 1")
+        finally:
+            await engine.dispose()
+        return found, ttl
+
+    loop = LoopThread()
+    try:
+        found, ttl = loop.run(run())
+    finally:
+        loop.stop()
+    assert found[0].key == "k" and found[0].score == pytest.approx(1.0, abs=1e-5)
+    assert ttl["default_ttl"] == 3
