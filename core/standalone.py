@@ -72,9 +72,11 @@ class Standalone:
             yield await cls._open_standalone(BackendURL.parse(url), options)
 
     @classmethod
-    async def _open_standalone(cls, url: BackendURL, options: BackendOptions) -> Self:
-        """Open through the class's factory; ``options`` close the store (`BackendOptions.adopt`)."""
-        return cast("Self", await options.adopt(await cast(Any, cls).open(url, options)))
+    async def _open_standalone(cls, url: BackendURL, options: BackendOptions, **open_options: Any) -> Self:
+        """Open through the class's factory (``open_options`` passed to it, e.g. a memory
+        store's ``index`` from ``from_engine``); ``options`` close the store (`BackendOptions.adopt`)."""
+        opened = await cast(Any, cls).open(url, options, **open_options)
+        return cast("Self", await options.adopt(opened))
 
     def _schema_engine(self) -> AsyncEngine:
         engine = getattr(self, "engine", None)

@@ -531,6 +531,47 @@ def runs_cmd(
     _finish(outcome, as_json=as_json)
 
 
+@bench_group.command("store")
+@click.option(
+    "--backends",
+    "-b",
+    multiple=True,
+    callback=_strs,
+    help="Memory store URLs (sqlite://, postgresql://...). Default: sqlite:// and the "
+    "PostgreSQL test server.",
+)
+@click.option("--items", type=int, default=10_000, show_default=True, help="Items put (and searched).")
+@click.option("--calls", type=int, default=1000, show_default=True, help="get and filtered search calls.")
+@click.option("--queries", type=int, default=100, show_default=True, help="Semantic search calls.")
+@click.option("--dims", type=int, default=384, show_default=True, help="Vector dimensions.")
+@_common_run_options
+def store_cmd(
+    backends: list[str],
+    items: int,
+    calls: int,
+    queries: int,
+    dims: int,
+    output: Path | None,
+    repetitions: int,
+    run_options: RunOptions,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Memory store rates (put, get, filtered and semantic search) next to LangGraph's
+    AsyncSqliteStore / AsyncPostgresStore and a numpy brute-force scan."""
+    outcome = run_measurement_cases(
+        "store",
+        backends or ["sqlite://", default_postgres_url()],
+        output=output or _default_output("store"),
+        options=run_options,
+        repetitions=repetitions,
+        params={"items": items, "calls": calls, "queries": queries, "dims": dims},
+        argv=_redacted_argv(),
+        reporter=RichReporter(quiet=quiet or as_json),
+    )
+    _finish(outcome, as_json=as_json)
+
+
 @bench_group.command("threads")
 @click.option(
     "--backends",

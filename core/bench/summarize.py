@@ -232,11 +232,11 @@ def summarize_checkpoint(files: Sequence[BenchFile], summary: Summary) -> None:
 
 
 def summarize_measurements(files: Sequence[BenchFile], summary: Summary) -> None:
-    """Fill ``summary.measurements`` for events, streams, runs and threads rows (with
+    """Fill ``summary.measurements`` for events, streams, runs, threads and store rows (with
     reference ratios)."""
     for file_index, bench_file in enumerate(files):
         rows = [
-            r for r in bench_file.rows if r.get("bench") in ("events", "streams", "runs", "threads")
+            r for r in bench_file.rows if r.get("bench") in ("events", "streams", "runs", "threads", "store")
         ]
         rows = [r for r in _usable(rows, summary, bench_file.path) if r.get("status") == "ok"]
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}

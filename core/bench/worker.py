@@ -38,6 +38,10 @@ def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[s
         from runstore.bench.runs import run_runs_case
 
         return run_runs_case
+    if bench == "store":
+        from runstore.bench.store import run_store_case
+
+        return run_store_case
     if bench == "threads":
         from runstore.bench.threads import run_threads_case
 

@@ -1,4 +1,5 @@
-"""Built-in plugin ``postgres``: checkpoint saver, event store and run store on PostgreSQL via asyncpg.
+"""Built-in plugin ``postgres``: checkpoint saver, event store, run store and long-term memory
+store on PostgreSQL via asyncpg.
 
 ``postgresql://user:password@host:5432/db?schema=app``; the optional ``schema``
 option keeps runstore's tables in their own schema. A Unix socket or several servers are
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         RunStoreRegistry,
         SaverRegistry,
         SettingsRegistry,
+        StoreRegistry,
     )
 
 SCHEMES = ["postgresql", "postgres"]
@@ -80,6 +82,31 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         drivers=DRIVERS,
         extra="postgres",
         description="asyncpg run store: postgresql://user@host/db",
+    )
+
+
+@hookimpl
+def runstore_register_stores(registry: StoreRegistry) -> None:
+    registry.add(
+        "postgres",
+        schemes=SCHEMES,
+        factory="runstore.plugins.postgres.store:PostgresStore.open",
+        capabilities=[
+            "durable",
+            "cross_process",
+            "sync_api",
+            "store_clock",
+            "store_ttl",
+            "store_nested_filters",
+            "store_numeric_filters",
+            "store_vector_search",
+            "store_ordered_batch",
+            "store_namespace_cleanup",
+            "checked_store_input",
+        ],
+        drivers=DRIVERS,
+        extra="postgres",
+        description="asyncpg long-term memory store (LangGraph BaseStore): postgresql://user@host/db",
     )
 
 

@@ -394,6 +394,7 @@ class FromEngine(Standalone):
         cls,
         engine: AsyncEngine,
         config: Mapping[str, Any] | str | os.PathLike[str] | Settings | None = None,
+        **open_options: Any,
     ) -> AsyncIterator[Self]:
         """Open the store on ``engine`` (``postgresql+asyncpg``), which it never closes.
 
@@ -403,4 +404,4 @@ class FromEngine(Standalone):
         """
         async with BackendOptions.scope(Settings.load(config)) as options:
             options.migrate = False
-            yield await cls._open_standalone(adopt_engine(engine, options), options)
+            yield await cls._open_standalone(adopt_engine(engine, options), options, **open_options)

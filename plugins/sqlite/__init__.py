@@ -1,4 +1,5 @@
-"""Built-in plugin ``sqlite``: checkpoint saver, event store and run store in one sqlite file.
+"""Built-in plugin ``sqlite``: checkpoint saver, event store, run store and long-term memory
+store in one sqlite file.
 
 ``sqlite:///relative/app.db`` and ``sqlite:////absolute/app.db`` as in SQLAlchemy;
 the stores opened on the same file share one engine.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         RunStoreRegistry,
         SaverRegistry,
         SettingsRegistry,
+        StoreRegistry,
     )
 
 
@@ -71,6 +73,33 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         capabilities=["durable", "cross_process"],
         description="aiosqlite run store: sqlite:///path/app.db",
     )
+
+
+@hookimpl
+def runstore_register_stores(registry: StoreRegistry) -> None:
+    registry.add(
+        "sqlite",
+        schemes=["sqlite"],
+        factory="runstore.plugins.sqlite.store:SqliteStore.open",
+        capabilities=STORE_CAPABILITIES,
+        description="aiosqlite long-term memory store (LangGraph BaseStore): sqlite:///path/app.db",
+    )
+
+
+#: What the sqlite and PostgreSQL memory stores promise (docs/store.md).
+STORE_CAPABILITIES = [
+    "durable",
+    "cross_process",
+    "sync_api",
+    "store_clock",
+    "store_ttl",
+    "store_nested_filters",
+    "store_numeric_filters",
+    "store_vector_search",
+    "store_ordered_batch",
+    "store_namespace_cleanup",
+    "checked_store_input",
+]
 
 
 @hookimpl

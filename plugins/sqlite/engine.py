@@ -32,6 +32,7 @@ from runstore.options import BackendOptions
 from runstore.sql.dialect import SqlDialect, bind_dialect, dialect_of
 from runstore.urls import BackendURL
 
+from . import vectors
 from .adapter import join_worker_threads, worker_thread
 from .settings import SqliteSettings
 
@@ -123,6 +124,8 @@ def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock | None:
 
 async def _open(path: Path, options: BackendOptions) -> AsyncEngine:
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    # Before the first connection: every connection then has sqlite-vec's functions.
+    vectors.register()
     cfg = options.settings.section(SqliteSettings)
     engine = create_async_engine(
         URL.create("sqlite+aiosqlite", database=str(path)),

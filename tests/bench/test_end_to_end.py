@@ -117,3 +117,20 @@ def test_tiny_threads_bench_end_to_end(tmp_path: Path) -> None:
     assert rows[("sweep", "4x15 keep 3")]["rate_per_s"] > 0
     large = rows[("list_threads filtered", "300")]
     assert large["reference"] == {"backend": "sqlite://", "op": "list_threads filtered", "variant": "60"}
+
+
+def test_tiny_store_bench_end_to_end(tmp_path: Path) -> None:
+    proc = _bench(
+        tmp_path, "store", "--backends", "sqlite://", "--items", "30", "--calls", "10",
+        "--queries", "5", "--dims", "8",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r for r in read_jsonl(tmp_path / "run.jsonl").rows if r.get("op")]
+    ops = {(r["backend"], r["op"]) for r in rows}
+    for backend in ("runstore sqlite", "langgraph sqlite"):
+        assert {(backend, op) for op in ("put", "get", "filtered_search")} <= ops
+    assert {("runstore sqlite", "semantic_search"), ("numpy", "semantic_search")} <= ops
+    assert all(r["status"] == "ok" and r["rate_per_s"] > 0 for r in rows), rows
+    ratios = {(m["backend"], m["op"]): m.get("ratio") for m in orjson.loads(proc.stdout)["measurements"]}
+    assert ratios[("runstore sqlite", "put")] is not None
+    assert ratios[("runstore sqlite", "semantic_search")] is not None

@@ -1,0 +1,148 @@
+"""`PostgresStore`: LangGraph's long-term memory store (`BaseStore`) in PostgreSQL via asyncpg.
+
+The store shares the database (`PostgresDatabase`: one engine and pool, one
+``search_path``) with the saver, the event store and the run store opened on the same
+URL, and leases its connections through `runstore.plugins.postgres.connections.Leases`
+like them: every call bounded by ``operation_timeout``, a lost connection retried only
+while nothing can have been written twice, driver errors as `BackendUnavailableError`
+or `BackendRefusedError` with the driver's error as ``__cause__``.
+
+Each `abatch` is prepared first (validated and embedded, `runstore.store.sqlbatch`),
+then its steps run in order on one connection (`runstore.plugins.postgres.store_sql`):
+a batch of one op is one statement and one round trip (a read that refreshes
+expiries writes them in the same statement); a batch of several runs inside one
+``BEGIN`` ... ``COMMIT``, so it lands whole or not at all. A caller cancelled meanwhile
+waits for its call to commit or roll back (`runstore.cancellation.settle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from runstore.cancellation import settle
+from runstore.checkpoint.rules import run_sync
+from runstore.clock import to_micros
+from runstore.options import BackendOptions
+from runstore.sql.migrations import Migration, ensure_schema
+from runstore.store.base import StoreBase, store_config
+from runstore.store.sqlbatch import prepare
+from runstore.urls import BackendURL
+
+from . import store_sql
+from .connections import Leases
+from .engine import URL_OPTIONS, FromEngine, shared_database
+from .settings import PostgresTimeouts
+
+BACKEND = "postgres memory store"
+_CLOSED = "this postgres memory store is closed"
+
+
+class PostgresStore(StoreBase, FromEngine):
+    """LangGraph `BaseStore` in PostgreSQL: filters in SQL over jsonb, TTL, semantic search
+    over stored float32 vectors (no server extension); ``?schema=NAME`` keeps its tables
+    in that schema."""
+
+    #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
+    url_options: ClassVar[frozenset[str]] = URL_OPTIONS
+    schema_component: ClassVar[str | None] = store_sql.COMPONENT
+    schema_migrations: ClassVar[Sequence[Migration]] = store_sql.MIGRATIONS
+
+    #: Connections kept leased between calls (the saver and event store keep theirs).
+    MAX_IDLE_CONNECTIONS = 2
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        timeouts: PostgresTimeouts | None = None,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+    ) -> None:
+        self.engine = engine
+        self._leases = Leases(
+            engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
+        )
+        # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
+        super().__init__(index=index, ttl=ttl)
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        url: BackendURL,
+        options: BackendOptions,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+    ) -> PostgresStore:
+        """Open ``postgresql://...``, creating the schema and tables or upgrading them as needed.
+
+        ``index`` and ``ttl`` default to what `runstore.open` was given as ``store_index``
+        and ``store_ttl``."""
+        database = await shared_database(url, options)
+        index, ttl = _configured(options, index, ttl)
+        if options.migrate:
+            await ensure_schema(database.engine, store_sql.COMPONENT, store_sql.MIGRATIONS)
+        store = cls(database.engine, database.timeouts, index=index, ttl=ttl)
+        store.loop = asyncio.get_running_loop()
+        options.on_close(store.aclose)
+        return store
+
+    async def aclose(self) -> None:
+        """Return the store's leased connections to the pool; later calls raise."""
+        await self._leases.aclose()
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order as one transaction (module docstring); one result per op."""
+        steps = await prepare(ops, self.index_rules, store_sql.FILTERS)
+        if not steps:
+            return []
+        dims = None if self.index_rules is None else self.index_rules.dims
+        ctx = store_sql.Context(to_micros(self.now()), dims)
+        write = store_sql.writes(steps)
+        # One statement commits (or not) by itself: no BEGIN and COMMIT round trips.
+        begin = None
+        if not store_sql.one_statement(steps):
+            begin = "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        results: list[Result] = await settle(
+            self._leases.run(
+                lambda conn: store_sql.run_steps(conn, steps, ctx), operation="batch", write=write, begin=begin
+            )
+        )
+        return results
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """`abatch` from another thread than the store's event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError(_CLOSED)
+        listed = list(ops)
+        return run_sync(loop, lambda: self.abatch(listed), "batch", type(self).__name__)
+
+    async def asweep_expired(self) -> int:
+        """Delete the items whose TTL has passed (and their vectors); return how many."""
+        now = to_micros(self.now())
+        swept: int = await settle(
+            self._leases.run(lambda conn: store_sql.sweep(conn, now), operation="sweep expired items", write=True)
+        )
+        return swept
+
+    def sweep_expired(self) -> int:
+        """`asweep_expired` from another thread than the store's event loop."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError(_CLOSED)
+        return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
+
+
+def _configured(
+    options: BackendOptions, index: IndexConfig | None, ttl: TTLConfig | None
+) -> tuple[Any, Any]:
+    """``index`` and ``ttl``, each defaulting to `runstore.open`'s (`store_config`)."""
+    opened_index, opened_ttl = store_config(options)
+    return (opened_index if index is None else index), (opened_ttl if ttl is None else ttl)
