@@ -28,12 +28,11 @@ if TYPE_CHECKING:
 
 S = TypeVar("S", bound="DataclassInstance")
 
-#: The embedded default: one sqlite file for checkpoints, events and runs; memory streams.
+#: The embedded default: one sqlite file for checkpoints, events, runs and the long-term
+#: memory store; memory streams.
 DEFAULT_DATABASE_URL = "sqlite:///.runstore/runstore.db"
 DEFAULT_STREAMS_URL = "memory://"
-#: The embedded default of the long-term memory store: in process until a file-backed
-#: store ships as the default (then the sqlite file above, like the other kinds).
-DEFAULT_STORE_URL = "memory://"
+DEFAULT_STORE_URL = DEFAULT_DATABASE_URL
 CONFIG_FILE = "runstore.yaml"
 CONFIG_ENV = "RUNSTORE_CONFIG"
 #: The top-level keys that hold one backend URL each.

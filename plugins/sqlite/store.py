@@ -38,7 +38,7 @@ from runstore.urls import BackendURL
 
 from . import store_ops, vectors
 from .adapter import WorkerConnection
-from .errors import unavailable_errors
+from .errors import translated_errors
 from .file import SqliteFile, shared_file
 
 BACKEND = "sqlite memory store"
@@ -130,7 +130,7 @@ class SqliteStore(StoreBase):
         now = to_micros(self.now())
         dims = None if self.index_rules is None else self.index_rules.dims
         commits = self._file.commits
-        with unavailable_errors(BACKEND, "batch"):
+        with translated_errors(BACKEND, "batch"):
             if any(isinstance(step, PutStep) for step in steps):
                 ctx = store_ops.Context(now, dims, self._vec, write=True)
                 outcome: store_ops.Outcome = await settle(commits.submit(store_ops.write_batch, steps, ctx))
@@ -154,7 +154,7 @@ class SqliteStore(StoreBase):
         if not self._writing:
             raise RuntimeError(_CLOSED)
         now = to_micros(self.now())
-        with unavailable_errors(BACKEND, "sweep expired items"):
+        with translated_errors(BACKEND, "sweep expired items"):
             swept: int = await settle(self._file.commits.submit(store_ops.sweep, now))
         return swept
 
