@@ -1,5 +1,9 @@
 """Group commit: concurrent writes of one saver share one transaction and one commit.
 
+The one batching mechanism of runstore: the SQL savers' writes and grouped reads, the
+PostgreSQL event store's appends and the Redis stream bridge's shared pipeline (a batch is
+one round trip there) all queue here; only the "run this batch" callback differs.
+
 LangGraph saves a step's ``aput_writes`` and the chained ``aput`` calls in the
 background, so several writes of one saver are often in flight at once, and each
 commit waits for the disk (an fsync or a WAL flush). `GroupCommit` queues the writes
@@ -137,11 +141,7 @@ class GroupCommit(Generic[Op]):
             if ok:
                 return value
             raise value
-        loop = asyncio.get_running_loop()
-        pending = _Pending(op, loop.create_future())
-        self._queue.append(pending)
-        if idle:
-            self._start_drainer()
+        pending = self._append(op)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -153,6 +153,20 @@ class GroupCommit(Generic[Op]):
             if self._settle_on_cancel and pending.batch is not None:
                 await asyncio.shield(pending.batch)
             raise
+
+    def post(self, op: Op) -> asyncio.Future[Any]:
+        """Queue ``op`` for the next batch without waiting for it: the returned future holds
+        its result (or error). Cancelling the future while the op is queued withdraws it."""
+        return self._append(op).future
+
+    def _append(self, op: Op) -> _Pending[Op]:
+        """Queue ``op`` and start the batch task if none runs."""
+        idle = self._drainer is None and not self._inline
+        pending = _Pending(op, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        if idle:
+            self._start_drainer()
+        return pending
 
     def _inline_ended_now(self) -> None:
         """An inline op ended, however: wake `wait_idle`, start the ops queued meanwhile."""

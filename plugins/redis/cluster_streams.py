@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.crc import key_slot
 
+from runstore.batching import Outcome
 from runstore.errors import ConfigError
 from runstore.streams.protocol import check_run_id
 
@@ -87,17 +88,18 @@ class RedisClusterStreamBridge(RedisStreamBridge):
     def _control_key(self, group: Any) -> bytes:
         return f"{self.prefix}ctl:{{{TAGS[group]}}}{self._control.decode().rpartition(':')[2]}".encode()
 
-    async def _send_batch(self, batch: list[Call]) -> None:
-        """One pipeline per slot group (a pipeline goes to one node), sent concurrently."""
-        groups: dict[Any, list[Call]] = {}
-        for item in batch:
-            groups.setdefault(self._group(item.key), []).append(item)
+    async def _send_batch(self, batch: list[Call]) -> list[Outcome]:
+        """One pipeline per slot group (a pipeline goes to one node), sent concurrently;
+        the outcomes in the batch's order."""
+        groups: dict[Any, list[int]] = {}
+        for i, item in enumerate(batch):
+            groups.setdefault(self._group(item.key), []).append(i)
         if len(groups) == 1:
             return await RedisStreamBridge._send_batch(self, batch)
-        results = await asyncio.gather(
-            *(RedisStreamBridge._send_batch(self, items) for items in groups.values()), return_exceptions=True
+        sent = await asyncio.gather(
+            *(RedisStreamBridge._send_batch(self, [batch[i] for i in members]) for members in groups.values())
         )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return None
+        outcomes: dict[int, Outcome] = {}
+        for members, answers in zip(groups.values(), sent, strict=True):
+            outcomes.update(zip(members, answers, strict=True))
+        return [outcomes[i] for i in range(len(batch))]

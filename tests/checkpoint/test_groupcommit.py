@@ -141,6 +141,27 @@ async def test_a_caller_cancelled_while_its_batch_runs_never_cancels_the_batch()
     assert backend.committed == ["mine", "other"], "the cancelled caller's op committed whole"
 
 
+async def test_a_posted_op_runs_in_order_with_submitted_ones_and_may_be_withdrawn() -> None:
+    """`post` queues without waiting (the Redis bridge's pokes): its future holds the
+    outcome; cancelling the future while the op is queued withdraws the op."""
+    backend = Backend()
+    queue: GroupCommit[str] = GroupCommit(backend.run)
+    backend.gate.clear()
+    first = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    posted = queue.post("b")
+    withdrawn = queue.post("c")
+    later = asyncio.ensure_future(queue.submit("d"))
+    await asyncio.sleep(0)
+    withdrawn.cancel()
+    backend.gate.set()
+    assert await first == "A" and await posted == "B" and await later == "D"
+    assert backend.batches == [["a"], ["b", "d"]]
+    failed = queue.post("bad-e")
+    await queue.wait_idle()
+    assert isinstance(failed.exception(), ValueError)
+
+
 async def test_wait_idle_waits_for_queued_batches() -> None:
     backend = Backend()
     queue: GroupCommit[str] = GroupCommit(backend.run)
