@@ -22,8 +22,9 @@ Cancellation (the rule every saver built on this inherits):
   more: the op commits or fails with its batch exactly as if the caller had
   waited (fully committed or fully absent, never half). With
   ``settle_on_cancel=True`` the cancelled caller first waits for that batch to end
-  (a second cancel stops this wait), so when the cancellation reaches the caller
-  nothing of its op is still in flight: the event store promises that.
+  (`runstore.cancellation.wait_until_done`: further cancellations wait too), so when
+  the cancellation reaches the caller nothing of its op is still in flight: the event
+  store promises that.
 
 With an ``inline_key`` function (the PostgreSQL saver's: the op's thread), an op that
 arrives while nothing is queued or running, and whose key is the one every op of the
@@ -69,6 +70,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
+
+from runstore.cancellation import wait_until_done
 
 __all__ = ["GroupCommit", "Outcome"]
 
@@ -151,7 +154,7 @@ class GroupCommit(Generic[Op]):
             if pending.future.done() and not pending.future.cancelled():
                 pending.future.exception()  # retrieved: no "never retrieved" warning
             if self._settle_on_cancel and pending.batch is not None:
-                await asyncio.shield(pending.batch)
+                await wait_until_done(pending.batch)
             raise
 
     def post(self, op: Op) -> asyncio.Future[Any]:

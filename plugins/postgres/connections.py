@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.batching import Outcome
+from runstore.cancellation import wait_until_done
 from runstore.errors import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -443,8 +444,9 @@ class Leases:
     async def _settle(self, lease: _Lease, deadline: Deadline) -> None:
         """After a failed or cancelled call: roll ``lease`` back and keep it, or close it.
 
-        Runs in its own task: a caller cancelled again meanwhile stops waiting for it,
-        nothing more. Waits at most ``command_timeout`` and never past ``deadline``.
+        Runs in its own task, which the caller waits out (`runstore.cancellation`: a
+        cancellation meanwhile is raised once it has ended). Waits at most
+        ``command_timeout`` and never past ``deadline``.
         """
         if lease.conn.is_closed():
             await self._drop(lease)
@@ -453,7 +455,7 @@ class Leases:
         task = asyncio.ensure_future(self._roll_back(lease, budget))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        await asyncio.shield(task)
+        await wait_until_done(task)
 
     async def _roll_back(self, lease: _Lease, budget: float) -> None:
         if budget > 0:
