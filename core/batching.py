@@ -6,7 +6,7 @@ one round trip there) all queue here; only the "run this batch" callback differs
 
 LangGraph saves a step's ``aput_writes`` and the chained ``aput`` calls in the
 background, so several writes of one saver are often in flight at once, and each
-commit waits for the disk (an fsync or a WAL flush). `GroupCommit` queues the writes
+commit waits for the disk (an fsync or a WAL flush). `BatchQueue` queues the writes
 that arrive while a batch runs and hands the whole queue to the backend's
 ``run_batch`` callback as the next batch: one transaction, one commit. Every caller
 still returns only after its own op has committed (or raises its own op's error).
@@ -37,7 +37,7 @@ last batch held other keys, and the op queues, so a burst of callers shares one 
 burst into a lone op and the rest, and the extra commits cost more server and worker
 CPU than the hops saved). An inline batch holds no other caller's op, so a
 cancellation may interrupt it: the backend callback must then leave the op whole or
-absent, as a single call does (the PostgreSQL saver's `Leases` roll the statement
+absent, as a single call does (the PostgreSQL saver's `PostgresCalls` rolls the statement
 back, or it committed whole before the cancel arrived). Ops that arrive meanwhile
 queue for the next batch, which starts when the inline one ends, however it ends.
 
@@ -72,8 +72,9 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 from runstore.cancellation import wait_until_done
+from runstore.moved import renamed_attribute
 
-__all__ = ["GroupCommit", "Outcome"]
+__all__ = ["BatchQueue", "Outcome"]
 
 Op = TypeVar("Op")
 
@@ -93,7 +94,7 @@ class _Pending(Generic[Op]):
         self.batch: asyncio.Future[None] | None = None
 
 
-class GroupCommit(Generic[Op]):
+class BatchQueue(Generic[Op]):
     """A FIFO of write ops run in batches by ``run_batch``, one batch at a time.
 
     ``run_batch(ops)`` must run every op in one transaction (or each alone, its
@@ -299,3 +300,7 @@ def _checked(outcomes: Sequence[Outcome], ops: int) -> list[Outcome]:
     if len(answered) != ops:
         raise RuntimeError(f"run_batch returned {len(answered)} outcomes for {ops} ops")
     return answered
+
+
+# The former name, for one release (runstore.moved).
+__getattr__ = renamed_attribute(__name__)

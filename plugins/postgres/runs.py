@@ -6,7 +6,7 @@ in one transaction, a statement per round trip; the scripts take the row locks
 their checks and writes one atomic step across processes and hosts. asyncpg is
 imported only when a store is opened.
 
-Connections are leased through `runstore.plugins.postgres.connections.Leases`, the
+Connections are leased through `runstore.plugins.postgres.connections.PostgresCalls`, the
 rules the event store and the saver follow (docs/reliability.md): a whole call is
 bounded by ``operation_timeout`` (connect and statements by their own bounds, cut to
 what is left of it; the reruns after a lost unique-key race included), a
@@ -41,7 +41,7 @@ from runstore.runs.sql import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Scri
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
-from .connections import Leases
+from .connections import PostgresCalls
 from .engine import POSTGRES, URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
 
@@ -126,7 +126,7 @@ class PostgresRunDriver(RunDriver):
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts | None = None) -> None:
         self._engine = engine
-        self._leases = Leases(
+        self._leases = PostgresCalls(
             engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
         )
 
@@ -145,7 +145,7 @@ class PostgresRunDriver(RunDriver):
         deadline = Deadline.after(leases.timeouts.operation)
 
         async def attempt(deadline: Deadline) -> T:
-            # A write's script runs inside BEGIN ... COMMIT (Leases commits it).
+            # A write's script runs inside BEGIN ... COMMIT (PostgresCalls commits it).
             return await leases.run(
                 lambda raw: _drive(raw, script()), operation=operation, write=write,
                 begin="BEGIN" if write else None, deadline=deadline,

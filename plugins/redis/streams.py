@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from runstore.batching import GroupCommit, Outcome
+from runstore.batching import BatchQueue, Outcome
 from runstore.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -140,7 +140,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
         # The shared pipeline: calls issued while a round trip is out go in the next one, in
         # call order; a caller cancelled while its call is queued withdraws it (nothing sent),
         # once sent it only stops waiting. A cluster splits each batch by slot group.
-        self._pipeline: GroupCommit[scripts.Call] = GroupCommit(self._send_batch)
+        self._pipeline: BatchQueue[scripts.Call] = BatchQueue(self._send_batch)
         self._closed = False
 
     @classmethod

@@ -2,7 +2,7 @@
 
 Every logical operation is one function of `runstore.plugins.sqlite.ops` run on the
 aiosqlite worker thread (one hop, one transaction); concurrent writes are committed
-together through the shared `runstore.checkpoint.groupcommit.GroupCommit`. The sync
+together through the shared `runstore.batching.BatchQueue`. The sync
 twins run the very same functions on a stdlib ``sqlite3`` connection from the
 calling thread. Schema and SQL: `runstore.plugins.sqlite.sql`; connections:
 `runstore.plugins.sqlite.connections`; decisions: docs/savers.md.
