@@ -267,6 +267,30 @@ class PostgresEventStore(SqlEventStore, FromEngine):
 
     Writers of a thread serialize on a transaction advisory lock of the thread, so
     several processes (and hosts) can share the database.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.postgres.events import PostgresEventStore
+
+
+    async def main() -> None:
+        async with PostgresEventStore.from_conn_string("postgresql://app@localhost:5432/app") as store:
+            await store.setup()  # create the tables (runstore.open does this for you)
+            # user_id=None: events without an owner (a web app wraps its calls in
+            # runstore.owner_scope(user) instead)
+            await store.put(thread_id="thread-1", run_id="run-1", event_type="human",
+                            category="message", content="hello", user_id=None)
+            page = await store.list_messages("thread-1", user_id=None)
+            print([(event["seq"], event["content"]) for event in page])  # [(1, 'hello')]
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresEventStore.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
     """
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).

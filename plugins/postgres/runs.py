@@ -176,7 +176,31 @@ class PostgresRunDriver(RunDriver):
 
 
 class PostgresRunStore(SqlRunStore, FromEngine):
-    """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema."""
+    """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.postgres.runs import PostgresRunStore
+
+
+    async def main() -> None:
+        async with PostgresRunStore.from_conn_string("postgresql://app@localhost:5432/app") as runs:
+            await runs.setup()  # create the tables (runstore.open does this for you)
+            created = await runs.create("thread-1")
+            run = await runs.start(created.run["run_id"], owner="worker-1", ttl=30)
+            renewed, cancel = await runs.renew_lease(run["run_id"], "worker-1", ttl=30)
+            done = await runs.finalize(run["run_id"], "worker-1", "success")
+            print(done["status"])  # success
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresRunStore.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
+    """
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS

@@ -82,6 +82,41 @@ class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
 
     Open it with `PostgresSaver.open` (or ``runstore.open``); sync methods must be
     called from a thread other than the one running the saver's event loop.
+
+    Examples:
+
+    ```python
+    import asyncio
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from runstore.plugins.postgres.saver import PostgresSaver
+
+
+    class State(TypedDict):
+        count: int
+
+
+    builder = StateGraph(State)
+    builder.add_node("add_one", lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, "add_one")
+
+
+    async def main() -> None:
+        async with PostgresSaver.from_conn_string("postgresql://app@localhost:5432/app") as saver:
+            await saver.setup()  # create the tables (runstore.open does this for you)
+            graph = builder.compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": "thread-1"}}
+            print(await graph.ainvoke({"count": 1}, config))  # {'count': 2}
+            saved = await saver.aget_tuple(config)
+            print(saved.checkpoint["channel_values"])  # {'count': 2}
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresSaver.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
     """
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.

@@ -56,7 +56,27 @@ _GROUP_OF_SLOT = {int(key_slot(tag.encode())): group for group, tag in enumerate
 
 
 class RedisClusterStreamBridge(RedisStreamBridge):
-    """`RedisStreamBridge` on a Redis Cluster: runs in slot groups, one waker per group."""
+    """`RedisStreamBridge` on a Redis Cluster: runs in slot groups, one waker per group.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.redis.cluster_streams import RedisClusterStreamBridge
+
+
+    async def main() -> None:
+        async with RedisClusterStreamBridge.from_conn_string("redis+cluster://localhost:7000?nodes=localhost:7001&prefix=app:") as bridge:
+            await bridge.publish("run-1", "values", {"count": 1})
+            await bridge.publish_end("run-1")
+            async for item in bridge.subscribe("run-1"):  # replays, then follows until END
+                print(item)  # StreamEvent(id='0-1', event='values', data={'count': 1}), then END
+
+
+    asyncio.run(main())
+    ```
+    """
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisClusterStreamBridge:

@@ -107,7 +107,29 @@ def _settled(future: asyncio.Future[Any]) -> None:
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
-    """`StreamBridge` on Redis Streams; several processes share runs through one Redis."""
+    """`StreamBridge` on Redis Streams; several processes share runs through one Redis.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.redis.streams import RedisStreamBridge
+
+
+    async def main() -> None:
+        async with RedisStreamBridge.from_conn_string("redis://localhost:6379/0?prefix=app:") as bridge:
+            await bridge.publish("run-1", "values", {"count": 1})
+            await bridge.publish_end("run-1")
+            async for item in bridge.subscribe("run-1"):  # replays, then follows until END
+                print(item)  # StreamEvent(id='0-1', event='values', data={'count': 1}), then END
+
+
+    asyncio.run(main())
+    ```
+
+    `RedisStreamBridge.from_client(client, prefix="app:")` runs it on your redis.asyncio client (never closed here).
+    """
 
     supports_cross_process = True
 
