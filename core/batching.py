@@ -1,8 +1,12 @@
 """Group commit: concurrent writes of one saver share one transaction and one commit.
 
+The one batching mechanism of runstore: the SQL savers' writes and grouped reads, the
+PostgreSQL event store's appends and the Redis stream bridge's shared pipeline (a batch is
+one round trip there) all queue here; only the "run this batch" callback differs.
+
 LangGraph saves a step's ``aput_writes`` and the chained ``aput`` calls in the
 background, so several writes of one saver are often in flight at once, and each
-commit waits for the disk (an fsync or a WAL flush). `GroupCommit` queues the writes
+commit waits for the disk (an fsync or a WAL flush). `BatchQueue` queues the writes
 that arrive while a batch runs and hands the whole queue to the backend's
 ``run_batch`` callback as the next batch: one transaction, one commit. Every caller
 still returns only after its own op has committed (or raises its own op's error).
@@ -18,8 +22,9 @@ Cancellation (the rule every saver built on this inherits):
   more: the op commits or fails with its batch exactly as if the caller had
   waited (fully committed or fully absent, never half). With
   ``settle_on_cancel=True`` the cancelled caller first waits for that batch to end
-  (a second cancel stops this wait), so when the cancellation reaches the caller
-  nothing of its op is still in flight: the event store promises that.
+  (`runstore.cancellation.wait_until_done`: further cancellations wait too), so when
+  the cancellation reaches the caller nothing of its op is still in flight: the event
+  store promises that.
 
 With an ``inline_key`` function (the PostgreSQL saver's: the op's thread), an op that
 arrives while nothing is queued or running, and whose key is the one every op of the
@@ -32,7 +37,7 @@ last batch held other keys, and the op queues, so a burst of callers shares one 
 burst into a lone op and the rest, and the extra commits cost more server and worker
 CPU than the hops saved). An inline batch holds no other caller's op, so a
 cancellation may interrupt it: the backend callback must then leave the op whole or
-absent, as a single call does (the PostgreSQL saver's `Leases` roll the statement
+absent, as a single call does (the PostgreSQL saver's `PostgresCalls` rolls the statement
 back, or it committed whole before the cancel arrived). Ops that arrive meanwhile
 queue for the next batch, which starts when the inline one ends, however it ends.
 
@@ -66,7 +71,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["GroupCommit", "Outcome"]
+from runstore.cancellation import wait_until_done
+from runstore.moved import renamed_attribute
+
+__all__ = ["BatchQueue", "Outcome"]
 
 Op = TypeVar("Op")
 
@@ -86,7 +94,7 @@ class _Pending(Generic[Op]):
         self.batch: asyncio.Future[None] | None = None
 
 
-class GroupCommit(Generic[Op]):
+class BatchQueue(Generic[Op]):
     """A FIFO of write ops run in batches by ``run_batch``, one batch at a time.
 
     ``run_batch(ops)`` must run every op in one transaction (or each alone, its
@@ -137,11 +145,7 @@ class GroupCommit(Generic[Op]):
             if ok:
                 return value
             raise value
-        loop = asyncio.get_running_loop()
-        pending = _Pending(op, loop.create_future())
-        self._queue.append(pending)
-        if idle:
-            self._start_drainer()
+        pending = self._append(op)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -151,8 +155,22 @@ class GroupCommit(Generic[Op]):
             if pending.future.done() and not pending.future.cancelled():
                 pending.future.exception()  # retrieved: no "never retrieved" warning
             if self._settle_on_cancel and pending.batch is not None:
-                await asyncio.shield(pending.batch)
+                await wait_until_done(pending.batch)
             raise
+
+    def post(self, op: Op) -> asyncio.Future[Any]:
+        """Queue ``op`` for the next batch without waiting for it: the returned future holds
+        its result (or error). Cancelling the future while the op is queued withdraws it."""
+        return self._append(op).future
+
+    def _append(self, op: Op) -> _Pending[Op]:
+        """Queue ``op`` and start the batch task if none runs."""
+        idle = self._drainer is None and not self._inline
+        pending = _Pending(op, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        if idle:
+            self._start_drainer()
+        return pending
 
     def _inline_ended_now(self) -> None:
         """An inline op ended, however: wake `wait_idle`, start the ops queued meanwhile."""
@@ -282,3 +300,7 @@ def _checked(outcomes: Sequence[Outcome], ops: int) -> list[Outcome]:
     if len(answered) != ops:
         raise RuntimeError(f"run_batch returned {len(answered)} outcomes for {ops} ops")
     return answered
+
+
+# The former name, for one release (runstore.moved).
+__getattr__ = renamed_attribute(__name__)

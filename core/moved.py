@@ -6,7 +6,8 @@ modules of their own (``runstore.fencing``, ``runstore.clock``, ``runstore.valid
 ``runstore.batching``) and the tools in ``runstore.cli``. `MODULES` maps each old module
 path to its new home; importing an old path warns and gives the new module itself, so
 ``isinstance`` checks and monkeypatching see one object. `moved_attribute` does the same
-for a name that left a module which still exists.
+for a name that left a module which still exists, and `renamed_attribute` for a name
+renamed in its module (`RENAMED`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ MODULES: Mapping[str, str] = {
     "runstore.checkpoint.saverbase": "runstore.checkpoint.rules",
     "runstore.checkpoint.retention": "runstore.checkpoint.policy",
     "runstore.plugins.postgres.pooled": "runstore.plugins.postgres.pooler_functions",
+}
+
+#: "module.OldName" -> "module.NewName": names renamed where they stand
+RENAMED: Mapping[str, str] = {
+    "runstore.batching.GroupCommit": "runstore.batching.BatchQueue",
+    "runstore.plugins.postgres.connections.Leases": "runstore.plugins.postgres.connections.PostgresCalls",
 }
 
 
@@ -91,5 +98,28 @@ def moved_attribute(module: str, names: Mapping[str, str]) -> Callable[[str], An
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         _warn(f"{module}.{name}", f"{new}.{name}", stacklevel=3)
         return getattr(importlib.import_module(new), name)
+
+    return __getattr__
+
+
+def renamed_attribute(module: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` serving the former names `RENAMED` lists for ``module``
+    (the new object itself) with a warning."""
+    names = {
+        old.rpartition(".")[2]: new.rpartition(".")[2]
+        for old, new in RENAMED.items()
+        if old.rpartition(".")[0] == module
+    }
+
+    def __getattr__(name: str) -> Any:
+        new = names.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module}.{name} is renamed {module}.{new}; the old name is removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(sys.modules[module], new)
 
     return __getattr__

@@ -24,17 +24,8 @@ from runstore.bench.runner import (
     run_checkpoint_plan,
     run_measurement_cases,
 )
-from runstore.bench.summarize import (
-    CHECKPOINT_COLUMNS,
-    LOAD_COLUMNS,
-    MEASUREMENT_COLUMNS,
-    Summary,
-    plot,
-    summarize,
-    table_rows,
-    to_csv,
-    to_markdown,
-)
+from runstore.bench.summarize import Summary, plot, summarize, to_csv
+from runstore.bench.tables import fit, full_width, tables, to_markdown
 
 
 def _ints(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int]:
@@ -80,35 +71,31 @@ def _default_output(bench: str) -> Path:
 
 
 class RichReporter(Reporter):
-    """Progress bar on stderr while cases run; warnings printed as they happen."""
+    """A progress bar on stderr while cases run (on an interactive terminal; in a log, one
+    plain line per case instead); warnings printed as they happen."""
 
     def __init__(self, quiet: bool = False) -> None:
-        from rich.console import Console
+        from runstore.cli.console import err_console
 
-        self.console = Console(stderr=True, markup=False, emoji=False)
+        self.console = err_console
         self.quiet = quiet
         self._progress: Any = None
         self._task: Any = None
 
     def start(self, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        from runstore.cli.console import progress_bar
 
         if self.quiet:
             return
-        self._progress = Progress(
+        self._progress = progress_bar(
             TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.fields[last]}", markup=False),
             console=self.console,
-            transient=False,
         )
         self._progress.start()
         self._task = self._progress.add_task("cases", total=total, last="")
@@ -125,11 +112,10 @@ class RichReporter(Reporter):
         if row.get("turns_per_s") is not None:
             extra = f"{row['turns_per_s']:.1f} turns/s"
         self._progress.update(self._task, advance=1, last=f"{status} {extra}")
-        if not self.console.is_terminal:
-            # Redirected output (CI logs): one line per case instead of a live bar.
+        if self._progress.disable:
             seconds = row.get("case_seconds")
             took = f" in {seconds:.1f}s" if isinstance(seconds, int | float) else ""
-            self.console.print(f"{label}: {status} {extra}{took}", highlight=False)
+            self.console.print(f"{label}: {status} {extra}{took}", highlight=False, soft_wrap=True)
 
     def warn(self, message: str) -> None:
         from runstore.cli.console import styled
@@ -143,42 +129,48 @@ class RichReporter(Reporter):
             self._progress = None
 
 
-def print_summary(summary: Summary, *, as_json: bool, as_csv: bool) -> None:
-    """Render ``summary`` as a rich table (default), JSON or CSV on stdout."""
+def print_summary(
+    summary: Summary, *, as_json: bool = False, as_csv: bool = False, wide: bool = False, source: str = "FILE"
+) -> None:
+    """Render ``summary`` on stdout: tables that fit the output width (every column when
+    ``wide``), or JSON or CSV with every value. ``source`` names the file in the note that
+    says how to see what was left out."""
     if as_json:
         click.echo(dumps(summary.as_dict()))
         return
     if as_csv:
         click.echo(to_csv(summary), nl=False)
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    from runstore.cli.console import output_width, styled
+    from runstore.cli.console import err_console, output_width, styled
 
-    console = Console(width=output_width(), markup=False, emoji=False)
-    for title, entries, columns in (
-        ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
-        ("events / streams / runs", summary.measurements, MEASUREMENT_COLUMNS),
-        ("load", summary.load, LOAD_COLUMNS),
-    ):
-        if not entries:
-            continue
-        headers, rows = table_rows(entries, columns)
-        table = Table(title=title, show_lines=False)
-        for h in headers:
-            table.add_column(h, overflow="fold")
-        for r in rows:
-            table.add_row(*r)
-        console.print(table)
-    err = Console(stderr=True, markup=False, emoji=False)
+    width = Console(width=output_width(), markup=False, emoji=False).width
+    for title, entries, columns in tables(summary):
+        fitted = fit(entries, columns, width, wide=wide)
+        table = Table(title=title, box=box.HEAVY_HEAD, show_edge=False, show_lines=False)
+        for column in fitted.columns:
+            table.add_column(column.header, overflow="fold", no_wrap=not column.name,
+                             justify="left" if column.text else "right")
+        for row in fitted.rows:
+            table.add_row(*row)
+        # A wide table is printed at the width it needs; the default one at the output's.
+        Console(width=max(width, full_width(fitted)) if wide else width, markup=False, emoji=False).print(table)
+        if fitted.left_out:
+            import textwrap
+
+            note = (f"left out to fit {width} columns: {', '.join(c.label for c in fitted.left_out)} "
+                    f"(every column: runstore bench summarize {source} --wide; every value: --json)")
+            click.echo(textwrap.fill(note, width, break_on_hyphens=False))
     for warning in summary.warnings:
-        err.print(styled(("warning:", "yellow"), f" {warning}"), highlight=False)
+        err_console.print(styled(("warning:", "yellow"), f" {warning}"), highlight=False)
 
 
 def _finish(outcome: Outcome, *, as_json: bool) -> None:
     summary = summarize([read_jsonl(outcome.output)])
-    print_summary(summary, as_json=as_json, as_csv=False)
+    print_summary(summary, as_json=as_json, source=str(outcome.output))
     click.echo(f"rows written to {outcome.output}", err=True)
     for failure in outcome.failures:
         click.echo(f"DIGEST MISMATCH: {failure}", err=True)
@@ -717,6 +709,7 @@ def load_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print Markdown tables.")
+@click.option("--wide", is_flag=True, help="Every column, however wide the table gets.")
 @click.option(
     "--plot",
     "plot_path",
@@ -726,18 +719,23 @@ def load_cmd(
     "concurrency (PNG, needs matplotlib).",
 )
 def summarize_cmd(
-    files: tuple[str, ...], as_json: bool, as_csv: bool, as_markdown: bool, plot_path: str | None
+    files: tuple[str, ...], as_json: bool, as_csv: bool, as_markdown: bool, wide: bool, plot_path: str | None
 ) -> None:
-    """Medians over paired successful repetitions, with delta/full and runstore/peer ratios."""
+    """Medians over paired successful repetitions, with delta/full and runstore/peer ratios.
+
+    The tables fit the output width (the terminal's, else COLUMNS, else 120): identifying
+    columns, then ratios, then absolute figures, as many as fit. --wide prints every column;
+    --json and --csv carry every value.
+    """
     try:
         loaded = [read_jsonl(f) for f in files]
     except BenchSchemaError as exc:
         raise click.ClickException(str(exc)) from None
     summary = summarize(loaded)
     if as_markdown:
-        click.echo(to_markdown(summary), nl=False)
+        click.echo(to_markdown(summary, wide=wide), nl=False)
     else:
-        print_summary(summary, as_json=as_json, as_csv=as_csv)
+        print_summary(summary, as_json=as_json, as_csv=as_csv, wide=wide, source=" ".join(files))
     if plot_path:
         try:
             written = plot(summary, plot_path)

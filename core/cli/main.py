@@ -208,29 +208,22 @@ def check(
     if as_json:
         result = run_suite(targets, **options)
     else:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        from runstore.cli.check import backend_label
+        from runstore.cli.console import progress_bar
 
         err_console.print(f"runstore check: {shown}")
-        with Progress(
+        with progress_bar(
             TextColumn("conformance", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.description}", markup=False),
-            console=err_console,
-            transient=False,
         ) as progress:
             task = progress.add_task("collecting", total=None)
 
             def on_progress(done: int, total: int, record: dict[str, Any] | None) -> None:
-                from runstore.cli.check import backend_label
-
                 label = ""
                 if record is not None:
                     label = f"{backend_label(record)} {record['suite']}"
@@ -240,7 +233,7 @@ def check(
                         )
                 progress.update(task, completed=done, total=total or None, description=label)
 
-        result = run_suite(targets, **options)
+            result = run_suite(targets, on_progress=on_progress, **options)
     if as_json:
         emit_json(result.to_json())
     elif result.errors:

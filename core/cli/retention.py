@@ -103,10 +103,10 @@ async def _run(
     compact_after: bool,
     as_json: bool,
 ) -> Any:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from runstore.checkpoint.policy import RetentionPolicy
-    from runstore.cli.console import err_console
+    from runstore.cli.console import progress_bar
     from runstore.stores import open as open_stores
     from runstore.sweeper import SweepReport, sweep
 
@@ -117,13 +117,12 @@ async def _run(
         kwargs: dict[str, Any] = {"dry_run": dry_run, "rescan": rescan, "compact": compact_after}
         if batch_size is not None:
             kwargs["batch_size"] = batch_size
-        with Progress(
+        with progress_bar(
             SpinnerColumn(),
             TextColumn("retention", style="bold", markup=False),
             TextColumn("{task.description}", markup=False),
             TimeElapsedColumn(),
-            console=err_console,
-            disable=as_json,
+            off=as_json,
         ) as progress:
             task = progress.add_task("starting", total=None)
 
@@ -164,7 +163,7 @@ def compact_cmd(config: str | None, checkpointer: str | None, full: bool, as_jso
 async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
     from runstore.checkpoint.contracts import CompactingSaver
     from runstore.checkpoint.forwarding import unwrap_saver
-    from runstore.cli.console import err_console
+    from runstore.cli.console import status
     from runstore.errors import ConfigError
     from runstore.stores import open as open_stores
 
@@ -174,5 +173,5 @@ async def _compact(open_kwargs: dict[str, Any], full: bool) -> Any:
             raise ConfigError(
                 f"{type(saver).__name__} has nothing to compact (no acompact; memory holds no file)"
             )
-        with err_console.status("compacting"):
+        with status("compacting"):
             return await saver.acompact(full=full)

@@ -129,7 +129,29 @@ def _parse(data: bytes) -> tuple[list[EventRecord], int]:
 
 
 class JsonlEventStore(RunEventStore, Standalone):
-    """One JSON-lines file per run under a root directory (durable, single process)."""
+    """One JSON-lines file per run under a root directory (durable, single process).
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.jsonl.events import JsonlEventStore
+
+
+    async def main() -> None:
+        async with JsonlEventStore.from_conn_string("events") as store:
+            # user_id=None: events without an owner (a web app wraps its calls in
+            # runstore.owner_scope(user) instead)
+            await store.put(thread_id="thread-1", run_id="run-1", event_type="human",
+                            category="message", content="hello", user_id=None)
+            page = await store.list_messages("thread-1", user_id=None)
+            print([(event["seq"], event["content"]) for event in page])  # [(1, 'hello')]
+
+
+    asyncio.run(main())
+    ```
+    """
 
     file_scheme: ClassVar[str | None] = "jsonl"
 

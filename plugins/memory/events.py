@@ -103,7 +103,29 @@ class _Thread:
 class MemoryEventStore(RunEventStore, Standalone):
     """In-process event store: per-thread indexes make a message page O(log n + page)
     and a run's events O(run). Nothing survives the process; ``user_id`` is resolved
-    (so a missing owner context still fails) and otherwise ignored."""
+    (so a missing owner context still fails) and otherwise ignored.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.memory.events import MemoryEventStore
+
+
+    async def main() -> None:
+        async with MemoryEventStore.from_conn_string("memory://") as store:
+            # user_id=None: events without an owner (a web app wraps its calls in
+            # runstore.owner_scope(user) instead)
+            await store.put(thread_id="thread-1", run_id="run-1", event_type="human",
+                            category="message", content="hello", user_id=None)
+            page = await store.list_messages("thread-1", user_id=None)
+            print([(event["seq"], event["content"]) for event in page])  # [(1, 'hello')]
+
+
+    asyncio.run(main())
+    ```
+    """
 
     def __init__(self, *, max_trace_content: int = 10240) -> None:
         self._threads: dict[str, _Thread] = {}

@@ -65,7 +65,28 @@ class MemoryRunDriver(RunDriver):
 
 
 class MemoryRunStore(SqlRunStore):
-    """In-process run store; the rules of `runstore.runs.sql` on a private in-memory database."""
+    """In-process run store; the rules of `runstore.runs.sql` on a private in-memory database.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.memory.runs import MemoryRunStore
+
+
+    async def main() -> None:
+        async with MemoryRunStore.from_conn_string("memory://") as runs:
+            created = await runs.create("thread-1")
+            run = await runs.start(created.run["run_id"], owner="worker-1", ttl=30)
+            renewed, cancel = await runs.renew_lease(run["run_id"], "worker-1", ttl=30)
+            done = await runs.finalize(run["run_id"], "worker-1", "success")
+            print(done["status"])  # success
+
+
+    asyncio.run(main())
+    ```
+    """
 
     def __init__(self) -> None:
         self.driver = MemoryRunDriver()

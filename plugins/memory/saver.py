@@ -79,7 +79,40 @@ if TYPE_CHECKING:
 
 class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
     """In-process LangGraph checkpoint saver with copy, prune, delete-for-runs and a native
-    delta-history walk. Sync twins are safe on any thread (nothing here blocks)."""
+    delta-history walk. Sync twins are safe on any thread (nothing here blocks).
+
+    Examples:
+
+    ```python
+    import asyncio
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from runstore.plugins.memory.saver import MemorySaver
+
+
+    class State(TypedDict):
+        count: int
+
+
+    builder = StateGraph(State)
+    builder.add_node("add_one", lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, "add_one")
+
+
+    async def main() -> None:
+        async with MemorySaver.from_conn_string("memory://") as saver:
+            graph = builder.compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": "thread-1"}}
+            print(await graph.ainvoke({"count": 1}, config))  # {'count': 2}
+            saved = await saver.aget_tuple(config)
+            print(saved.checkpoint["channel_values"])  # {'count': 2}
+
+
+    asyncio.run(main())
+    ```
+    """
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.
     clock: Clock = staticmethod(system_clock)

@@ -89,7 +89,27 @@ class _Cursor:
 
 
 class MemoryStreamBridge(StreamBridge, Standalone):
-    """`StreamBridge` inside one process: replay, gaps, heartbeats and END as in the contract."""
+    """`StreamBridge` inside one process: replay, gaps, heartbeats and END as in the contract.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.memory.streams import MemoryStreamBridge
+
+
+    async def main() -> None:
+        async with MemoryStreamBridge.from_conn_string("memory://") as bridge:
+            await bridge.publish("run-1", "values", {"count": 1})
+            await bridge.publish_end("run-1")
+            async for item in bridge.subscribe("run-1"):  # replays, then follows until END
+                print(item)  # StreamEvent(id='0-1', event='values', data={'count': 1}), then END
+
+
+    asyncio.run(main())
+    ```
+    """
 
     supports_cross_process = False
 

@@ -1,9 +1,9 @@
-"""Every call of the PostgreSQL backends runs on a connection leased here (`Leases.run`,
-or `Leases.query` for one statement).
+"""Every call of the PostgreSQL backends runs on a connection leased here (`PostgresCalls.run`,
+or `PostgresCalls.query` for one statement).
 
 The event store and the saver take raw asyncpg connections from the SQLAlchemy engine
 they share for a URL (one pool, one ``search_path``, one size limit) and keep a few
-leased between calls. `Leases.run` holds the rules both inherit (docs/reliability.md):
+leased between calls. `PostgresCalls.run` holds the rules both inherit (docs/reliability.md):
 
 - Clean or gone. A call that fails or is cancelled mid-statement leaves its
   connection possibly mid-protocol or inside a transaction (holding the thread's
@@ -16,7 +16,7 @@ leased between calls. `Leases.run` holds the rules both inherit (docs/reliabilit
   (waiting for a connection, retries and the rollback included) at most
   ``operation_timeout`` (`PostgresTimeouts`). The attempts run in runstore's one retry
   loop (`runstore.retry.retried`): each is cut to what is left of the call's deadline,
-  and so are the bounds it hands the driver (the statement timeout of `Leases.query`,
+  and so are the bounds it hands the driver (the statement timeout of `PostgresCalls.query`,
   the connect and ping timeouts of the engine's pool hooks, the rollback's wait).
 - Retried only where that cannot write twice. A connection failure is retried on a
   fresh connection until the operation deadline for reads, idempotent writes and a
@@ -26,7 +26,7 @@ leased between calls. `Leases.run` holds the rules both inherit (docs/reliabilit
   ``write_may_have_happened`` is true exactly when a write's commit may have been
   sent and its answer never came.
 
-`Leases.query` is `Leases.run` for one statement call, the saver's hot path: its first
+`PostgresCalls.query` is `PostgresCalls.run` for one statement call, the saver's hot path: its first
 attempt on an idle leased connection is bounded by the statement's own timeout (cut to
 the call's deadline), so it needs no ``asyncio.timeout`` of its own; a failed first
 attempt goes on to the same retries under the same deadline.
@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runstore.batching import Outcome
+from runstore.cancellation import wait_until_done
 from runstore.errors import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -53,6 +54,7 @@ from runstore.errors import (
     RunstoreError,
     SchemaNotSetUpError,
 )
+from runstore.moved import renamed_attribute
 from runstore.retry import BACKOFF, Deadline, deadline_cause, retried
 from runstore.sql.dialect import driver_connection
 
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 __all__ = [
-    "Leases",
+    "PostgresCalls",
     "Statement",
     "connection_lost",
     "import_asyncpg",
@@ -158,11 +160,11 @@ def _lost(exc: Exception) -> bool:
 
 
 class _Sharing:
-    """The `Leases` of one engine, and how many of their callers wait for its pool."""
+    """The `PostgresCalls` objects of one engine, and how many of their callers wait for its pool."""
 
     def __init__(self) -> None:
         self.waiting = 0
-        self.members: weakref.WeakSet[Leases] = weakref.WeakSet()
+        self.members: weakref.WeakSet[PostgresCalls] = weakref.WeakSet()
 
 
 def _sharing(engine: AsyncEngine) -> _Sharing:
@@ -175,7 +177,7 @@ def _sharing(engine: AsyncEngine) -> _Sharing:
 
 
 class _Progress:
-    """What one of `Leases.run`'s attempts has done so far, read when a deadline cuts it."""
+    """What one of `PostgresCalls.run`'s attempts has done so far, read when a deadline cuts it."""
 
     __slots__ = ("sent",)
 
@@ -183,7 +185,7 @@ class _Progress:
         self.sent = False
 
 
-class Leases:
+class PostgresCalls:
     """Raw asyncpg connections borrowed from the shared SQLAlchemy engine; see the module docstring.
 
     Up to ``max_idle`` (at most half the engine's pool) stay checked out between
@@ -451,8 +453,9 @@ class Leases:
     async def _settle(self, lease: _Lease, deadline: Deadline) -> None:
         """After a failed or cancelled call: roll ``lease`` back and keep it, or close it.
 
-        Runs in its own task: a caller cancelled again meanwhile stops waiting for it,
-        nothing more. Waits at most ``command_timeout`` and never past ``deadline``.
+        Runs in its own task, which the caller waits out (`runstore.cancellation`: a
+        cancellation meanwhile is raised once it has ended). Waits at most
+        ``command_timeout`` and never past ``deadline``.
         """
         if lease.conn.is_closed():
             await self._drop(lease)
@@ -461,7 +464,7 @@ class Leases:
         task = asyncio.ensure_future(self._roll_back(lease, budget))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        await asyncio.shield(task)
+        await wait_until_done(task)
 
     async def _roll_back(self, lease: _Lease, budget: float) -> None:
         if budget > 0:
@@ -563,7 +566,7 @@ async def one_at_a_time(
 _WRITES = "write checkpoints"
 
 
-async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Outcome]:
+async def run_statement_batch(leases: PostgresCalls, batch: list[Statement]) -> list[Outcome]:
     """Run a batch of write statements; one `Outcome` per statement.
 
     Statements are grouped by SQL text, in order of first arrival, and each group
@@ -625,3 +628,7 @@ async def run_statement_batch(leases: Leases, batch: list[Statement]) -> list[Ou
             if not outcome[0] and isinstance(outcome[1], BackendUnavailableError):
                 unavailable = outcome[1]
     return outcomes
+
+
+# The former name, for one release (runstore.moved).
+__getattr__ = renamed_attribute(__name__)

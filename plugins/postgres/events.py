@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.batching import GroupCommit, Outcome
+from runstore.batching import BatchQueue, Outcome
 from runstore.errors import BackendUnavailableError, StaleFenceError
 from runstore.events.protocol import HIDDEN_CALLER_PREFIX
 from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
@@ -28,7 +28,7 @@ from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
-from .connections import Leases, one_at_a_time
+from .connections import PostgresCalls, one_at_a_time
 from .engine import POSTGRES, URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
 
@@ -59,7 +59,7 @@ def text_literal(value: str) -> str:
 
 
 class PostgresEventDriver(SqlEventDriver):
-    """asyncpg connections leased from the shared pool (`Leases`), one per operation.
+    """asyncpg connections leased from the shared pool (`PostgresCalls`), one per operation.
 
     Writes lock their threads with ``pg_advisory_xact_lock(namespace, hashtext(thread))``
     (released at commit) and insert a whole batch with one ``unnest`` statement that
@@ -71,7 +71,7 @@ class PostgresEventDriver(SqlEventDriver):
     so a lost connection is retried only if the ``COMMIT`` was never sent.
 
     Unfenced appends (``put``, ``put_batch``) of concurrent callers share those three
-    round trips and one commit (`GroupCommit`): the appends that arrive while one
+    round trips and one commit (`BatchQueue`): the appends that arrive while one
     transaction runs go out together in the next, each caller's rows still one
     contiguous block per thread and each call still whole or absent. If that
     transaction fails on a statement, its appends run again one call at a time, so
@@ -109,10 +109,10 @@ class PostgresEventDriver(SqlEventDriver):
     _FENCE_OF = POSTGRES.placeholders(FENCE_OF_SQL)
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts) -> None:
-        self._leases = Leases(
+        self._leases = PostgresCalls(
             engine, self.MAX_IDLE_CONNECTIONS, backend="postgres event store", timeouts=timeouts
         )
-        self._appends: GroupCommit[list[list[Any]]] = GroupCommit(
+        self._appends: BatchQueue[list[list[Any]]] = BatchQueue(
             self._append_batch, settle_on_cancel=True
         )
 
@@ -267,6 +267,30 @@ class PostgresEventStore(SqlEventStore, FromEngine):
 
     Writers of a thread serialize on a transaction advisory lock of the thread, so
     several processes (and hosts) can share the database.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.postgres.events import PostgresEventStore
+
+
+    async def main() -> None:
+        async with PostgresEventStore.from_conn_string("postgresql://app@localhost:5432/app") as store:
+            await store.setup()  # create the tables (runstore.open does this for you)
+            # user_id=None: events without an owner (a web app wraps its calls in
+            # runstore.owner_scope(user) instead)
+            await store.put(thread_id="thread-1", run_id="run-1", event_type="human",
+                            category="message", content="hello", user_id=None)
+            page = await store.list_messages("thread-1", user_id=None)
+            print([(event["seq"], event["content"]) for event in page])  # [(1, 'hello')]
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresEventStore.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
     """
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).

@@ -6,7 +6,7 @@ in one transaction, a statement per round trip; the scripts take the row locks
 their checks and writes one atomic step across processes and hosts. asyncpg is
 imported only when a store is opened.
 
-Connections are leased through `runstore.plugins.postgres.connections.Leases`, the
+Connections are leased through `runstore.plugins.postgres.connections.PostgresCalls`, the
 rules the event store and the saver follow (docs/reliability.md): a whole call is
 bounded by ``operation_timeout`` (connect and statements by their own bounds, cut to
 what is left of it; the reruns after a lost unique-key race included), a
@@ -42,7 +42,7 @@ from runstore.runs.sql import COMPONENT, MIGRATIONS, RunDialect, RunDriver, Scri
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.urls import BackendURL
 
-from .connections import Leases
+from .connections import PostgresCalls
 from .engine import POSTGRES, URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
 
@@ -127,7 +127,7 @@ class PostgresRunDriver(RunDriver):
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts | None = None) -> None:
         self._engine = engine
-        self._leases = Leases(
+        self._leases = PostgresCalls(
             engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
         )
 
@@ -146,7 +146,7 @@ class PostgresRunDriver(RunDriver):
         deadline = Deadline.after(leases.timeouts.operation)
 
         async def attempt(deadline: Deadline) -> T:
-            # A write's script runs inside BEGIN ... COMMIT (Leases commits it).
+            # A write's script runs inside BEGIN ... COMMIT (PostgresCalls commits it).
             return await leases.run(
                 lambda raw: _drive(raw, script()), operation=operation, write=write,
                 begin="BEGIN" if write else None, deadline=deadline,
@@ -179,7 +179,31 @@ class PostgresRunDriver(RunDriver):
 
 
 class PostgresRunStore(SqlRunStore, FromEngine):
-    """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema."""
+    """Run store in PostgreSQL; ``?schema=NAME`` keeps its tables in that schema.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.postgres.runs import PostgresRunStore
+
+
+    async def main() -> None:
+        async with PostgresRunStore.from_conn_string("postgresql://app@localhost:5432/app") as runs:
+            await runs.setup()  # create the tables (runstore.open does this for you)
+            created = await runs.create("thread-1")
+            run = await runs.start(created.run["run_id"], owner="worker-1", ttl=30)
+            renewed, cancel = await runs.renew_lease(run["run_id"], "worker-1", ttl=30)
+            done = await runs.finalize(run["run_id"], "worker-1", "success")
+            print(done["status"])  # success
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresRunStore.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
+    """
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS

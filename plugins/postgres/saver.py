@@ -11,7 +11,7 @@ connection leasing in `runstore.plugins.postgres.connections`. The round-trip bu
 * ``aget_tuple`` / ``alist`` read checkpoint, blobs and writes in one query; the head
   comes with its delta history (`runstore.checkpoint.prefetch`). ``aget_tuple`` calls
   that arrive while another read runs go out together in the next round trip (one
-  pipelined ``fetchmany``), through a `GroupCommit` of their own.
+  pipelined ``fetchmany``), through a `BatchQueue` of their own.
 * ``aget_delta_channel_history`` is one query (`runstore.plugins.postgres.history`).
 
 Design notes and measurements: docs/savers.md, section "PostgreSQL".
@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from runstore.batching import GroupCommit, Outcome
+from runstore.batching import BatchQueue, Outcome
 from runstore.checkpoint import codec
 from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.rules import (
@@ -59,7 +59,7 @@ from runstore.sql.migrations import Migration
 from runstore.urls import BackendURL
 
 from . import sql
-from .connections import Leases, Statement, one_at_a_time, run_statement_batch
+from .connections import PostgresCalls, Statement, one_at_a_time, run_statement_batch
 from .engine import FromEngine, shared_database
 from .history import walk_range
 from .pooler_functions import statement_functions
@@ -82,6 +82,41 @@ class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
 
     Open it with `PostgresSaver.open` (or ``runstore.open``); sync methods must be
     called from a thread other than the one running the saver's event loop.
+
+    Examples:
+
+    ```python
+    import asyncio
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from runstore.plugins.postgres.saver import PostgresSaver
+
+
+    class State(TypedDict):
+        count: int
+
+
+    builder = StateGraph(State)
+    builder.add_node("add_one", lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, "add_one")
+
+
+    async def main() -> None:
+        async with PostgresSaver.from_conn_string("postgresql://app@localhost:5432/app") as saver:
+            await saver.setup()  # create the tables (runstore.open does this for you)
+            graph = builder.compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": "thread-1"}}
+            print(await graph.ainvoke({"count": 1}, config))  # {'count': 2}
+            saved = await saver.aget_tuple(config)
+            print(saved.checkpoint["channel_values"])  # {'count': 2}
+
+
+    asyncio.run(main())
+    ```
+
+    `PostgresSaver.from_engine(engine)` runs it on your SQLAlchemy engine (never disposed here).
     """
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.
@@ -111,7 +146,7 @@ class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
         self.url = url
         self.engine = engine
         self.loop = asyncio.get_running_loop()
-        self._leases = Leases(
+        self._leases = PostgresCalls(
             engine,
             self.MAX_IDLE_CONNECTIONS if max_idle is None else max_idle,
             backend="postgres saver",
@@ -121,14 +156,14 @@ class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
         # One statement kind per batch: one executemany, one round trip, one commit. A
         # thread's writes that find the queue idle right after its own batch run at once in
         # the caller's task (every statement's first argument is its thread id).
-        self._commits: GroupCommit[Statement] = GroupCommit(
+        self._commits: BatchQueue[Statement] = BatchQueue(
             functools.partial(run_statement_batch, self._leases),
             kind=operator.itemgetter(0),
             inline_key=_thread_of,
         )
         # Reads too: the heads concurrent callers ask for while one read runs go out
         # together as one pipelined fetchmany (one round trip, rows told apart by key).
-        self._reads: GroupCommit[Statement] = GroupCommit(
+        self._reads: BatchQueue[Statement] = BatchQueue(
             self._read_batch, kind=operator.itemgetter(0), inline_key=_thread_of
         )
         self._prefetch = PrefetchStore()

@@ -51,7 +51,7 @@ from runstore.clock import Clock
 from runstore.errors import StaleFenceError, ThreadDeletedError
 
 from . import thread_sql
-from .connections import Leases
+from .connections import PostgresCalls
 
 R = TypeVar("R")
 
@@ -65,7 +65,7 @@ class ThreadRecords:
 
     clock: Clock
     loop: asyncio.AbstractEventLoop
-    _leases: Leases
+    _leases: PostgresCalls
     _prefetch: PrefetchStore
     _known: OrderedDict[tuple[str, str, str, str], None]
 

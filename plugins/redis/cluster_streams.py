@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.crc import key_slot
 
+from runstore.batching import Outcome
 from runstore.errors import ConfigError
 from runstore.streams.protocol import check_run_id
 
@@ -55,7 +56,27 @@ _GROUP_OF_SLOT = {int(key_slot(tag.encode())): group for group, tag in enumerate
 
 
 class RedisClusterStreamBridge(RedisStreamBridge):
-    """`RedisStreamBridge` on a Redis Cluster: runs in slot groups, one waker per group."""
+    """`RedisStreamBridge` on a Redis Cluster: runs in slot groups, one waker per group.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.redis.cluster_streams import RedisClusterStreamBridge
+
+
+    async def main() -> None:
+        async with RedisClusterStreamBridge.from_conn_string("redis+cluster://localhost:7000?nodes=localhost:7001&prefix=app:") as bridge:
+            await bridge.publish("run-1", "values", {"count": 1})
+            await bridge.publish_end("run-1")
+            async for item in bridge.subscribe("run-1"):  # replays, then follows until END
+                print(item)  # StreamEvent(id='0-1', event='values', data={'count': 1}), then END
+
+
+    asyncio.run(main())
+    ```
+    """
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisClusterStreamBridge:
@@ -87,17 +108,18 @@ class RedisClusterStreamBridge(RedisStreamBridge):
     def _control_key(self, group: Any) -> bytes:
         return f"{self.prefix}ctl:{{{TAGS[group]}}}{self._control.decode().rpartition(':')[2]}".encode()
 
-    async def _send_batch(self, batch: list[Call]) -> None:
-        """One pipeline per slot group (a pipeline goes to one node), sent concurrently."""
-        groups: dict[Any, list[Call]] = {}
-        for item in batch:
-            groups.setdefault(self._group(item.key), []).append(item)
+    async def _send_batch(self, batch: list[Call]) -> list[Outcome]:
+        """One pipeline per slot group (a pipeline goes to one node), sent concurrently;
+        the outcomes in the batch's order."""
+        groups: dict[Any, list[int]] = {}
+        for i, item in enumerate(batch):
+            groups.setdefault(self._group(item.key), []).append(i)
         if len(groups) == 1:
             return await RedisStreamBridge._send_batch(self, batch)
-        results = await asyncio.gather(
-            *(RedisStreamBridge._send_batch(self, items) for items in groups.values()), return_exceptions=True
+        sent = await asyncio.gather(
+            *(RedisStreamBridge._send_batch(self, [batch[i] for i in members]) for members in groups.values())
         )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return None
+        outcomes: dict[int, Outcome] = {}
+        for members, answers in zip(groups.values(), sent, strict=True):
+            outcomes.update(zip(members, answers, strict=True))
+        return [outcomes[i] for i in range(len(batch))]

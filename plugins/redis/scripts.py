@@ -8,7 +8,6 @@ the single field ``end``, never evicting data.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -132,13 +131,12 @@ class Call:
     followers of ``key`` from the reply, without waiting for the reader.
     """
 
-    __slots__ = ("args", "command", "end", "fence", "future", "key", "keys", "operation", "publish", "script")
+    __slots__ = ("args", "command", "end", "fence", "key", "keys", "operation", "publish", "script")
 
     def __init__(
         self,
         operation: str,
         key: bytes,
-        future: asyncio.Future[Any],
         *,
         script: LuaScript | None = None,
         args: Sequence[Any] = (),
@@ -150,7 +148,6 @@ class Call:
     ) -> None:
         self.operation = operation
         self.key = key
-        self.future = future
         self.script = script
         self.args = args
         self.command = command

@@ -14,8 +14,9 @@ hole; otherwise it reads a consistent bounds-plus-range snapshot in one Lua call
 which yields the gap.
 
 Writes and snapshots of every run go out through one shared pipeline: one round trip
-carries whatever calls were issued meanwhile (`_enqueue`), since per-call round trips
-were most of the bridge's client CPU under many concurrent runs.
+carries whatever calls were issued meanwhile (a `runstore.batching` queue whose batch is
+one pipeline, `_send_batch`), since per-call round trips were most of the bridge's client
+CPU under many concurrent runs.
 
 Every Redis call goes through `RedisCalls` (bounded, retried only where that cannot
 write twice). ``XADD ... 0-*`` is not idempotent (a second send appends a second
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from runstore.batching import BatchQueue, Outcome
 from runstore.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -105,7 +107,29 @@ def _settled(future: asyncio.Future[Any]) -> None:
 
 
 class RedisStreamBridge(StreamBridge, Standalone):
-    """`StreamBridge` on Redis Streams; several processes share runs through one Redis."""
+    """`StreamBridge` on Redis Streams; several processes share runs through one Redis.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.redis.streams import RedisStreamBridge
+
+
+    async def main() -> None:
+        async with RedisStreamBridge.from_conn_string("redis://localhost:6379/0?prefix=app:") as bridge:
+            await bridge.publish("run-1", "values", {"count": 1})
+            await bridge.publish_end("run-1")
+            async for item in bridge.subscribe("run-1"):  # replays, then follows until END
+                print(item)  # StreamEvent(id='0-1', event='values', data={'count': 1}), then END
+
+
+    asyncio.run(main())
+    ```
+
+    `RedisStreamBridge.from_client(client, prefix="app:")` runs it on your redis.asyncio client (never closed here).
+    """
 
     supports_cross_process = True
 
@@ -135,10 +159,11 @@ class RedisStreamBridge(StreamBridge, Standalone):
         self._waker_idle: dict[Any, asyncio.Event] = {}
         #: Per group: its waker's XREAD is out and no poke was sent since (see `_wake`).
         self._blocked: dict[Any, bool] = {}
-        self._pending: list[scripts.Call] = []
-        self._inflight = False
+        # The shared pipeline: calls issued while a round trip is out go in the next one, in
+        # call order; a caller cancelled while its call is queued withdraws it (nothing sent),
+        # once sent it only stops waiting. A cluster splits each batch by slot group.
+        self._pipeline: BatchQueue[scripts.Call] = BatchQueue(self._send_batch)
         self._closed = False
-        self._tasks: set[asyncio.Task[Any]] = set()  # strong refs: the loop keeps only weak ones
 
     @classmethod
     async def open(cls, url: BackendURL, options: BackendOptions) -> RedisStreamBridge:
@@ -243,7 +268,7 @@ class RedisStreamBridge(StreamBridge, Standalone):
     async def publish(self, run_id: str, event: str, data: Any, *, fence: int | None = None) -> str:
         """XADD one event (exact MAXLEN, TTL refreshed); retried only if it was never sent.
 
-        Goes out in the bridge's shared pipeline (see `_enqueue`), in call order. A
+        Goes out in the bridge's shared pipeline (see `_send_batch`), in call order. A
         publish whose reply was lost raises `BackendUnavailableError` with
         ``write_may_have_happened=True``; it is never sent twice. A caller cancelled
         before its publish was sent publishes nothing; after, the event is in the
@@ -260,19 +285,18 @@ class RedisStreamBridge(StreamBridge, Standalone):
                 f"redis stream data must be JSON-serializable (dict, list, str, int within 64 bits, "
                 f"float, bool, None; dataclasses and datetimes too): {exc}"
             ) from exc
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if fence is None:
-            self._enqueue(scripts.Call(
-                "publish", key, future, script=scripts.PUBLISH,
+            call = scripts.Call(
+                "publish", key, script=scripts.PUBLISH,
                 args=(self.queue_maxsize, self.stream_ttl_ms, event, payload), publish=(run_id, event, payload),
-            ))
+            )
         else:  # the same round trip: the token check is part of the one script
-            self._enqueue(scripts.Call(
-                "publish", key, future, script=scripts.PUBLISH_FENCED, keys=(self.fence_key(run_id),),
+            call = scripts.Call(
+                "publish", key, script=scripts.PUBLISH_FENCED, keys=(self.fence_key(run_id),),
                 args=(self.queue_maxsize, self.stream_ttl_ms, event, payload, str(fence)),
                 publish=(run_id, event, payload), fence=(run_id, fence),
-            ))
-        reply = await future
+            )
+        reply = await self._pipeline.submit(call)
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
     def _reply_error(self, call: scripts.Call, exc: BaseException) -> BaseException:
@@ -296,13 +320,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
         be, within what is left of its own deadline.
         """
         deadline = Deadline.after(self.calls.timeouts.operation_timeout)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        call = scripts.Call(
-            operation, key, future, script=script, args=args, command=command, end=end, keys=keys, fence=fence
-        )
-        self._enqueue(call)
+        call = scripts.Call(operation, key, script=script, args=args, command=command, end=end, keys=keys, fence=fence)
         try:
-            return await future
+            return await self._pipeline.submit(call)
         except BackendUnavailableError as exc:
             if not exc.write_may_have_happened:
                 raise
@@ -318,69 +338,45 @@ class RedisStreamBridge(StreamBridge, Standalone):
         self._deliver(call, reply)
         return reply
 
-    def _enqueue(self, call: scripts.Call) -> None:
-        """Queue ``call`` for the shared pipeline.
+    async def _send_batch(self, batch: list[scripts.Call]) -> list[Outcome]:
+        """Send ``batch`` in one round trip: one outcome per call, in order.
 
-        One sender task sends everything queued so far in one round trip, waits for the
-        replies, and repeats while calls came in meanwhile: calls of every run issued
-        in one event-loop tick, or while a round trip is out, share one pipeline. One
-        pipeline at a time keeps calls in call order; a cluster splits each pipeline by
-        slot group (`_send_batch`).
+        Calls whose script the server lacked (a restart, ``SCRIPT FLUSH``: nothing ran) go
+        again by text within the batch's deadline; an error of a round trip is the outcome
+        of every call it carried that has none yet.
         """
-        self._pending.append(call)
-        if not self._inflight:
-            self._inflight = True
-            self._spawn(self._drain())
-
-    async def _drain(self) -> None:
-        """Send the queued calls, a pipeline per batch, until none is left."""
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    await self._send_batch(batch)
-                except BaseException as exc:
-                    for call in batch:
-                        if not call.future.done():
-                            call.future.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-        finally:
-            self._inflight = False
-            for call in self._pending:
-                if not call.future.done():
-                    call.future.set_exception(RuntimeError("stream bridge publisher stopped"))
-            self._pending = []
-
-    async def _send_batch(self, batch: list[scripts.Call]) -> None:
-        """Send ``batch`` in one round trip and settle each caller's future."""
-        # A caller cancelled while queued is dropped: its call has no effect at all.
-        todo = [call for call in batch if not call.future.done()]
+        outcomes: dict[int, Outcome] = {}
+        todo = list(range(len(batch)))
         by_text = False
         # One deadline for the batch: resending it by text after NOSCRIPT gets what is left.
         deadline = Deadline.after(self.calls.timeouts.operation_timeout)
-        while todo:
-            if len(todo) == 1:
-                operation = todo[0].operation
-            else:
-                operation = f"{'/'.join(dict.fromkeys(call.operation for call in todo))} (pipeline of {len(todo)})"
-            replies = await self.calls.run(
-                operation, [call.request(by_text) for call in todo], write=True, idempotent=False,
-                deadline=deadline,
-            )
-            retry = []
-            for call, reply in zip(todo, replies, strict=True):
-                future = call.future
-                if call.script is not None and not by_text and scripts.no_script(reply):
-                    retry.append(call)  # the server lost the script (restart, SCRIPT FLUSH): nothing ran
-                elif isinstance(reply, Exception):
-                    if not future.done():
-                        future.set_exception(self._reply_error(call, reply))
+        try:
+            while todo:
+                calls = [batch[i] for i in todo]
+                if len(calls) == 1:
+                    operation = calls[0].operation
                 else:
-                    self._deliver(call, reply)
-                    if not future.done():
-                        future.set_result(reply)
-            todo, by_text = retry, True
+                    operation = f"{'/'.join(dict.fromkeys(call.operation for call in calls))} (pipeline of {len(calls)})"
+                replies = await self.calls.run(
+                    operation, [call.request(by_text) for call in calls], write=True, idempotent=False,
+                    deadline=deadline,
+                )
+                retry = []
+                for i, reply in zip(todo, replies, strict=True):
+                    call = batch[i]
+                    if call.script is not None and not by_text and scripts.no_script(reply):
+                        retry.append(i)
+                    elif isinstance(reply, Exception):
+                        outcomes[i] = (False, self._reply_error(call, reply))
+                    else:
+                        # Followers here get it even if its caller was cancelled meanwhile.
+                        self._deliver(call, reply)
+                        outcomes[i] = (True, reply)
+                todo, by_text = retry, True
+        except Exception as exc:
+            for i in todo:
+                outcomes[i] = (False, exc)
+        return [outcomes[i] for i in range(len(batch))]
 
     def _deliver(self, call: scripts.Call, reply: Any) -> None:
         """Hand a published event or END to this process's followers of its stream at once.
@@ -451,9 +447,8 @@ class RedisStreamBridge(StreamBridge, Standalone):
             for waker in wakers:
                 waker.cancel()
             await asyncio.gather(*wakers, return_exceptions=True)
-        if self._tasks:
-            # Let queued publishes finish (their callers are waiting) and pokes settle.
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Let queued publishes finish (their callers are waiting) and pokes settle.
+        await self._pipeline.wait_idle()
         for watch in self._watches.values():
             watch.error = RuntimeError("stream bridge closed")
             watch.notify()
@@ -663,11 +658,6 @@ class RedisStreamBridge(StreamBridge, Standalone):
         watch.refs += 1
         return watch
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _unwatch(self, watch: Watch) -> None:
         watch.refs -= 1
         if watch.refs <= 0 and self._watches.get(watch.key) is watch:
@@ -688,12 +678,9 @@ class RedisStreamBridge(StreamBridge, Standalone):
             return
         self._blocked[group] = False
         control = self._control_key(group)
-        loop = asyncio.get_running_loop()
         for command in _poke_commands(control):
-            future: asyncio.Future[Any] = loop.create_future()
             # Best effort: a failed poke only delays the stream to the XREAD's next return.
-            future.add_done_callback(_settled)
-            self._enqueue(scripts.Call("poke", control, future, command=command))
+            self._pipeline.post(scripts.Call("poke", control, command=command)).add_done_callback(_settled)
 
     async def _poke(self, group: Any) -> None:
         idle = self._waker_idle.get(group)

@@ -27,6 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from runstore.cancellation import wait_until_done
 from runstore.errors import UnsupportedDriverError
 from runstore.sql.dialect import dialect_of, driver_connection
 
@@ -161,26 +162,12 @@ class WorkerConnection:
         try:
             result: R = await self._aconn._execute(fn, self._raw, *args, **kwargs)
         except asyncio.CancelledError:
-            await self._drain()
+            # The worker runs its queue in order: a no-op queued now ends after ``fn``
+            # (a closed connection's refusal of it ends the wait too). Nothing on the
+            # normal path; the cancellation rule is `runstore.cancellation`'s.
+            await wait_until_done(self._aconn._execute(_nothing))
             raise
         return result
-
-    async def _drain(self) -> None:
-        """Wait until every function queued on the worker so far has run.
-
-        The worker runs its queue in order, so a no-op queued now completes after
-        them. Costs nothing on the normal path (only cancelled calls wait here);
-        further cancellations while waiting are absorbed, the first one is re-raised
-        by the caller.
-        """
-        while True:
-            try:
-                await self._aconn._execute(_nothing)
-            except asyncio.CancelledError:
-                continue
-            except ValueError:  # the connection closed meanwhile: its queue is gone
-                return
-            return
 
     async def close(self) -> None:
         """Return the connection to the engine's pool (idempotent)."""

@@ -1,7 +1,7 @@
 """The file's group commit: the writes of every sqlite store on one engine, committed together.
 
 The saver, the event store and the run store opened on one file share one writer
-connection and one `runstore.batching.GroupCommit` queue, held by the file's
+connection and one `runstore.batching.BatchQueue` queue, held by the file's
 `runstore.plugins.sqlite.file.SqliteFile`. Under load a
 turn's checkpoint writes and its journal append land in the same transaction as
 other threads' writes: one worker-thread hop, one ``BEGIN IMMEDIATE`` and one
@@ -12,7 +12,7 @@ op fails only its own caller; a run store's script (its checks and writes) is on
 so its decisions stay one atomic step.
 
 A caller working alone (its op finds the queue idle right after a batch of ops of the
-same key, the thread the op writes) runs its op in its own task, the `GroupCommit`
+same key, the thread the op writes) runs its op in its own task, the `BatchQueue`
 inline path: without it every write of a lone caller took two more event-loop hops (to
 the batch task and back), on the critical path of LangGraph's chained puts. Cancelling
 that caller cannot cut the op short: `WorkerConnection.run` lets the op end (its
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runstore.batching import GroupCommit, Outcome
+from runstore.batching import BatchQueue, Outcome
 
 from . import ops
 from .adapter import WorkerConnection
@@ -70,7 +70,7 @@ class FileCommits:
         self._users = 0
         self._opening = asyncio.Lock()
         #: The queue every store's write op joins (tests reach in to cancel a batch).
-        self.queue: GroupCommit[_Queued] = GroupCommit(
+        self.queue: BatchQueue[_Queued] = BatchQueue(
             self._run_batch,
             settle_on_cancel=True,
             inline_key=operator.attrgetter("key"),
@@ -102,7 +102,7 @@ class FileCommits:
         A caller cancelled while its op is queued withdraws it (it never runs); one
         cancelled once its batch runs gets its cancellation when that batch has ended
         (the op committed or failed with it), so a returned or cancelled call is over:
-        nothing of it lands afterwards and no write lock is held for it (`GroupCommit`
+        nothing of it lands afterwards and no write lock is held for it (`BatchQueue`
         with ``settle_on_cancel``).
         """
         return await self.queue.submit(_Queued(fn, args, key))

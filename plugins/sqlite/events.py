@@ -169,6 +169,28 @@ class SqliteEventStore(SqlEventStore):
 
     Writers serialize on the file's write lock (``BEGIN IMMEDIATE``), so concurrent
     processes on one file stay consistent.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.sqlite.events import SqliteEventStore
+
+
+    async def main() -> None:
+        async with SqliteEventStore.from_conn_string("app.sqlite") as store:
+            await store.setup()  # create the tables (runstore.open does this for you)
+            # user_id=None: events without an owner (a web app wraps its calls in
+            # runstore.owner_scope(user) instead)
+            await store.put(thread_id="thread-1", run_id="run-1", event_type="human",
+                            category="message", content="hello", user_id=None)
+            page = await store.list_messages("thread-1", user_id=None)
+            print([(event["seq"], event["content"]) for event in page])  # [(1, 'hello')]
+
+
+    asyncio.run(main())
+    ```
     """
 
     #: URL query options the store accepts (none).

@@ -102,6 +102,27 @@ class SqliteRunStore(SqlRunStore):
 
     Every write takes the file's write lock (``BEGIN IMMEDIATE``), so processes sharing
     the file stay consistent.
+
+    Examples:
+
+    ```python
+    import asyncio
+
+    from runstore.plugins.sqlite.runs import SqliteRunStore
+
+
+    async def main() -> None:
+        async with SqliteRunStore.from_conn_string("app.sqlite") as runs:
+            await runs.setup()  # create the tables (runstore.open does this for you)
+            created = await runs.create("thread-1")
+            run = await runs.start(created.run["run_id"], owner="worker-1", ttl=30)
+            renewed, cancel = await runs.renew_lease(run["run_id"], "worker-1", ttl=30)
+            done = await runs.finalize(run["run_id"], "worker-1", "success")
+            print(done["status"])  # success
+
+
+    asyncio.run(main())
+    ```
     """
 
     #: URL query options the store accepts (none).

@@ -2,7 +2,7 @@
 
 Every logical operation is one function of `runstore.plugins.sqlite.ops` run on the
 aiosqlite worker thread (one hop, one transaction); concurrent writes are committed
-together through the shared `runstore.checkpoint.groupcommit.GroupCommit`. The sync
+together through the shared `runstore.batching.BatchQueue`. The sync
 twins run the very same functions on a stdlib ``sqlite3`` connection from the
 calling thread. Schema and SQL: `runstore.plugins.sqlite.sql`; connections:
 `runstore.plugins.sqlite.connections`; decisions: docs/savers.md.
@@ -150,6 +150,39 @@ class SqliteSaver(BaseCheckpointSaver[str], Standalone):
     SQLAlchemy engine with a sqlite event store on the same file. Async methods
     run one worker-thread hop each; sync twins use a stdlib ``sqlite3`` connection
     from the calling thread and refuse to run on the saver's event loop thread.
+
+    Examples:
+
+    ```python
+    import asyncio
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from runstore.plugins.sqlite.saver import SqliteSaver
+
+
+    class State(TypedDict):
+        count: int
+
+
+    builder = StateGraph(State)
+    builder.add_node("add_one", lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, "add_one")
+
+
+    async def main() -> None:
+        async with SqliteSaver.from_conn_string("checkpoints.sqlite") as saver:
+            await saver.setup()  # create the tables (runstore.open does this for you)
+            graph = builder.compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": "thread-1"}}
+            print(await graph.ainvoke({"count": 1}, config))  # {'count': 2}
+            saved = await saver.aget_tuple(config)
+            print(saved.checkpoint["channel_values"])  # {'count': 2}
+
+
+    asyncio.run(main())
+    ```
     """
 
     #: The thread index's clock (created/updated times); tests set a `ManualClock`.

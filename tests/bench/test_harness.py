@@ -429,7 +429,8 @@ def test_passwords_stay_out_of_rows_and_per_backend_settings_parse(tmp_path: Pat
 
 
 def test_csv_and_plot_render(tmp_path: Path) -> None:
-    from runstore.bench.summarize import plot, to_csv, to_markdown
+    from runstore.bench.summarize import plot, to_csv
+    from runstore.bench.tables import to_markdown
 
     path = _file(tmp_path, "a.jsonl", ["memory://", "langgraph:memory"])
     summary = summarize([read_jsonl(path)])

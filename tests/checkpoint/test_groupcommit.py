@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runstore.batching import GroupCommit, Outcome
+from runstore.batching import BatchQueue, Outcome
 from runstore.checkpoint.prefetch import PrefetchStore
 
 
@@ -42,7 +42,7 @@ class Backend:
 
 async def test_ops_arriving_during_a_batch_share_the_next_one() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     backend.gate.clear()
     first = asyncio.ensure_future(queue.submit("a"))
     await backend.started.wait()
@@ -74,7 +74,7 @@ async def test_with_kinds_a_batch_holds_the_oldest_ops_kind_and_the_rest_wait() 
         batch_started.clear()
         assert len(batches) == count
 
-    queue: GroupCommit[str] = GroupCommit(run, kind=lambda op: op[0])
+    queue: BatchQueue[str] = BatchQueue(run, kind=lambda op: op[0])
     first = asyncio.ensure_future(queue.submit("p1"))
     await started(1)
     queued = [asyncio.ensure_future(queue.submit(op)) for op in ("w1", "p2", "w2", "p3")]
@@ -101,14 +101,14 @@ async def test_a_failing_callback_fails_every_op_of_its_batch() -> None:
     async def broken(ops: list[str]) -> list[Outcome]:
         raise ConnectionError("lost")
 
-    queue: GroupCommit[str] = GroupCommit(broken)
+    queue: BatchQueue[str] = BatchQueue(broken)
     results = await asyncio.gather(queue.submit("a"), queue.submit("b"), return_exceptions=True)
     assert all(isinstance(r, ConnectionError) for r in results)
 
 
 async def test_a_caller_cancelled_while_queued_withdraws_its_op() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     backend.gate.clear()
     running = asyncio.ensure_future(queue.submit("a"))
     await backend.started.wait()
@@ -125,7 +125,7 @@ async def test_a_caller_cancelled_while_queued_withdraws_its_op() -> None:
 
 async def test_a_caller_cancelled_while_its_batch_runs_never_cancels_the_batch() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     backend.gate.clear()
     mine = asyncio.ensure_future(queue.submit("mine"))
     other = asyncio.ensure_future(queue.submit("other"))
@@ -141,9 +141,30 @@ async def test_a_caller_cancelled_while_its_batch_runs_never_cancels_the_batch()
     assert backend.committed == ["mine", "other"], "the cancelled caller's op committed whole"
 
 
+async def test_a_posted_op_runs_in_order_with_submitted_ones_and_may_be_withdrawn() -> None:
+    """`post` queues without waiting (the Redis bridge's pokes): its future holds the
+    outcome; cancelling the future while the op is queued withdraws the op."""
+    backend = Backend()
+    queue: BatchQueue[str] = BatchQueue(backend.run)
+    backend.gate.clear()
+    first = asyncio.ensure_future(queue.submit("a"))
+    await backend.started.wait()
+    posted = queue.post("b")
+    withdrawn = queue.post("c")
+    later = asyncio.ensure_future(queue.submit("d"))
+    await asyncio.sleep(0)
+    withdrawn.cancel()
+    backend.gate.set()
+    assert await first == "A" and await posted == "B" and await later == "D"
+    assert backend.batches == [["a"], ["b", "d"]]
+    failed = queue.post("bad-e")
+    await queue.wait_idle()
+    assert isinstance(failed.exception(), ValueError)
+
+
 async def test_wait_idle_waits_for_queued_batches() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     backend.gate.clear()
     tasks = [asyncio.ensure_future(queue.submit(op)) for op in ("a", "b")]
     await backend.started.wait()
@@ -159,7 +180,7 @@ async def test_a_wrong_outcome_count_is_an_error_for_every_op() -> None:
     async def short(ops: list[Any]) -> list[Outcome]:
         return []
 
-    queue: GroupCommit[str] = GroupCommit(short)
+    queue: BatchQueue[str] = BatchQueue(short)
     with pytest.raises(RuntimeError, match="outcomes"):
         await queue.submit("a")
 
@@ -167,7 +188,7 @@ async def test_a_wrong_outcome_count_is_an_error_for_every_op() -> None:
 @pytest.mark.parametrize("settle", [False, True])
 async def test_a_caller_cancelled_in_its_batch_waits_for_it_only_when_asked(settle: bool) -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, settle_on_cancel=settle)
+    queue: BatchQueue[str] = BatchQueue(backend.run, settle_on_cancel=settle)
     backend.gate.clear()
     caller = asyncio.ensure_future(queue.submit("a"))
     await backend.started.wait()
@@ -207,7 +228,7 @@ async def test_a_callers_next_op_on_an_idle_queue_runs_in_its_task() -> None:
         tasks.append(asyncio.current_task())
         return await backend.run(ops)
 
-    queue: GroupCommit[str] = GroupCommit(run, inline_key=_thread)
+    queue: BatchQueue[str] = BatchQueue(run, inline_key=_thread)
     me = asyncio.current_task()
     assert await queue.submit("t1-a") == "T1-A"
     assert tasks[-1] is not me, "no batch yet: through the batch task"
@@ -239,7 +260,7 @@ async def test_a_callers_next_op_on_an_idle_queue_runs_in_its_task() -> None:
 async def test_concurrent_callers_on_an_idle_queue_share_one_batch() -> None:
     """A burst of callers: none of them runs alone, even the first one's thread."""
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
+    queue: BatchQueue[str] = BatchQueue(backend.run, inline_key=_thread)
     await queue.submit("t1-a")
     await asyncio.gather(*(queue.submit(f"t{n}-b") for n in range(1, 5)))
     assert backend.batches == [["t1-a"], ["t1-b"], ["t2-b", "t3-b", "t4-b"]], (
@@ -249,9 +270,9 @@ async def test_concurrent_callers_on_an_idle_queue_share_one_batch() -> None:
     assert backend.batches[-1] == ["t1-c", "t2-c", "t3-c", "t4-c"], "after a mixed batch: one batch"
 
 
-async def _inline_op_held(backend: Backend) -> tuple[GroupCommit[str], asyncio.Future[Any]]:
+async def _inline_op_held(backend: Backend) -> tuple[BatchQueue[str], asyncio.Future[Any]]:
     """A queue whose op "t1-b" runs inline, held inside its batch callback."""
-    queue: GroupCommit[str] = GroupCommit(backend.run, inline_key=_thread)
+    queue: BatchQueue[str] = BatchQueue(backend.run, inline_key=_thread)
     await queue.submit("t1-a")
     backend.gate.clear()
     backend.started.clear()
@@ -292,7 +313,7 @@ async def test_gather_ready_lets_an_op_prepared_in_the_same_pass_join_the_batch(
     """An op submitted by a task that became ready just after the batch task was started
     joins that batch with ``gather_ready``; without it, it waits for the next batch."""
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, gather_ready=gather)
+    queue: BatchQueue[str] = BatchQueue(backend.run, gather_ready=gather)
     first = asyncio.ensure_future(queue.submit("a"))
     await asyncio.sleep(0)  # "a" is queued and the batch task is started
     assert queue.busy and not backend.batches
@@ -303,7 +324,7 @@ async def test_gather_ready_lets_an_op_prepared_in_the_same_pass_join_the_batch(
 
 async def test_a_batch_task_cancelled_while_gathering_cancels_the_queued_callers() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run, gather_ready=True)
+    queue: BatchQueue[str] = BatchQueue(backend.run, gather_ready=True)
     caller = asyncio.ensure_future(queue.submit("a"))
     await asyncio.sleep(0)  # "a" is queued and the batch task is created
     await asyncio.sleep(0)  # the batch task runs up to its gathering pass
@@ -319,7 +340,7 @@ async def test_a_batch_task_cancelled_while_gathering_cancels_the_queued_callers
 
 async def test_a_batch_task_cancelled_before_it_ran_cancels_the_queued_callers() -> None:
     backend = Backend()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     caller = asyncio.ensure_future(queue.submit("a"))
     await asyncio.sleep(0)  # "a" is queued and the batch task is created, not yet run
     drainer = queue._drainer
@@ -334,7 +355,7 @@ async def test_a_batch_task_cancelled_before_it_ran_cancels_the_queued_callers()
 async def test_a_cancelled_batch_task_never_cancels_the_ops_of_the_next_one() -> None:
     backend = Backend()
     backend.gate.clear()
-    queue: GroupCommit[str] = GroupCommit(backend.run)
+    queue: BatchQueue[str] = BatchQueue(backend.run)
     first = asyncio.ensure_future(queue.submit("a"))
     await backend.started.wait()
     old = queue._drainer

@@ -34,6 +34,22 @@ def test_every_new_home_exists() -> None:
         importlib.import_module(new)
 
 
+@pytest.mark.parametrize(("old", "new"), sorted(moved.RENAMED.items()))
+def test_a_renamed_name_is_the_new_object_with_a_warning(old: str, new: str) -> None:
+    module_name, _, old_name = old.rpartition(".")
+    new_module, _, new_name = new.rpartition(".")
+    assert new_module == module_name, "a rename stays in its module"
+    module = importlib.import_module(module_name)
+    with pytest.warns(DeprecationWarning, match=f"{old} is renamed {new}"):
+        value = getattr(module, old_name)
+    assert value is getattr(module, new_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        getattr(module, new_name)  # the new name never warns
+    with pytest.raises(AttributeError):
+        module.NoSuchName  # noqa: B018
+
+
 @pytest.mark.parametrize("name", sorted(runstore._FORMER))
 def test_a_former_top_level_name_still_resolves_with_a_warning(name: str) -> None:
     with pytest.warns(DeprecationWarning, match=f"import it from {runstore._FORMER[name]}"):

@@ -442,7 +442,7 @@ async def test_shares_engine_with_event_store(postgres_url: str) -> None:
         saver = await PostgresSaver.open(url, options)
         store = await PostgresEventStore.open(url, options)
         assert saver.engine is store.engine
-        # Leases never starve the event store of the shared pool.
+        # Connections the saver keeps leased never starve the event store of the shared pool.
         await asyncio.gather(*(put_chain(saver, f"t-pool-{i}", [{"a": [i]}]) for i in range(6)))
         async with store.engine.connect() as conn:
             assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1

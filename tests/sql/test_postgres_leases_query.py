@@ -1,9 +1,9 @@
-"""`Leases.query`, the saver's one-statement call, keeps every rule of `Leases.run`.
+"""`PostgresCalls.query`, the saver's one-statement call, keeps every rule of `PostgresCalls.run`.
 
 Its first attempt on an idle leased connection runs without an ``asyncio.timeout`` of
 its own: the statement's timeout, cut to the operation's, must still end it by the
 operation deadline, and a failure or a cancellation must leave the connection rolled
-back or closed, as `Leases.run` does. Both report a write cut at the deadline by what it
+back or closed, as `PostgresCalls.run` does. Both report a write cut at the deadline by what it
 had sent.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from runstore.errors import BackendRefusedError, BackendUnavailableError
 from runstore.options import BackendOptions
-from runstore.plugins.postgres.connections import Leases
+from runstore.plugins.postgres.connections import PostgresCalls
 from runstore.plugins.postgres.engine import shared_engine
 from runstore.plugins.postgres.settings import PostgresTimeouts
 from runstore.settings import Settings
@@ -28,10 +28,10 @@ TIMEOUTS = PostgresTimeouts(connect=5.0, command=30.0, operation=0.6)
 
 
 @pytest.fixture
-async def leases(postgres_url: str) -> AsyncIterator[Leases]:
+async def leases(postgres_url: str) -> AsyncIterator[PostgresCalls]:
     async with BackendOptions.scope(Settings()) as options:
         engine = await shared_engine(BackendURL.parse(postgres_url), options)
-        leases = Leases(engine, 1, backend="test", timeouts=TIMEOUTS)
+        leases = PostgresCalls(engine, 1, backend="test", timeouts=TIMEOUTS)
         try:
             assert await leases.query("fetchval", ("SELECT 1",), operation="warm") == 1
             assert len(leases._idle) == 1, "the first attempts below find an idle connection"
@@ -41,7 +41,7 @@ async def leases(postgres_url: str) -> AsyncIterator[Leases]:
 
 
 @pytest.mark.parametrize("write", [False, True])
-async def test_a_statement_past_the_operation_deadline_is_cut_there(leases: Leases, write: bool) -> None:
+async def test_a_statement_past_the_operation_deadline_is_cut_there(leases: PostgresCalls, write: bool) -> None:
     """A statement longer than ``operation_timeout`` (shorter than ``command_timeout``)
     ends at the deadline as `BackendUnavailableError` (a write: may have happened, it was
     sent), and the connection is settled: the next call works."""
@@ -56,7 +56,7 @@ async def test_a_statement_past_the_operation_deadline_is_cut_there(leases: Leas
     assert await leases.query("fetchval", ("SELECT 2",), operation="after") == 2
 
 
-async def test_a_cancelled_first_attempt_leaves_the_connection_settled(leases: Leases) -> None:
+async def test_a_cancelled_first_attempt_leaves_the_connection_settled(leases: PostgresCalls) -> None:
     """A caller cancelled mid-statement gets its `CancelledError` once the connection is
     rolled back: the transaction it was in is gone, and the next call works."""
     conn = leases._idle[-1].conn
@@ -71,7 +71,7 @@ async def test_a_cancelled_first_attempt_leaves_the_connection_settled(leases: L
     assert await leases.query("fetchval", ("SELECT 3",), operation="after") == 3
 
 
-async def test_a_refused_statement_keeps_the_connection(leases: Leases) -> None:
+async def test_a_refused_statement_keeps_the_connection(leases: PostgresCalls) -> None:
     """The server refusing a statement is `BackendRefusedError` with its SQLSTATE; the
     connection, outside any transaction, stays leased."""
     conn = leases._idle[-1].conn
@@ -88,9 +88,9 @@ async def test_a_refused_statement_keeps_the_connection(leases: Leases) -> None:
     ids=["autocommit-statement-sent", "transaction-before-commit"],
 )
 async def test_run_reports_a_write_cut_at_the_deadline_by_what_it_sent(
-    leases: Leases, begin: str | None, sent: bool
+    leases: PostgresCalls, begin: str | None, sent: bool
 ) -> None:
-    """`Leases.run` cut by the operation deadline mid-attempt: a write whose statement
+    """`PostgresCalls.run` cut by the operation deadline mid-attempt: a write whose statement
     commits as it runs was sent, so it may have happened; one cut inside its transaction,
     before COMMIT went out, did not happen (the connection is rolled back)."""
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runstore.options import BackendOptions
-from runstore.plugins.postgres.connections import Leases
+from runstore.plugins.postgres.connections import PostgresCalls
 from runstore.plugins.postgres.engine import shared_engine
 from runstore.plugins.postgres.settings import PostgresTimeouts
 from runstore.settings import Settings
@@ -35,7 +35,7 @@ async def engine(postgres_url: str) -> AsyncIterator[Any]:
         yield await shared_engine(BackendURL.parse(postgres_url), options)
 
 
-def _holding(leases: Leases, gate: asyncio.Event) -> asyncio.Task[Any]:
+def _holding(leases: PostgresCalls, gate: asyncio.Event) -> asyncio.Task[Any]:
     async def hold(conn: Any) -> Any:
         await gate.wait()
         return await conn.fetchval("SELECT 2")
@@ -44,8 +44,8 @@ def _holding(leases: Leases, gate: asyncio.Event) -> asyncio.Task[Any]:
 
 
 async def test_a_waiter_gets_the_connection_another_store_parked(engine: Any) -> None:
-    first = Leases(engine, 1, backend="first", timeouts=TIMEOUTS)
-    second = Leases(engine, 1, backend="second", timeouts=TIMEOUTS)
+    first = PostgresCalls(engine, 1, backend="first", timeouts=TIMEOUTS)
+    second = PostgresCalls(engine, 1, backend="second", timeouts=TIMEOUTS)
     try:
         await first.run(_one, operation="warm")
         await second.run(_one, operation="warm")  # both park one: the pool has none left
@@ -62,7 +62,7 @@ async def test_a_waiter_gets_the_connection_another_store_parked(engine: Any) ->
 
 
 async def test_a_waiter_gets_the_next_connection_a_call_returns(engine: Any) -> None:
-    leases = Leases(engine, 1, backend="store", timeouts=TIMEOUTS)
+    leases = PostgresCalls(engine, 1, backend="store", timeouts=TIMEOUTS)
     try:
         keep, release = asyncio.Event(), asyncio.Event()
         kept = _holding(leases, keep)

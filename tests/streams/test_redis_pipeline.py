@@ -118,12 +118,12 @@ async def test_a_follower_here_gets_a_publish_whose_caller_was_cancelled_after_s
     followers = [asyncio.ensure_future(_follow(b, run)) for b in (here, there)]
     for _ in range(1000):  # until the followers' own calls are done: the pipeline is idle
         await asyncio.sleep(0.01)
-        if not here._inflight:
+        if not here._pipeline.busy:
             break
     sending = asyncio.ensure_future(here.publish(run, "v", 1))
     await asyncio.sleep(0)  # the publish is queued and the sender task started
     await asyncio.sleep(0)  # the sender task has taken the batch: the publish is out
-    sent = not any(call.publish for call in here._pending)
+    sent = not any(queued.op.publish for queued in here._pipeline._queue)
     assert sent, "the test needs the publish sent before it is cancelled"
     sending.cancel()
     queued = asyncio.ensure_future(here.publish(run, "v", 2))
