@@ -2,7 +2,7 @@
 
 The store shares the database (`PostgresDatabase`: one engine and pool, one
 ``search_path``) with the saver, the event store and the run store opened on the same
-URL, and leases its connections through `runstore.plugins.postgres.connections.Leases`
+URL, and leases its connections through `runstore.plugins.postgres.connections.PostgresCalls`
 like them: every call bounded by ``operation_timeout``, a lost connection retried only
 while nothing can have been written twice, driver errors as `BackendUnavailableError`
 or `BackendRefusedError` with the driver's error as ``__cause__``.
@@ -34,7 +34,7 @@ from runstore.store.sqlbatch import prepare
 from runstore.urls import BackendURL
 
 from . import store_sql
-from .connections import Leases
+from .connections import PostgresCalls
 from .engine import URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
 
@@ -64,7 +64,7 @@ class PostgresStore(StoreBase, FromEngine):
         ttl: TTLConfig | None = None,
     ) -> None:
         self.engine = engine
-        self._leases = Leases(
+        self._leases = PostgresCalls(
             engine, self.MAX_IDLE_CONNECTIONS, backend=BACKEND, timeouts=timeouts or PostgresTimeouts()
         )
         # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
