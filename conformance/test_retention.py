@@ -576,3 +576,165 @@ def test_sweepers_in_processes_split_the_work_exactly(
             await saver.adelete_thread(thread)
 
     saver_target.run(body)
+
+
+@pytest.mark.requires("cross_process")
+def test_sweep_claims_are_exclusive_across_processes(
+    saver_target: Any, request: pytest.FixtureRequest
+) -> None:
+    """Three processes each run one sweep batch over the same due threads at the same
+    moment (no writer): a thread claimed by one is examined by no other while the claim
+    holds, so every thread is examined exactly once in all."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .retention_workers import claim_worker
+    from .session import development_plugins
+
+    url = saver_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+    threads, depth, workers = 12, 6, 3
+
+    async def body(saver: Saver) -> None:
+        ids = sorted(new_thread_id("claim") for _ in range(threads))
+        for thread in ids:
+            parent = None
+            for n in range(depth):
+                cid = new_checkpoint_id()
+                await saver.aput(config_for(thread, parent), make_checkpoint(cid, {"a": n}, {}), {}, {})
+                parent = cid
+        loop = asyncio.get_running_loop()
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(workers + 1)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                futures = [
+                    asyncio.wrap_future(pool.submit(claim_worker, url, plugins, 1, ids, barrier))
+                    for _ in range(workers)
+                ]
+                await loop.run_in_executor(None, barrier.wait, 120)
+                results = await asyncio.wait_for(asyncio.gather(*futures), 300)
+        examined = [t for r in results for t in r]
+        twice = sorted({t for t in examined if examined.count(t) > 1})
+        assert not twice, named(
+            f"{len(twice)} thread(s) examined by more than one sweeper {results} (contract: a "
+            "sweep claim is exclusive: no other sweeper takes a claimed thread while the claim holds)"
+        )
+        assert sorted(examined) == ids, (
+            f"examined {sorted(examined)} of {ids} (contract: one pass of several sweepers examines "
+            "every due thread)"
+        )
+        for thread in ids:
+            assert len(await _ids(saver, thread)) == 1
+            await saver.adelete_thread(thread)
+
+    saver_target.run(body)
+
+
+def test_a_kept_checkpoint_keeps_the_whole_reconstruction_closure(saver_target: Any) -> None:
+    """Three delta channels snapshotted at different steps of one chain: the head rebuilds
+    one channel from two ancestors, and those ancestors rebuild the others from further
+    back. ``keep_last=1`` keeps that whole closure (every checkpoint a kept one's delta
+    reconstruction reads, again and again), loading as before, and removes the rest."""
+    from .savers_model import NodeSpec, TreeSpec
+
+    every = [("task-a", "", ["a", "b", "c"])]
+    spec = TreeSpec(
+        channels=["a", "b", "c"],
+        nodes=[
+            NodeSpec(None, {"a": "plain", "b": "plain", "c": "plain"}, every),
+            NodeSpec(0, {"a": "snapshot", "b": "snapshot", "c": "snapshot"}, every),
+            NodeSpec(1, {"a": "delta", "b": "delta", "c": "snapshot"}, every),
+            NodeSpec(2, {"a": "snapshot", "b": "delta", "c": "delta"}, every),
+            NodeSpec(3, {"a": "delta", "b": "delta", "c": "delta"}, every),
+            NodeSpec(4, {"a": "delta", "b": "snapshot", "c": "snapshot"}, every),
+        ],
+        target=5,
+        query=["a", "b", "c"],
+    )
+
+    async def body(saver: Saver) -> None:
+        saver.clock = TickingClock(START)  # type: ignore[attr-defined]
+        thread = new_thread_id()
+        tree = await write_tree(saver, spec, thread)
+        head = max(range(len(tree.nodes)), key=lambda i: tree.nodes[i].id)
+        closure = _closure(tree, {head})
+        assert closure == {1, 2, 3, 4, 5}, f"the suite's own premise: closure {closure}"
+        before = {i: await _state(saver, tree, i) for i in closure}
+        await sweep_all(saver, RetentionPolicy(keep_last=1), thread_ids=[thread])
+        left = await _ids(saver, thread)
+        missing = sorted(i for i in closure if tree.nodes[i].id not in left)
+        assert not missing, named(
+            f"nodes {missing} of the chain 0..5 gone (head 5 rebuilds a from 4 and 3; 4 rebuilds "
+            "b from 3, 2 and 1) (contract: retention keeps the whole reconstruction closure of "
+            "every kept checkpoint)"
+        )
+        for i in sorted(closure):
+            assert await _state(saver, tree, i) == before[i], named(
+                f"node {i} loads differently after the sweep (contract: retention keeps the "
+                "whole reconstruction closure of every kept checkpoint)"
+            )
+        assert tree.nodes[0].id not in left, (
+            "contract: a sweep removes what keep_last allows (node 0: nothing kept reads it)"
+        )
+        await saver.adelete_thread(thread)
+
+    saver_target.run(body)
+
+
+def test_an_idle_thread_is_swept_again_as_time_passes(saver_target: Any) -> None:
+    """No write after the first sweep: as ``max_age`` passes for each older checkpoint, the
+    next sweep removes it (a checkpoint exactly ``max_age`` old stays, one microsecond
+    older goes); as ``idle_ttl`` passes, the next sweep expires the thread (exactly
+    ``idle_ttl`` idle is expired, one microsecond less is not). The sweep's own "due
+    again" bookkeeping brings the thread back; nothing else touches it."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        thread, idle = new_thread_id(), new_thread_id()
+        ids = []
+        parent = None
+        for step in range(4):  # created at +0, +5, +10, +15 s
+            cid = new_checkpoint_id()
+            await saver.aput(config_for(thread, parent), make_checkpoint(cid, {"a": step}, {}), {}, {})
+            ids.append(cid)
+            parent = cid
+            if step < 3:
+                clock.advance(5)
+        aged = RetentionPolicy(max_age=10)
+        micro = timedelta(microseconds=1)
+        steps = [
+            (timedelta(0), set(ids[1:]), "at +15 s the checkpoint of +0 is past max_age=10, +5 is exactly 10 s old"),
+            (micro, set(ids[2:]), "one microsecond later +5 is past max_age"),
+            (timedelta(seconds=5) - micro, set(ids[2:]), "at +20 s +10 is exactly max_age old"),
+            (micro, set(ids[3:]), "one microsecond later +10 is past max_age; the head always stays"),
+        ]
+        for delta, expected, when in steps:
+            clock.advance(delta.total_seconds())
+            await sweep_all(saver, aged, thread_ids=[thread])
+            left = await _ids(saver, thread)
+            assert left == expected, named(
+                f"{when}: {len(left)} checkpoints left, {len(expected)} expected (contract: an idle "
+                "thread is swept again as max_age passes for more of its checkpoints)"
+            )
+        # idle_ttl: the thread is due again when it expires, with no write in between.
+        clock.set(START)
+        await saver.aput(config_for(idle), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        await saver.aput(config_for(idle), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        ttl = RetentionPolicy(keep_last=1, idle_ttl=60)
+        await sweep_all(saver, ttl, thread_ids=[idle])  # trims to one, not idle yet
+        clock.advance(60 - 1e-6)
+        await sweep_all(saver, ttl, thread_ids=[idle])
+        assert await saver.aget_thread(idle) is not None, (  # type: ignore[attr-defined]
+            "contract: a thread idle one microsecond less than idle_ttl is not expired"
+        )
+        clock.advance(1e-6)
+        await sweep_all(saver, ttl, thread_ids=[idle])
+        assert await saver.aget_thread(idle) is None, named(  # type: ignore[attr-defined]
+            "contract: an idle thread is swept again and expires once idle_ttl passes (idle exactly "
+            "idle_ttl, no write since its last sweep)"
+        )
+        await saver.adelete_thread(thread)
+
+    saver_target.run(body)
