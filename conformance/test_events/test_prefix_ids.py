@@ -72,6 +72,12 @@ def test_prefix_ids_name_one_thread_and_run_in_every_call(events_target: Any) ->
             )
         rest = await _view(store, base, runs)
         assert rest["runs"] == runs[1:], f"{CONTRACT} run: delete_by_run removed {rest['runs']}"
+        deleted = await store.delete_by_thread(base, user_id=None)
+        assert deleted == 3, f"{CONTRACT} thread: delete_by_thread({base!r}) deleted {deleted} events"
+        for thread in (base + "0", base + "x"):
+            assert await _view(store, thread, runs) == views[thread], (
+                f"{CONTRACT} thread: delete_by_thread({base!r}) changed {thread!r}"
+            )
         for thread in threads:
             await store.delete_by_thread(thread, user_id=None)
 
