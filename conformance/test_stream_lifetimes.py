@@ -68,7 +68,7 @@ def test_heartbeats_only_fill_a_silence_of_one_interval(streams_target: Any) -> 
             f"{interval / 6:.2f}s"
         )
         events = [item for _, _, item in got if isinstance(item, StreamEvent)]
-        assert [e.data["i"] for e in events] == list(range(-1, 18)), (  # type: ignore[union-attr]
+        assert [e.data["i"] for e in events] == list(range(-1, 18)), (
             "contract: a subscriber receives every event in order, heartbeats between them or not"
         )
 

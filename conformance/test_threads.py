@@ -703,9 +703,9 @@ def test_a_deleted_thread_is_in_no_listing(saver_target: Any) -> None:
                 f"list_threads({kwargs}) shows {shown} (contract: a deleted thread is in no "
                 f"listing while its tombstone stands; expected {sorted(live)})"
             )
-        listed = {t.config["configurable"]["thread_id"] async for t in saver.alist(None, filter={"tag": tag})}
-        assert listed == set(live), (
-            f"list(None, filter) shows threads {sorted(listed)} (contract: a deleted thread's "
+        listed_ids = {t.config["configurable"]["thread_id"] async for t in saver.alist(None, filter={"tag": tag})}
+        assert listed_ids == set(live), (
+            f"list(None, filter) shows threads {sorted(listed_ids)} (contract: a deleted thread's "
             "checkpoints are in no listing)"
         )
         for name in names:

@@ -116,7 +116,7 @@ def test_prefix_ids_copy_copies_one_thread(saver_target: Any) -> None:
         target = new_thread_id("copy")
         await _write(saver, target + "0")
         keep = {t: await _snapshot(saver, t) for t in [*family, target + "0"]}
-        await saver.acopy_thread(family[0], target)  # type: ignore[attr-defined]
+        await saver.acopy_thread(family[0], target)
         await _unchanged(saver, keep, f"copy_thread({family[0]!r}, {target!r})")
         copied = await _snapshot(saver, target)
         assert copied == keep[family[0]], (
@@ -137,8 +137,8 @@ def test_prefix_ids_prune_takes_one_thread(saver_target: Any) -> None:
         for thread in family:
             await _write(saver, thread)
         keep = {t: await _snapshot(saver, t) for t in (family[1], family[3])}
-        await saver.aprune([family[0]], strategy="keep_latest")  # type: ignore[attr-defined]
-        await saver.aprune([family[2]], strategy="delete")  # type: ignore[attr-defined]
+        await saver.aprune([family[0]], strategy="keep_latest")
+        await saver.aprune([family[2]], strategy="delete")
         await _unchanged(saver, keep, "prune")
         for thread in family:
             await saver.adelete_thread(thread)
@@ -157,7 +157,7 @@ def test_prefix_ids_delete_for_runs_takes_one_run(saver_target: Any) -> None:
         for thread, owner in zip(family, runs, strict=True):
             await _write(saver, thread, owner)
         keep = {t: await _snapshot(saver, t) for t in family[1:]}
-        await saver.adelete_for_runs([run])  # type: ignore[attr-defined]
+        await saver.adelete_for_runs([run])
         await _unchanged(saver, keep, f"delete_for_runs([{run!r}])")
         for thread in family:
             await saver.adelete_thread(thread)
