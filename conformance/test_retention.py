@@ -738,3 +738,77 @@ def test_an_idle_thread_is_swept_again_as_time_passes(saver_target: Any) -> None
         await saver.adelete_thread(thread)
 
     saver_target.run(body)
+
+
+async def _claimed_tombstones(saver: Saver, count: int) -> list[str]:
+    """``count`` deleted threads whose cleanup one sweep batch has just claimed (claims on
+    tombstones hold until ``afinish_cleanup`` or until they lapse: nothing sweeps them)."""
+    ids = sorted(new_thread_id("claim") for _ in range(count))
+    for thread in ids:
+        await saver.aput(config_for(thread), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        await saver.adelete_thread(thread)
+    batch = await saver.asweep(RetentionPolicy(keep_last=1), limit=100, thread_ids=ids, claim_seconds=300)  # type: ignore[attr-defined]
+    assert sorted(batch.cleanup) == ids, (
+        f"contract: a sweep hands out deleted threads for cleanup (got {batch.cleanup})"
+    )
+    return ids
+
+
+def test_a_claim_holds_until_it_lapses(saver_target: Any) -> None:
+    """A sweeper that claimed threads and stopped (here: deleted threads it claimed for
+    cleanup and never finished) keeps them from every other sweep until ``claim_seconds``
+    pass: one microsecond before, a sweep takes none of them; at the lapse it takes them
+    all; ``afinish_cleanup`` ends the hand-outs."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        ids = await _claimed_tombstones(saver, 3)
+        policy = RetentionPolicy(keep_last=1)
+        clock.advance(300 - 1e-6)
+        held = await saver.asweep(policy, limit=100, thread_ids=ids)  # type: ignore[attr-defined]
+        assert not held.cleanup and not held.threads, named(
+            f"{held.cleanup} taken again while claimed (contract: a sweep claim is exclusive: no "
+            "other sweeper takes a claimed thread while the claim holds)"
+        )
+        clock.advance(1e-6)
+        lapsed = await saver.asweep(policy, limit=100, thread_ids=ids)  # type: ignore[attr-defined]
+        assert sorted(lapsed.cleanup) == ids, (
+            f"{lapsed.cleanup} (contract: a claim lapses after claim_seconds; the threads are "
+            "handed out again)"
+        )
+        await saver.afinish_cleanup(ids)  # type: ignore[attr-defined]
+        clock.advance(1000)
+        done = await saver.asweep(policy, limit=100, thread_ids=ids)  # type: ignore[attr-defined]
+        assert not done.cleanup, "contract: afinish_cleanup ends a deleted thread's hand-outs"
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("cross_process")
+def test_a_claim_holds_in_other_processes(saver_target: Any, request: pytest.FixtureRequest) -> None:
+    """Threads this process's sweep claimed are taken by no sweep in another process
+    while the claim holds (sqlite files included)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .retention_workers import sweep_once_worker
+    from .session import development_plugins
+
+    url = saver_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+
+    async def body(saver: Saver) -> None:
+        ids = await _claimed_tombstones(saver, 3)
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            other = await asyncio.wait_for(
+                asyncio.wrap_future(pool.submit(sweep_once_worker, url, plugins, ids)), 300
+            )
+        assert not other["cleanup"] and not other["threads"], named(
+            f"another process took {other} (contract: a sweep claim is exclusive: no other sweeper "
+            "takes a claimed thread while the claim holds)"
+        )
+        await saver.afinish_cleanup(ids)  # type: ignore[attr-defined]
+
+    saver_target.run(body)
