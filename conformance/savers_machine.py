@@ -27,6 +27,7 @@ from .savers_model import (
     TASKS,
     SaverModel,
     Stored,
+    as_metadata,
     config_for,
     make_checkpoint,
     named,
@@ -471,7 +472,7 @@ class SaverMachine(RuleBasedStateMachine):
             if on_put:
                 self.session.run(self.saver.aput(
                     config_for(tid, parent), make_checkpoint(new_checkpoint_id(), {}, {}),
-                    {"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}, {}))
+                    as_metadata({"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}), {}))
             else:
                 self.session.run(self.saver.aput_writes(config_for(tid, parent), [(special, 1)], "late", ""))
         except ThreadDeletedError:
@@ -509,7 +510,7 @@ class SaverMachine(RuleBasedStateMachine):
             if on_put:
                 self.session.run(self.saver.aput(
                     config, make_checkpoint(new_checkpoint_id(), {}, {}),
-                    {"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}, {}))
+                    as_metadata({"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}), {}))
             else:
                 self.session.run(self.saver.aput_writes(config, [(special, 1)], "stale", ""))
         except StaleFenceError:
