@@ -139,3 +139,52 @@ def test_a_run_without_end_expires_after_stream_ttl_of_silence(streams_target: A
         await bridge.cleanup(run_id)
 
     streams_target.run(body, settings={"stream_bridge": {"stream_ttl_seconds": 1}})
+
+
+def test_a_heartbeat_interval_must_be_positive(streams_target: Any) -> None:
+    """``subscribe(heartbeat_interval=x)`` with ``x`` zero, negative or NaN is a ValueError
+    (when called or at the first item), never a subscription that spins or never beats."""
+
+    async def body(bridge: StreamBridge) -> None:
+        for bad in (0, -1, float("nan")):
+            try:
+                sub = bridge.subscribe(new_run(), heartbeat_interval=bad)
+                await asyncio.wait_for(anext(sub), WAIT)
+            except ValueError:
+                continue
+            except TimeoutError:
+                pass
+            raise AssertionError(
+                f"contract: a heartbeat interval must be > 0 (subscribe(heartbeat_interval={bad!r}) "
+                "was accepted)"
+            )
+
+    streams_target.run(body)
+
+
+def test_close_ends_followers_and_is_idempotent(streams_target: Any) -> None:
+    """Closing a bridge stops the subscriptions it serves (each ends, with END or without
+    another item), and closing it again is harmless."""
+
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        await bridge.publish(run_id, "values", {"i": 0})
+        follower = bridge.subscribe(run_id, heartbeat_interval=0.05)
+        assert isinstance(await next_item(follower, "a subscriber replays the published event"), StreamEvent)
+        pending = asyncio.ensure_future(drain(follower, "a follower of a closed bridge stops"))
+        await asyncio.sleep(0)
+        await bridge.close()
+        try:
+            rest = await asyncio.wait_for(pending, WAIT)
+        except TimeoutError:
+            raise AssertionError(
+                f"contract: close stops the bridge's subscriptions (a follower still waits after {WAIT}s)"
+            ) from None
+        except Exception:
+            rest = []
+        assert all(item is END for item in rest), (
+            f"contract: close stops the bridge's subscriptions; a follower got {rest} after close"
+        )
+        await bridge.close()
+
+    streams_target.run(body)

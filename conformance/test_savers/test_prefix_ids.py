@@ -1,7 +1,9 @@
-"""Ids that are prefixes of other ids (``t1`` / ``t10``, ``child`` / ``child:1``, ``r1`` /
-``r10``) and ids holding SQL ``LIKE`` wildcards (``t_``) name exactly one thread,
-namespace or run in every call that takes them: get, list, delete, copy, prune, delete
-for runs and retention sweeps. Assertion messages name the contract that broke.
+"""Which thread, namespace or run an id names. Ids that are prefixes of other ids
+(``t1`` / ``t10``, ``child`` / ``child:1``, ``r1`` / ``r10``) and ids holding SQL
+``LIKE`` wildcards (``t_``) name exactly one thread, namespace or run in every call that
+takes them: get, list, delete, copy, prune, delete for runs and retention sweeps; a
+non-str id names its ``str``; empty ids are refused.
+Assertion messages name the contract that broke.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from runstore.checkpoint.policy import RetentionPolicy
+from runstore.errors import InvalidSaverInputError
 
 from ..savers_model import (
     as_metadata,
@@ -22,6 +25,7 @@ from ..savers_model import (
 )
 
 __all__ = [
+    "test_non_str_ids_name_their_str_and_empty_ids_are_refused",
     "test_prefix_ids_copy_copies_one_thread",
     "test_prefix_ids_delete_for_runs_takes_one_run",
     "test_prefix_ids_get_list_and_delete_name_one_thread_and_namespace",
@@ -186,5 +190,43 @@ def test_prefix_ids_sweep_takes_one_thread(saver_target: Any) -> None:
         await _unchanged(saver, keep, "apurge_threads")
         for thread in family:
             await saver.adelete_thread(thread)
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("checked_ids")
+def test_non_str_ids_name_their_str_and_empty_ids_are_refused(saver_target: Any) -> None:
+    """An int thread id names the same thread as its ``str`` (put with one, read and list
+    with the other); an empty ``thread_id``, a put_writes config without a checkpoint id and
+    an empty ``task_id`` raise InvalidSaverInputError naming the field, writing nothing."""
+
+    async def body(saver: Saver) -> None:
+        number = int(new_thread_id("")[1:13], 16)
+        cid = new_checkpoint_id()
+        config: Any = {"configurable": {"thread_id": number, "checkpoint_ns": ""}}
+        await saver.aput(config, make_checkpoint(cid, {}, {}), as_metadata({}), {})
+        got = await saver.aget_tuple(config_for(str(number)))
+        assert got is not None and got.checkpoint["id"] == cid, (
+            "contract: a non-str id names the same thread as its str (1 and '1' are one thread)"
+        )
+        listed = [t async for t in saver.alist({"configurable": {"thread_id": number}})]
+        assert [t.checkpoint["id"] for t in listed] == [cid], (
+            "contract: a non-str id names the same thread as its str, in list too"
+        )
+        empty = new_thread_id()
+        refusals: list[tuple[str, Any]] = [
+            ("thread_id", saver.aput(config_for(""), make_checkpoint(new_checkpoint_id(), {}, {}), as_metadata({}), {})),
+            ("checkpoint_id", saver.aput_writes(config_for(empty), [("a", 1)], "task", "")),
+            ("task_id", saver.aput_writes(config_for(str(number), cid), [("a", 1)], "", "")),
+        ]
+        for field, call in refusals:
+            with pytest.raises(InvalidSaverInputError) as raised:
+                await call
+            assert field in str(raised.value), (
+                f"contract: an empty or missing {field} is refused naming it; got {raised.value!r}"
+            )
+        again = await saver.aget_tuple(config_for(str(number), cid))
+        assert again is not None and not again.pending_writes, "contract: a refused write stores nothing"
+        await saver.adelete_thread(str(number))
 
     saver_target.run(body)
