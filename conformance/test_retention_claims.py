@@ -138,7 +138,7 @@ def test_sweepers_in_processes_split_the_work_exactly(
 def test_sweep_claims_are_exclusive_across_processes(
     saver_target: Any, request: pytest.FixtureRequest
 ) -> None:
-    """Three processes each run one sweep batch over the same due threads at the same
+    """Two processes each run one sweep batch over the same due threads at the same
     moment (no writer): a thread claimed by one is examined by no other while the claim
     holds, so every thread is examined exactly once in all."""
     import multiprocessing
@@ -149,7 +149,7 @@ def test_sweep_claims_are_exclusive_across_processes(
 
     url = saver_target.url.render(hide_password=False)
     plugins = development_plugins(request.config)
-    threads, depth, workers = 12, 6, 3
+    threads, depth, workers = 12, 6, 2
 
     async def body(saver: Saver) -> None:
         ids = sorted(new_thread_id("claim") for _ in range(threads))
