@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from runstore.events.protocol import RunEventStore
+from runstore.events.protocol import RunEventStore, RunSummary
 
 from .events_model import (
     CATEGORIES,
@@ -27,7 +29,32 @@ from .events_model import (
     utc_iso,
 )
 
-RUNS = ["run-a", "run-b", "run-c"]
+#: ``run-a`` is a prefix of ``run-a0``: every run-scoped call must name exactly one run.
+RUNS = ["run-a", "run-a0", "run-c"]
+#: Who writes: no owner, or one of two (on backends declaring ``owner_filter`` every read
+#: as an owner sees only that owner's events; elsewhere the owner is ignored).
+OWNERS = [None, "alice", "bob"]
+
+#: How often each rare operation ran in this process (also reported as Hypothesis events).
+FIRED: Counter[str] = Counter()
+
+
+def fired(name: str) -> None:
+    """Count one run of the rare operation ``name``."""
+    FIRED[name] += 1
+    hypothesis_event(f"event store machine: {name}")
+
+
+def run_summaries(records: list[dict[str, Any]]) -> list[RunSummary]:
+    """The model's answer to ``list_runs``: per run its event and message counts and its
+    first and last seq, ordered by first seq."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: r["seq"]):
+        runs.setdefault(r["run_id"], []).append(r)
+    return [
+        RunSummary(run, len(rows), sum(r["category"] == "message" for r in rows), rows[0]["seq"], rows[-1]["seq"])
+        for run, rows in runs.items()
+    ]
 limits = st.integers(min_value=0, max_value=8)
 cursors = st.one_of(st.none(), st.integers(min_value=-1, max_value=45))
 
@@ -40,13 +67,17 @@ class EventStoreMachine(RuleBasedStateMachine):
         self.session = session
         self.store: RunEventStore = session.backend
         self.target = session.target
-        self.threads = [fresh_id("sm"), fresh_id("sm")]
+        base = fresh_id("sm")
+        # One thread id is a prefix of the other: every thread-scoped call must name one.
+        self.threads = [base, base + "0"]
         self.model = {t: ThreadModel() for t in self.threads}
+        #: (thread, seq) -> the owner the event was written with
+        self.owners: dict[tuple[str, int], str | None] = {}
 
     def call(self, coro: Awaitable[Any]) -> Any:
         return self.session.run(coro)
 
-    def _expect_record(self, got: dict[str, Any], event: dict[str, Any]) -> None:
+    def _expect_record(self, got: dict[str, Any], event: dict[str, Any], owner: str | None = None) -> None:
         expected = {
             "thread_id": event["thread_id"],
             "run_id": event["run_id"],
@@ -64,7 +95,7 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"created_at normalized to UTC ISO-8601\n got:      {core(got)}\n expected: {expected}"
         )
         assert isinstance(got["seq"], int) and got["seq"] >= 1, "contract: seq is an int >= 1"
-        check_owner(self.target, got, None)
+        check_owner(self.target, got, owner)
 
     # -- writes ---------------------------------------------------------------------
 
@@ -78,35 +109,39 @@ class EventStoreMachine(RuleBasedStateMachine):
         optional={"metadata": metadatas, "created_at": created_ats},
     )
 
-    @rule(t=st.integers(0, 1), event=events)
-    def put(self, t: int, event: dict[str, Any]) -> None:
-        event = {"thread_id": self.threads[t], **event}
-        got = self.call(self.store.put(**event, user_id=None))
-        self._expect_record(got, event)
-        self.model[event["thread_id"]].add(core(got))
+    def _add(self, record: dict[str, Any], owner: str | None) -> None:
+        self.model[record["thread_id"]].add(core(record))
+        self.owners[(record["thread_id"], record["seq"])] = owner
 
-    @rule(batch=st.lists(st.tuples(st.integers(0, 1), events), max_size=5))
-    def put_batch(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+    @rule(t=st.integers(0, 1), event=events, owner=st.sampled_from(OWNERS))
+    def put(self, t: int, event: dict[str, Any], owner: str | None) -> None:
+        event = {"thread_id": self.threads[t], **event}
+        got = self.call(self.store.put(**event, user_id=owner))
+        self._expect_record(got, event, owner)
+        self._add(got, owner)
+
+    @rule(batch=st.lists(st.tuples(st.integers(0, 1), events), max_size=5), owner=st.sampled_from(OWNERS))
+    def put_batch(self, batch: list[tuple[int, dict[str, Any]]], owner: str | None) -> None:
         events = [{"thread_id": self.threads[t], **e} for t, e in batch]
-        got = self.call(self.store.put_batch(events, user_id=None))
+        got = self.call(self.store.put_batch(events, user_id=owner))
         assert len(got) == len(events), "contract: put_batch returns one record per event, in order"
         by_thread: dict[str, list[int]] = {}
         for record, event in zip(got, events, strict=True):
-            self._expect_record(record, event)
+            self._expect_record(record, event, owner)
             by_thread.setdefault(event["thread_id"], []).append(record["seq"])
         for seqs in by_thread.values():
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (
                 f"contract: a batch gets one contiguous seq block per thread, in input order: {seqs}"
             )
         for record in got:
-            self.model[record["thread_id"]].add(core(record))
+            self._add(record, owner)
 
-    @rule(t=st.integers(0, 1), event=events)
-    def put_if_absent(self, t: int, event: dict[str, Any]) -> None:
+    @rule(t=st.integers(0, 1), event=events, owner=st.sampled_from(OWNERS))
+    def put_if_absent(self, t: int, event: dict[str, Any], owner: str | None) -> None:
         event = {"thread_id": self.threads[t], **event}
         model = self.model[event["thread_id"]]
         existing = model.find_key(event["run_id"], event["event_type"])
-        got, created = self.call(self.store.put_if_absent(**event, user_id=None))
+        got, created = self.call(self.store.put_if_absent(**event, user_id=owner))
         if existing is not None:
             assert created is False and core(got) == existing, (
                 "contract: put_if_absent returns the existing (thread, run, event_type) record "
@@ -114,8 +149,8 @@ class EventStoreMachine(RuleBasedStateMachine):
             )
         else:
             assert created is True, "contract: put_if_absent creates a record when none exists"
-            self._expect_record(got, event)
-            model.add(core(got))
+            self._expect_record(got, event, owner)
+            self._add(got, owner)
 
     # -- reads ----------------------------------------------------------------------
 
@@ -218,6 +253,53 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"newest AI message event\n asked: {sorted(ids)}\n got: {got}\n expected: {expected}"
         )
 
+    @rule(t=st.integers(0, 1), owner=st.sampled_from(["alice", "bob", "carol"]))
+    def read_as_owner(self, t: int, owner: str) -> None:
+        """Every read as one owner, through an owner_scope: on a backend declaring
+        ``owner_filter`` each sees exactly that owner's events (lists, counts, run lists,
+        lookups); elsewhere the owner is ignored."""
+        from runstore.events.owner import owner_scope
+
+        thread = self.threads[t]
+        records = self.model[thread].records
+        if self.target.has("owner_filter"):
+            records = [r for r in records if self.owners.get((thread, r["seq"])) == owner]
+        seen = ThreadModel(records=list(records))
+        fired("every read as one owner")
+        where = f"contract: owner_filter: every read is scoped to the owner ({owner!r} through owner_scope)"
+        ids = set(MESSAGE_IDS)
+        identities = {f"message:{m}" for m in MESSAGE_IDS} | {"tool:call_1", "tool:call_2"}
+
+        def call(awaitable: Awaitable[Any]) -> Any:
+            async def scoped() -> Any:
+                with owner_scope(owner):  # inside the session's loop, where the call runs
+                    return await awaitable
+
+            return self.call(scoped())
+
+        got = call(self.store.list_messages(thread, limit=10_000))
+        assert [core(r) for r in got] == seen.messages, f"{where}: list_messages"
+        assert call(self.store.count_messages(thread)) == len(seen.messages), f"{where}: count_messages"
+        assert list(call(self.store.list_runs(thread))) == run_summaries(seen.records), (
+            f"{where}: list_runs (runs, event and message counts, first and last seq)"
+        )
+        for run in RUNS:
+            got = call(self.store.list_events(thread, run, limit=10_000))
+            assert [core(r) for r in got] == seen.run_events(run), f"{where}: list_events({run!r})"
+            got = call(self.store.list_messages_by_run(thread, run, limit=10_000))
+            assert [core(r) for r in got] == [r for r in seen.messages if r["run_id"] == run], (
+                f"{where}: list_messages_by_run({run!r})"
+            )
+        assert call(self.store.get_last_visible_ai_seq_by_run(thread)) == seen.last_visible(None), (
+            f"{where}: get_last_visible_ai_seq_by_run"
+        )
+        assert call(self.store.get_message_seqs(thread, identities)) == seen.message_seqs(identities), (
+            f"{where}: get_message_seqs"
+        )
+        assert call(self.store.find_latest_ai_message_run_ids(thread, ids)) == seen.latest_ai_runs(ids), (
+            f"{where}: find_latest_ai_message_run_ids"
+        )
+
     # -- deletes --------------------------------------------------------------------
 
     @precondition(lambda self: any(m.records for m in self.model.values()))
@@ -229,6 +311,7 @@ class EventStoreMachine(RuleBasedStateMachine):
         expected = len(model.run_events(run))
         assert got == expected, f"contract: delete_by_run returns how many events it deleted ({got} != {expected})"
         model.records = [r for r in model.records if r["run_id"] != run]
+        fired("delete_by_run")
 
     @precondition(lambda self: any(m.records for m in self.model.values()))
     @rule(t=st.integers(0, 1))
@@ -240,6 +323,7 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"contract: delete_by_thread returns how many events it deleted ({got} != {len(model.records)})"
         )
         model.records = []
+        fired("delete_by_thread")
 
     # -- invariants -----------------------------------------------------------------
 
@@ -256,6 +340,12 @@ class EventStoreMachine(RuleBasedStateMachine):
             assert seqs == sorted(set(seqs)), f"contract: seq strictly increases per thread: {seqs}"
             assert [core(r) for r in got] == model.messages, (
                 "contract: a thread holds exactly what was written and not deleted"
+            )
+            runs = list(self.call(self.store.list_runs(thread, user_id=None)))
+            assert runs == run_summaries(model.records), (
+                "contract: list_runs counts each run of the thread (events, messages, first and last "
+                f"seq), ordered by first seq, and no run of another thread\n got:      {runs}\n"
+                f" expected: {run_summaries(model.records)}"
             )
 
     def teardown(self) -> None:

@@ -3,7 +3,8 @@
 Each machine drives one backend kind with random operations and checks every answer,
 and the whole store after every step, against a plain-dict model:
 
-- `SaverMachine` (checkpoint savers; ``mode = "full"`` or ``"delta"``),
+- `SaverMachine` (checkpoint savers; ``mode = "full"`` or ``"delta"``) and
+  `ThreadIndexSaverMachine` (the same, plus the thread index, for savers declaring it),
 - `EventStoreMachine` (run event stores),
 - `RunStoreMachine` (run stores),
 - `StoreMachine` (long-term memory stores).
@@ -49,10 +50,12 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from .events_machine import EventStoreMachine
 from .harness import BackendSession, BackendTarget
 from .runs_machine import RunStoreMachine
-from .savers_machine import SaverMachine
+from .savers_machine import SaverMachine, ThreadIndexSaverMachine
 from .store_machine import StoreMachine
 
-__all__ = ["EventStoreMachine", "RunStoreMachine", "SaverMachine", "StoreMachine", "run_machine"]
+__all__ = [
+    "EventStoreMachine", "RunStoreMachine", "SaverMachine", "StoreMachine", "ThreadIndexSaverMachine", "run_machine",
+]
 
 
 def run_machine(

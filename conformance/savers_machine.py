@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from typing import Any
 
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from langgraph.checkpoint.serde.types import ERROR, _DeltaSnapshot
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, _DeltaSnapshot
+
+from runstore.checkpoint.rules import FENCE_KEY
+from runstore.errors import StaleFenceError, ThreadDeletedError
 
 from .savers_checks import Saver, checkpoint_ids, collect, norm_writes
 from .savers_model import (
@@ -22,6 +27,7 @@ from .savers_model import (
     TASKS,
     SaverModel,
     Stored,
+    as_metadata,
     config_for,
     make_checkpoint,
     named,
@@ -35,6 +41,16 @@ _FULL_KINDS = ("plain", "unchanged", "ephemeral")
 #: A task keeps one path; path order differs from task id order, so a saver that drops
 #: or ignores task_path sorts pending writes differently.
 _MACHINE_TASK_PATHS = {"task-a": "~", "task-b": "", "task-c": "~__pregel_pull, n1"}
+
+#: How often each rare operation ran in this process (what the suite's profiles draw;
+#: also reported to Hypothesis as events, for ``--hypothesis-show-statistics``).
+FIRED: Counter[str] = Counter()
+
+
+def fired(name: str) -> None:
+    """Count one run of the rare operation ``name``."""
+    FIRED[name] += 1
+    event(f"saver machine: {name}")
 
 
 class SaverMachine(RuleBasedStateMachine):
@@ -71,6 +87,10 @@ class SaverMachine(RuleBasedStateMachine):
         self.last_contract = "put stores the checkpoint"
         #: id -> the operation that deleted it, for checkpoints put again after a delete
         self.reput: dict[str, str] = {}
+        #: deleted threads (tombstones) -> a root checkpoint id they held, for late writes
+        self.tombstones: dict[str, str] = {}
+        #: the fencing token each thread was last fenced with
+        self.fences: dict[str, int] = {}
 
     def new_thread(self) -> str:
         """A fresh thread id that sorts after every id this machine made before. Steps pick
@@ -216,6 +236,8 @@ class SaverMachine(RuleBasedStateMachine):
             f"its thread_id and checkpoint_ns (got {configurable})"
         )
         self.model.add(tid, ns_name, stored)
+        if stored.parent is None:
+            self.tombstones.pop(tid, None)  # a put without a parent starts a deleted thread again
         self.last_contract = "put stores the checkpoint in its thread and namespace only"
 
     @rule(
@@ -260,7 +282,9 @@ class SaverMachine(RuleBasedStateMachine):
                     "tag": self.tag, "kind": "x"}
         self.call(use_sync, "put", config_for(tid, None, ns), make_checkpoint(cid, {}, {}), dict(metadata), {})
         self.model.add(tid, ns, Stored(cid, None, {}, {}, set(), self.runs[0], metadata))
+        self.tombstones.pop(tid, None)
         self.reput[cid] = operation
+        fired("put a deleted id again")
 
     # -- reads ----------------------------------------------------------------------
 
@@ -378,6 +402,7 @@ class SaverMachine(RuleBasedStateMachine):
         target = self.new_thread()
         self.call(use_sync, "copy_thread", self.threads[source], target)
         self.model.copy_thread(self.threads[source], target)
+        fired("copy_thread")
         self.last_contract = (
             "copy_thread copies every checkpoint of every namespace, with its writes, into the "
             "target and leaves the source as it was"
@@ -400,6 +425,7 @@ class SaverMachine(RuleBasedStateMachine):
         self.call(use_sync, "prune", threads, strategy=strategy)
         for tid in threads:
             self.model.prune(tid, strategy)
+        fired(f"prune {strategy}")
         self.forget(before, "prune", "prune (keep_latest) keeps, per namespace of every thread named, exactly the latest checkpoint and the ancestors its delta reconstruction reads; prune (delete) removes the threads")
 
     @rule(runs=st.sets(st.integers(0, 1), min_size=1), use_sync=st.booleans())
@@ -409,13 +435,19 @@ class SaverMachine(RuleBasedStateMachine):
         before = self.everything()
         self.call(use_sync, "delete_for_runs", [self.runs[r] for r in sorted(runs)])
         self.model.delete_for_runs({self.runs[r] for r in runs})
+        fired("delete_for_runs")
         self.forget(before, "delete_for_runs", "delete_for_runs deletes the runs' checkpoints in every thread and namespace, except ancestors a surviving checkpoint's delta reconstruction reads")
 
     @rule(thread=st.integers(0, 1), use_sync=st.booleans())
     def delete_thread(self, thread: int, use_sync: bool) -> None:
         before = self.everything()
-        self.call(use_sync, "delete_thread", self.threads[thread])
-        self.model.delete_thread(self.threads[thread])
+        tid = self.threads[thread]
+        root = self.model.ids(tid, "")
+        self.call(use_sync, "delete_thread", tid)
+        self.model.delete_thread(tid)
+        if root:
+            self.tombstones[tid] = root[0]
+        fired("delete_thread")
         self.forget(before, "delete_thread", "delete_thread removes every namespace of the thread and nothing else")
 
     # -- invariants -------------------------------------------------------------------
@@ -438,3 +470,119 @@ class SaverMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         for tid in set(self.threads) | set(self.model.threads):
             self.session.run(self.saver.adelete_thread(tid))
+
+
+class ThreadIndexSaverMachine(SaverMachine):
+    """`SaverMachine` for a saver declaring ``thread_index``: after every step each
+    thread's record and `list_threads` agree with the model, and two more steps write
+    where the saver must refuse (a deleted thread; with ``fencing``, a stale token),
+    after which the record must read as before. (A subclass, so a saver without the
+    index draws exactly the steps it always drew.)"""
+
+    # -- refused writes (thread_index, fencing) -----------------------------------------
+
+    def record(self, tid: str) -> Any:
+        return self.session.run(self.saver.aget_thread(tid))  # type: ignore[attr-defined]
+
+    @rule(pick=st.integers(0, 20), special=st.sampled_from(["a", INTERRUPT, ERROR]), on_put=st.booleans())
+    def write_to_a_deleted_thread(self, pick: int, special: str, on_put: bool) -> None:
+        """A write continuing a deleted thread (deleted now, unless one is) is refused and
+        leaves no record behind."""
+        if not self.tombstones:
+            thread = pick % 2
+            if not self.model.ids(self.threads[thread], ""):
+                return
+            self.delete_thread(thread, False)
+        tid = sorted(self.tombstones)[pick % len(self.tombstones)]
+        parent = self.tombstones[tid]
+        fired("write to a deleted thread refused")
+        try:
+            if on_put:
+                self.session.run(self.saver.aput(
+                    config_for(tid, parent), make_checkpoint(new_checkpoint_id(), {}, {}),
+                    as_metadata({"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}), {}))
+            else:
+                self.session.run(self.saver.aput_writes(config_for(tid, parent), [(special, 1)], "late", ""))
+        except ThreadDeletedError:
+            pass
+        else:
+            raise AssertionError(
+                f"contract: a write continuing a deleted thread raises ThreadDeletedError "
+                f"({'put' if on_put else 'put_writes ' + special} on {tid} went through)"
+            )
+        assert self.record(tid) is None, (
+            "contract: a refused write leaves the thread record as it was (a deleted thread stays deleted)"
+        )
+        self.last_contract = "a write refused on a deleted thread stores nothing"
+
+    @precondition(lambda self: self.target.has("fencing"))
+    @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20),
+          special=st.sampled_from(["a", INTERRUPT, ERROR]), on_put=st.booleans())
+    def stale_write(self, thread: int, ns: int, pick: int, special: str, on_put: bool) -> None:
+        """After the thread is fenced with a newer token, a write carrying the one before is
+        refused, in any namespace, and the thread's record reads as before it."""
+        stored = self.stored(thread, ns, pick)
+        if stored is None:
+            return
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        token = self.fences.get(tid, 0) + 2
+        self.session.run(self.saver.afence_thread(tid, token))  # type: ignore[attr-defined]
+        self.fences[tid] = token
+        before = self.record(tid)
+        config = config_for(tid, stored.id, ns_name)
+        config["configurable"][FENCE_KEY] = token - 1
+        fired("stale write refused")
+        try:
+            if on_put:
+                self.session.run(self.saver.aput(
+                    config, make_checkpoint(new_checkpoint_id(), {}, {}),
+                    as_metadata({"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x"}), {}))
+            else:
+                self.session.run(self.saver.aput_writes(config, [(special, 1)], "stale", ""))
+        except StaleFenceError:
+            pass
+        else:
+            raise AssertionError(
+                f"contract: fencing: {'put' if on_put else 'put_writes ' + special} carrying a stale token "
+                f"is refused with StaleFenceError (namespace {ns_name!r})"
+            )
+        after = self.record(tid)
+        assert after == before, (
+            f"contract: a refused write leaves the thread record as it was\n before: {before}\n after:  {after}"
+        )
+        self.last_contract = "a write refused for a stale token stores nothing"
+
+    @invariant()
+    def thread_index_matches(self) -> None:
+        """With ``thread_index``: each thread's record (or its absence, deleted or never
+        written) and the threads list_threads shows agree with the model."""
+        threads = set(self.threads) | set(self.model.threads) | set(self.tombstones)
+        for tid in sorted(threads):
+            count = sum(len(self.model.ids(tid, ns)) for ns in _MACHINE_NAMESPACES)
+            info = self.record(tid)
+            if count == 0:
+                assert info is None, (
+                    f"thread {tid}: get_thread -> {info} (contract: a thread without checkpoints, "
+                    f"deleted or never written, has no record; last operation: {self.last_contract})"
+                )
+                continue
+            root = self.model.ids(tid, "")
+            got = (None, None) if info is None else (info.checkpoints, info.latest_checkpoint_id)
+            want = (count, root[0] if root else got[1])
+            assert got == want, named(
+                f"thread {tid}: get_thread (checkpoints, latest root checkpoint) {got} != {want} "
+                f"(contract: the thread record counts every checkpoint and names the latest root "
+                f"checkpoint; last operation: {self.last_contract})"
+            )
+        fired("thread index checked against the model")
+        listed = {
+            t.thread_id
+            for t in self.session.run(
+                self.saver.alist_threads(filter={"tag": self.tag}, limit=1000)  # type: ignore[attr-defined]
+            ).threads
+        }
+        expected = {tid for tid in threads if self.model.ids(tid, "")}
+        assert listed == expected, named(
+            f"list_threads(filter=tag) -> {sorted(listed)} != {sorted(expected)} (contract: "
+            f"list_threads shows every live thread and no deleted one; last operation: {self.last_contract})"
+        )

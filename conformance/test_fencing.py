@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from runstore.checkpoint.rules import FENCE_KEY
 from runstore.errors import InvalidSaverInputError
 
 from .fencing_workers import (
@@ -141,6 +142,63 @@ def test_fence_thread_closes_older_tokens_out(saver_target: Any) -> None:
         )
         await saver.aput(
             fenced_config(empty, 7), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}
+        )
+
+    saver_target.run(body)
+
+
+def _ns_config(thread: str, fence: int, checkpoint_id: str | None, ns: str) -> Any:
+    config = config_for(thread, checkpoint_id, ns)
+    config["configurable"][FENCE_KEY] = fence
+    return config
+
+
+async def _ns_snapshot(saver: Saver, thread: str, ns: str) -> list[tuple[str, list[Any]]]:
+    """One namespace's checkpoints (ids) with their pending writes, newest first."""
+    out = []
+    async for item in saver.alist(config_for(thread, None, ns)):
+        writes = sorted((w[0], w[1], repr(w[2])) for w in item.pending_writes or [])
+        out.append((item.config["configurable"]["checkpoint_id"], writes))
+    return out
+
+
+def test_stale_token_is_refused_in_every_namespace(saver_target: Any) -> None:
+    """The fence is the thread's, whatever ``checkpoint_ns`` a write names: a subgraph's
+    put and pending writes (in a namespace that holds checkpoints and in a new one)
+    carrying a token one below the newest are refused and store nothing, and a newer
+    token carried by a subgraph write fences the root namespace too."""
+
+    async def body(saver: Saver) -> None:
+        thread = new_thread_id()
+        root = await _root(saver, thread, fence=3)
+        sub = new_checkpoint_id()
+        await saver.aput(_ns_config(thread, 3, None, "child:1"), make_checkpoint(sub, {}, {}), {}, {})
+        before = {ns: await _ns_snapshot(saver, thread, ns) for ns in ("", "child:1", "child:2")}
+        await refused_as_stale(
+            saver.aput(_ns_config(thread, 2, sub, "child:1"), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}),
+            "put in a subgraph namespace (checkpoint_ns='child:1')",
+        )
+        await refused_as_stale(
+            saver.aput(_ns_config(thread, 2, None, "child:2"), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}),
+            "the first put of a new subgraph namespace (checkpoint_ns='child:2')",
+        )
+        await refused_as_stale(
+            saver.aput_writes(_ns_config(thread, 2, sub, "child:1"), [("x", 1)], "late", ""),
+            "put_writes in a subgraph namespace (checkpoint_ns='child:1')",
+        )
+        after = {ns: await _ns_snapshot(saver, thread, ns) for ns in before}
+        assert after == before, (
+            "contract: fencing: a subgraph write refused for a stale token stores nothing"
+        )
+        # A newer token arriving through a subgraph write raises the thread's fence.
+        await saver.aput_writes(_ns_config(thread, 5, sub, "child:1"), [("x", 5)], "newer", "")
+        await refused_as_stale(
+            saver.aput_writes(fenced_config(thread, 4, root), [("x", 4)], "old", ""),
+            "put_writes in the root namespace after a subgraph write carried a newer token",
+        )
+        await refused_as_stale(
+            saver.aput(fenced_config(thread, 4, root), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {}),
+            "put in the root namespace after a subgraph write carried a newer token",
         )
 
     saver_target.run(body)

@@ -9,7 +9,6 @@ reconstruction needs; a dry run reports what a real sweep removes and changes no
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -378,41 +377,6 @@ def test_overrides_stored_with_the_thread(saver_target: Any) -> None:
     saver_target.run(body)
 
 
-def test_claims_split_the_work(saver_target: Any) -> None:
-    """Two sweeps running one after the other within the claim's time take disjoint
-    threads; a lapsed claim is taken again; bad sweep arguments raise."""
-
-    async def body(saver: Saver) -> None:
-        clock = ManualClock(START)
-        saver.clock = clock  # type: ignore[attr-defined]
-        threads = sorted(new_thread_id() for _ in range(4))
-        for thread in threads:
-            parent = None
-            for _ in range(3):
-                cid = new_checkpoint_id()
-                await saver.aput(config_for(thread, parent), make_checkpoint(cid, {}, {}), {}, {})
-                parent = cid
-        policy = RetentionPolicy(keep_last=1)
-        peek = await saver.asweep(policy, limit=2, dry_run=True, thread_ids=threads)  # type: ignore[attr-defined]
-        assert [t.thread_id for t in peek.threads] == threads[:2] and peek.cursor == threads[1]
-        # A sweeper that claimed and died: its claim holds until it lapses.
-        first = await saver.asweep(policy, limit=2, thread_ids=threads, claim_seconds=30)  # type: ignore[attr-defined]
-        second = await saver.asweep(policy, limit=4, thread_ids=threads)  # type: ignore[attr-defined]
-        taken = [t.thread_id for t in first.threads] + [t.thread_id for t in second.threads]
-        assert sorted(taken) == threads and len(set(taken)) == 4, (
-            f"{taken} (contract: sweeps take each due thread once)"
-        )
-        for bad in ({"limit": 0}, {"limit": 10**6}, {"claim_seconds": 0}):
-            with pytest.raises(InvalidSaverInputError):
-                await saver.asweep(policy, **bad)  # type: ignore[attr-defined]
-        with pytest.raises(InvalidSaverInputError):
-            await saver.asweep({"keep_last": 1})  # type: ignore[attr-defined]
-        for thread in threads:
-            await saver.adelete_thread(thread)
-
-    saver_target.run(body)
-
-
 def _hitl_graph(mode: str, frequency: int, saver: Saver) -> Any:
     """A chat graph whose review step asks a human twice (two interrupts in one node)."""
     from langchain_core.messages import HumanMessage
@@ -501,78 +465,110 @@ def test_resume_after_retention_behaves_like_before(saver_target: Any) -> None:
         check()
 
 
-@pytest.mark.requires("cross_process")
-def test_sweepers_in_processes_split_the_work_exactly(
-    saver_target: Any, request: pytest.FixtureRequest
-) -> None:
-    """Three sweeper processes run one pass each against one database while this process
-    keeps writing to the same threads; after a last pass every thread holds exactly
-    ``keep_last`` checkpoints, the record says so, and the sweeps' reported removals add
-    up to exactly what was written minus what is kept (nothing deleted twice or wrongly)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+def test_a_kept_checkpoint_keeps_the_whole_reconstruction_closure(saver_target: Any) -> None:
+    """Three delta channels snapshotted at different steps of one chain: the head rebuilds
+    one channel from two ancestors, and those ancestors rebuild the others from further
+    back. ``keep_last=1`` keeps that whole closure (every checkpoint a kept one's delta
+    reconstruction reads, again and again), loading as before, and removes the rest."""
+    from .savers_model import NodeSpec, TreeSpec
 
-    from runstore.sweeper import Sweeper
-
-    from .retention_workers import sweeper_worker
-    from .session import development_plugins
-
-    url = saver_target.url.render(hide_password=False)
-    plugins = development_plugins(request.config)
-    threads, before, during, keep, workers = 18, 6, 3, 2, 3
+    every = [("task-a", "", ["a", "b", "c"])]
+    spec = TreeSpec(
+        channels=["a", "b", "c"],
+        nodes=[
+            NodeSpec(None, {"a": "plain", "b": "plain", "c": "plain"}, every),
+            NodeSpec(0, {"a": "snapshot", "b": "snapshot", "c": "snapshot"}, every),
+            NodeSpec(1, {"a": "delta", "b": "delta", "c": "snapshot"}, every),
+            NodeSpec(2, {"a": "snapshot", "b": "delta", "c": "delta"}, every),
+            NodeSpec(3, {"a": "delta", "b": "delta", "c": "delta"}, every),
+            NodeSpec(4, {"a": "delta", "b": "snapshot", "c": "snapshot"}, every),
+        ],
+        target=5,
+        query=["a", "b", "c"],
+    )
 
     async def body(saver: Saver) -> None:
-        ids = sorted(new_thread_id("sweep") for _ in range(threads))
-        heads: dict[str, str | None] = dict.fromkeys(ids)
-
-        async def put(thread: str, n: int) -> None:
-            cid = new_checkpoint_id()
-            version = f"{n:032}.0"
-            await saver.aput(
-                config_for(thread, heads[thread]),
-                make_checkpoint(cid, {"a": n}, {"a": version}),
-                {"step": n},
-                {"a": version},
-            )
-            heads[thread] = cid
-
-        for n in range(before):
-            for thread in ids:
-                await put(thread, n)
-        loop = asyncio.get_running_loop()
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Manager() as manager:
-            barrier = manager.Barrier(workers + 1)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = [
-                    asyncio.wrap_future(pool.submit(sweeper_worker, url, plugins, keep, ids, barrier))
-                    for _ in range(workers)
-                ]
-                await loop.run_in_executor(None, barrier.wait, 120)
-                for n in range(before, before + during):
-                    for thread in ids:
-                        await put(thread, n)
-                results = await asyncio.wait_for(asyncio.gather(*futures), 300)
-        last = await Sweeper(saver).sweep(RetentionPolicy(keep_last=keep), thread_ids=ids)
-        removed = sum(r["checkpoints"] for r in results) + last.removed.checkpoints
-        shown = f"(per process {results}, last pass {last.as_dict()})"
-        assert sum(r["examined"] for r in results) >= 1, f"no process swept anything {shown}"
-        for thread in ids:
-            left = await _ids(saver, thread)
-            assert len(left) == keep, (
-                f"{thread}: {len(left)} checkpoints left (contract: concurrent sweepers and "
-                f"writers end with exactly keep_last={keep})"
-            )
-            info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
-            assert info.checkpoints == keep and info.latest_checkpoint_id == heads[thread], (
-                "contract: the thread record stays exact under concurrent sweeps and writes"
-            )
-        written = threads * (before + during)
-        assert removed == written - threads * keep, named(
-            f"sweeps reported {removed} checkpoints removed, {written - threads * keep} were "
-            f"(contract: concurrent sweepers split the work without deleting anything twice) {shown}"
+        saver.clock = TickingClock(START)  # type: ignore[attr-defined]
+        thread = new_thread_id()
+        tree = await write_tree(saver, spec, thread)
+        head = max(range(len(tree.nodes)), key=lambda i: tree.nodes[i].id)
+        closure = _closure(tree, {head})
+        assert closure == {1, 2, 3, 4, 5}, f"the suite's own premise: closure {closure}"
+        before = {i: await _state(saver, tree, i) for i in closure}
+        await sweep_all(saver, RetentionPolicy(keep_last=1), thread_ids=[thread])
+        left = await _ids(saver, thread)
+        missing = sorted(i for i in closure if tree.nodes[i].id not in left)
+        assert not missing, named(
+            f"nodes {missing} of the chain 0..5 gone (head 5 rebuilds a from 4 and 3; 4 rebuilds "
+            "b from 3, 2 and 1) (contract: retention keeps the whole reconstruction closure of "
+            "every kept checkpoint)"
         )
-        for thread in ids:
-            await saver.adelete_thread(thread)
+        for i in sorted(closure):
+            assert await _state(saver, tree, i) == before[i], named(
+                f"node {i} loads differently after the sweep (contract: retention keeps the "
+                "whole reconstruction closure of every kept checkpoint)"
+            )
+        assert tree.nodes[0].id not in left, (
+            "contract: a sweep removes what keep_last allows (node 0: nothing kept reads it)"
+        )
+        await saver.adelete_thread(thread)
+
+    saver_target.run(body)
+
+
+def test_an_idle_thread_is_swept_again_as_time_passes(saver_target: Any) -> None:
+    """No write after the first sweep: as ``max_age`` passes for each older checkpoint, the
+    next sweep removes it (a checkpoint exactly ``max_age`` old stays, one microsecond
+    older goes); as ``idle_ttl`` passes, the next sweep expires the thread (exactly
+    ``idle_ttl`` idle is expired, one microsecond less is not). The sweep's own "due
+    again" bookkeeping brings the thread back; nothing else touches it."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        thread, idle = new_thread_id(), new_thread_id()
+        ids = []
+        parent = None
+        for step in range(4):  # created at +0, +5, +10, +15 s
+            cid = new_checkpoint_id()
+            await saver.aput(config_for(thread, parent), make_checkpoint(cid, {"a": step}, {}), {}, {})
+            ids.append(cid)
+            parent = cid
+            if step < 3:
+                clock.advance(5)
+        aged = RetentionPolicy(max_age=10)
+        micro = timedelta(microseconds=1)
+        steps = [
+            (timedelta(0), set(ids[1:]), "at +15 s the checkpoint of +0 is past max_age=10, +5 is exactly 10 s old"),
+            (micro, set(ids[2:]), "one microsecond later +5 is past max_age"),
+            (timedelta(seconds=5) - micro, set(ids[2:]), "at +20 s +10 is exactly max_age old"),
+            (micro, set(ids[3:]), "one microsecond later +10 is past max_age; the head always stays"),
+        ]
+        for delta, expected, when in steps:
+            clock.advance(delta.total_seconds())
+            await sweep_all(saver, aged, thread_ids=[thread])
+            left = await _ids(saver, thread)
+            assert left == expected, named(
+                f"{when}: {len(left)} checkpoints left, {len(expected)} expected (contract: an idle "
+                "thread is swept again as max_age passes for more of its checkpoints)"
+            )
+        # idle_ttl: the thread is due again when it expires, with no write in between.
+        clock.set(START)
+        await saver.aput(config_for(idle), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        await saver.aput(config_for(idle), make_checkpoint(new_checkpoint_id(), {}, {}), {}, {})
+        ttl = RetentionPolicy(keep_last=1, idle_ttl=60)
+        await sweep_all(saver, ttl, thread_ids=[idle])  # trims to one, not idle yet
+        clock.advance(60 - 1e-6)
+        await sweep_all(saver, ttl, thread_ids=[idle])
+        assert await saver.aget_thread(idle) is not None, (  # type: ignore[attr-defined]
+            "contract: a thread idle one microsecond less than idle_ttl is not expired"
+        )
+        clock.advance(1e-6)
+        await sweep_all(saver, ttl, thread_ids=[idle])
+        assert await saver.aget_thread(idle) is None, named(  # type: ignore[attr-defined]
+            "contract: an idle thread is swept again and expires once idle_ttl passes (idle exactly "
+            "idle_ttl, no write since its last sweep)"
+        )
+        await saver.adelete_thread(thread)
 
     saver_target.run(body)

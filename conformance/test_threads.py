@@ -18,9 +18,15 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
+from runstore.checkpoint.rules import FENCE_KEY
 from runstore.checkpoint.threads import status_of
 from runstore.clock import ManualClock
-from runstore.errors import InvalidCursorError, InvalidSaverInputError, ThreadDeletedError
+from runstore.errors import (
+    InvalidCursorError,
+    InvalidSaverInputError,
+    StaleFenceError,
+    ThreadDeletedError,
+)
 
 from .savers_model import (
     as_metadata,
@@ -520,5 +526,189 @@ def test_delete_racing_writes_never_resurrects(saver_target: Any) -> None:
             )
             assert [t async for t in saver.alist(config_for(thread))] == []
             assert await saver.aget_thread(thread) is None  # type: ignore[attr-defined]
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _fenced(thread: str, fence: int, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    config = config_for(thread, checkpoint_id, ns)
+    config["configurable"][FENCE_KEY] = fence
+    return config
+
+
+async def _refusals(saver: Saver, thread: str, calls: list[tuple[str, Any]], error: type[Exception],
+                    clock: ManualClock) -> None:
+    """Each call must raise ``error``; the thread's record must read exactly as before it,
+    though the saver's clock moved (a refused write touches nothing: status, counts, bytes,
+    ``updated_at``, ``touched_at``)."""
+    before = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+    for what, call in calls:
+        clock.advance(7)
+        with pytest.raises(error):
+            await call()
+        after = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert after == before, (
+            f"contract: a refused write leaves the thread record as it was ({what} raised "
+            f"{error.__name__})\n before: {before}\n after:  {after}"
+        )
+
+
+@pytest.mark.requires("fencing")
+def test_a_write_refused_for_a_stale_token_leaves_the_record_as_it_was(saver_target: Any) -> None:
+    """A stale token on put, on pending writes (normal, interrupt, error and resume slots),
+    in the root and a subgraph namespace, and on delete_thread: StaleFenceError, and the
+    record's status, counts, bytes and times are unchanged."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        thread = new_thread_id()
+        ids = await _chain(saver, thread, [{"n": 1}, {"n": 2}], clock)
+        [sub] = await _chain(saver, thread, [{"n": 1}], clock, ns="child:1")
+        await saver.aput_writes(config_for(thread, ids[-1]), [("messages", "hi")], "t0", "")
+        await saver.afence_thread(thread, 5)  # type: ignore[attr-defined]
+        stale = 4  # one below the fence: the boundary
+        head, parent = ids[-1], ids[0]
+        calls: list[tuple[str, Any]] = [
+            ("put on the head", lambda: saver.aput(
+                _fenced(thread, stale, head), make_checkpoint(new_checkpoint_id(), {}, {}),
+                as_metadata({"n": 3}), {})),
+            ("put of a fork", lambda: saver.aput(
+                _fenced(thread, stale, parent), make_checkpoint(new_checkpoint_id(), {}, {}),
+                as_metadata({"n": 3}), {})),
+            ("put in a subgraph namespace", lambda: saver.aput(
+                _fenced(thread, stale, sub, "child:1"), make_checkpoint(new_checkpoint_id(), {}, {}),
+                as_metadata({}), {})),
+        ]
+        for channel in ("messages", INTERRUPT, ERROR, RESUME):
+            calls.append((f"put_writes {channel}", lambda channel=channel: saver.aput_writes(
+                _fenced(thread, stale, head), [(channel, "late")], f"late-{channel}", "")))
+        calls.append(("put_writes in a subgraph namespace", lambda: saver.aput_writes(
+            _fenced(thread, stale, sub, "child:1"), [(INTERRUPT, "late")], "late", "")))
+        calls.append(("delete_thread", lambda: saver.adelete_thread(thread, fence=stale)))  # type: ignore[call-arg]
+        await _refusals(saver, thread, calls, StaleFenceError, clock)
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        assert info is not None and info.status == "idle", (
+            "contract: a refused interrupt or error write never changes the thread's status"
+        )
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("checked_ids")
+def test_a_write_refused_as_bad_input_leaves_the_record_as_it_was(saver_target: Any) -> None:
+    """Pending writes with an unstorable task id or channel (interrupt and error slots
+    among them) and a put with an unstorable checkpoint id: InvalidSaverInputError, and
+    the record is unchanged."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        thread = new_thread_id()
+        ids = await _chain(saver, thread, [{"n": 1}], clock)
+        config = config_for(thread, ids[-1])
+        calls: list[tuple[str, Any]] = [
+            ("put_writes with a NUL in task_id", lambda: saver.aput_writes(
+                config, [(INTERRUPT, "x")], "bad\x00task", "")),
+            ("put_writes with a NUL in a channel", lambda: saver.aput_writes(
+                config, [(ERROR, "x"), ("bad\x00channel", 1)], "t", "")),
+            ("put with a NUL in the checkpoint id", lambda: saver.aput(
+                config, make_checkpoint("bad\x00id", {}, {}), as_metadata({}), {})),
+        ]
+        await _refusals(saver, thread, calls, InvalidSaverInputError, clock)
+
+    saver_target.run(body)
+
+
+def test_writes_refused_on_a_deleted_thread_leave_no_trace(saver_target: Any) -> None:
+    """Writes continuing a deleted thread (a put with a parent, pending writes in every
+    slot, in the root and a subgraph namespace) raise ThreadDeletedError; the thread stays
+    out of get_thread, and when a put without a parent starts it again its record is that
+    of a new thread: created now, one checkpoint, no writes, idle, the bytes of that put."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        thread, twin = new_thread_id(), new_thread_id()
+        ids = await _chain(saver, thread, [{"n": 1}, {"n": 2}], clock)
+        [sub] = await _chain(saver, thread, [{"n": 1}], clock, ns="child:1")
+        await saver.adelete_thread(thread)
+        calls: list[tuple[str, Any]] = [
+            ("put with a parent", lambda: saver.aput(
+                config_for(thread, ids[-1]), make_checkpoint(new_checkpoint_id(), {}, {}),
+                as_metadata({"n": 3}), {})),
+        ]
+        for channel in ("messages", INTERRUPT, ERROR):
+            calls.append((f"put_writes {channel}", lambda channel=channel: saver.aput_writes(
+                config_for(thread, ids[-1]), [(channel, "late")], f"late-{channel}", "")))
+        calls.append(("put_writes in a subgraph namespace", lambda: saver.aput_writes(
+            config_for(thread, sub, "child:1"), [(INTERRUPT, "late")], "late", "")))
+        await _refusals(saver, thread, calls, ThreadDeletedError, clock)
+        clock.advance(3)
+        restart = clock()
+        cid, other = new_checkpoint_id(), new_checkpoint_id()
+        await saver.aput(config_for(thread), make_checkpoint(cid, {}, {}), as_metadata({"n": 9}), {})
+        await saver.aput(config_for(twin), make_checkpoint(other, {}, {}), as_metadata({"n": 9}), {})
+        info = await saver.aget_thread(thread)  # type: ignore[attr-defined]
+        fresh = await saver.aget_thread(twin)  # type: ignore[attr-defined]
+        assert info is not None and fresh is not None
+        got = (info.created_at, info.updated_at, info.checkpoints, info.writes, info.status, info.bytes)
+        want = (restart, restart, 1, 0, "idle", fresh.bytes)
+        assert got == want, (
+            "contract: a thread started again after its deletion has the record of a new "
+            "thread; writes refused meanwhile left nothing in it (created_at, updated_at, "
+            f"checkpoints, writes, status, bytes)\n got:  {got}\n want: {want}"
+        )
+
+    saver_target.run(body)
+
+
+# --------------------------------------------------------------------------- tombstones
+
+
+def test_a_deleted_thread_is_in_no_listing(saver_target: Any) -> None:
+    """While its tombstone stands, a deleted thread (idle, interrupted, or the newest)
+    appears in no page of list_threads: without a filter, with a metadata filter, a
+    status, a time window, either order, and small pages; its neighbours (ids it is a
+    prefix of) still do."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(datetime(2090, 1, 1, tzinfo=UTC))
+        saver.clock = clock  # type: ignore[attr-defined]
+        tag = new_thread_id("tag")
+        base = new_thread_id()
+        names = [base, base + "0", base + "_", base + "x"]
+        for name in names:
+            ids = await _chain(saver, name, [{"tag": tag}], clock)
+            await saver.aput_writes(config_for(name, ids[-1]), [(INTERRUPT, "ask")], "t", "")
+        gone = {base, base + "_"}
+        clock.advance(1)
+        for name in sorted(gone):
+            await saver.adelete_thread(name)
+        live = [n for n in names if n not in gone]
+        window = {"updated_after": datetime(2089, 12, 31, tzinfo=UTC)}
+        variants: list[dict[str, Any]] = [
+            {}, {"filter": {"tag": tag}}, {"status": "interrupted"}, window,
+            {"order_by": "created_at"}, {"filter": {"tag": tag}, "order_by": "created_at", "limit": 1},
+            {"filter": {"tag": tag}, "status": "interrupted", **window, "limit": 2},
+        ]
+        for kwargs in variants:
+            if "filter" in kwargs or "updated_after" in kwargs:
+                listed = [t.thread_id for t in await _all_pages(saver, **kwargs)]
+            else:  # this test's threads are the newest: they lead the first page
+                page = await saver.alist_threads(limit=1000, **kwargs)  # type: ignore[attr-defined]
+                listed = [t.thread_id for t in page.threads]
+            shown = sorted(set(listed) & set(names))
+            assert shown == sorted(live), (
+                f"list_threads({kwargs}) shows {shown} (contract: a deleted thread is in no "
+                f"listing while its tombstone stands; expected {sorted(live)})"
+            )
+        listed_ids = {t.config["configurable"]["thread_id"] async for t in saver.alist(None, filter={"tag": tag})}
+        assert listed_ids == set(live), (
+            f"list(None, filter) shows threads {sorted(listed_ids)} (contract: a deleted thread's "
+            "checkpoints are in no listing)"
+        )
+        for name in names:
+            await saver.adelete_thread(name)
 
     saver_target.run(body)

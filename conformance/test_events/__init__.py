@@ -22,6 +22,7 @@ from .test_deletion import *  # noqa: F403
 from .test_messages import *  # noqa: F403
 from .test_owner import *  # noqa: F403
 from .test_paging import *  # noqa: F403
+from .test_prefix_ids import *  # noqa: F403
 from .test_put_if_absent import *  # noqa: F403
 from .test_state_machine import *  # noqa: F403
 from .test_validation import *  # noqa: F403

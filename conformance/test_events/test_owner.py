@@ -10,7 +10,7 @@ import pytest
 
 from runstore.errors import OwnerContextMissingError
 from runstore.events.owner import owner_scope
-from runstore.events.protocol import RunEventStore
+from runstore.events.protocol import RunEventStore, RunSummary
 
 from ..events_model import (
     check_owner,
@@ -84,5 +84,60 @@ def test_owner_filter(events_target: Any) -> None:
         assert await store.count_messages(thread, user_id=None) == 2
         assert await store.delete_by_thread(thread, user_id="alice") == 1
         assert await store.delete_by_thread(thread, user_id=None) == 1
+
+    events_target.run(body)
+
+
+@pytest.mark.requires("owner_filter")
+def test_owner_filter_scopes_grouped_and_counting_reads(events_target: Any) -> None:
+    """Declared ``owner_filter``: list_runs (its runs, event and message counts, first and
+    last seq), count_messages and get_last_visible_ai_seq_by_run count only the owner's
+    events, with ``user_id`` given and through an owner_scope; ``None`` counts everyone's."""
+
+    async def body(store: RunEventStore) -> None:
+        thread = fresh_id("own")
+
+        async def put(owner: str | None, run: str, category: str, mid: str) -> int:
+            record = await store.put(thread_id=thread, run_id=run, event_type="ai_message",
+                                     category=category, content={"type": "ai", "id": mid}, user_id=owner)
+            return int(record["seq"])
+
+        a1 = await put("alice", "r1", "message", "a1")
+        a2 = await put("alice", "r1", "trace", "a2")
+        b1 = await put("bob", "r1", "message", "b1")
+        b2 = await put("bob", "r2", "message", "b2")
+        n1 = await put(None, "r3", "message", "n1")
+        expected = {
+            "alice": [RunSummary("r1", 2, 1, a1, a2)],
+            "bob": [RunSummary("r1", 1, 1, b1, b1), RunSummary("r2", 1, 1, b2, b2)],
+            "carol": [],
+            None: [RunSummary("r1", 3, 2, a1, b1), RunSummary("r2", 1, 1, b2, b2),
+                   RunSummary("r3", 1, 1, n1, n1)],
+        }
+        for owner, runs in expected.items():
+            got = list(await store.list_runs(thread, user_id=owner))
+            assert got == runs, (
+                f"contract: owner_filter: list_runs counts only the owner's events (user_id={owner!r})\n"
+                f" got:      {got}\n expected: {runs}"
+            )
+            messages = sum(r.messages for r in runs)
+            count = await store.count_messages(thread, user_id=owner)
+            assert count == messages, (
+                f"contract: owner_filter: count_messages counts only the owner's messages "
+                f"(user_id={owner!r}: {count} != {messages})"
+            )
+            if owner is not None:
+                with owner_scope(owner):
+                    assert list(await store.list_runs(thread)) == runs, (
+                        "contract: owner_filter: list_runs with user_id=AUTO reads the owner_scope"
+                    )
+        last = {"alice": {"r1": a1}, "bob": {"r1": b1, "r2": b2}, "carol": {}}
+        for owner, seqs in last.items():
+            got_last = await store.get_last_visible_ai_seq_by_run(thread, user_id=owner)
+            assert got_last == seqs, (
+                f"contract: owner_filter: get_last_visible_ai_seq_by_run sees only the owner's "
+                f"events (user_id={owner!r}: {got_last} != {seqs})"
+            )
+        await store.delete_by_thread(thread, user_id=None)
 
     events_target.run(body)

@@ -23,6 +23,7 @@ from .test_delta_history import *  # noqa: F403
 from .test_durability import *  # noqa: F403
 from .test_graph_parity import *  # noqa: F403
 from .test_list import *  # noqa: F403
+from .test_prefix_ids import *  # noqa: F403
 from .test_put_get import *  # noqa: F403
 from .test_put_writes import *  # noqa: F403
 from .test_setup import *  # noqa: F403

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-from ..machines import SaverMachine, run_machine
+from ..machines import SaverMachine, ThreadIndexSaverMachine, run_machine
 
 
 @pytest.mark.parametrize("mode", ["full", "delta"])
 def test_state_machine_matches_model(saver_target: Any, mode: str) -> None:
-    """Random saver operations (full or delta mode) agree with a plain-dict model."""
-    run_machine(saver_target, type(f"SaverMachine_{mode}", (SaverMachine,), {"mode": mode}))
+    """Random saver operations (full or delta mode) agree with a plain-dict model; with
+    ``thread_index``, so do the thread records, also after refused writes."""
+    base = ThreadIndexSaverMachine if saver_target.has("thread_index") else SaverMachine
+    run_machine(saver_target, type(f"{base.__name__}_{mode}", (base,), {"mode": mode}))

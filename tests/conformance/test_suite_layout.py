@@ -79,7 +79,9 @@ def test_machines_exports_every_state_machine_of_the_suite() -> None:
         f"state machines not exported by runstore.conformance.machines: "
         f"{sorted(c.__qualname__ for c in defined - exported)}"
     )
-    assert {c.__name__ for c in exported} == {"SaverMachine", "EventStoreMachine", "RunStoreMachine", "StoreMachine"}
+    assert {c.__name__ for c in exported} == {
+        "SaverMachine", "ThreadIndexSaverMachine", "EventStoreMachine", "RunStoreMachine", "StoreMachine",
+    }
 
 
 class _CountingMachine(EventStoreMachine):

@@ -1,0 +1,152 @@
+"""Broken savers, each breaking one rule of the thread index, retention or fencing the
+way a careful author might. The suite must fail each by the rule's name:
+
+- ``broken-refusal-touches``: a write refused for a stale token has already moved the
+  thread's ``touched_at`` (the record is touched before the fence is checked);
+- ``broken-tombstone-listed``: a metadata-filtered ``list_threads`` still shows a
+  deleted thread (the filtered query forgot the tombstone);
+- ``broken-fence-root-only``: the fence is checked only for root-namespace writes
+  (``checkpoint_ns == ""``), so a stale worker's subgraph checkpoints land;
+- ``broken-closure-one-level``: retention keeps what each kept checkpoint reads, but not
+  what those ancestors read in turn;
+- ``broken-sweep-once``: a sweep forgets when the thread is due again, so an idle
+  thread is never swept again as ``max_age`` passes;
+- ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+
+from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept
+from runstore.checkpoint.rules import FENCE_KEY
+from runstore.checkpoint.threads import Removed, ThreadPage
+from runstore.hookspecs import hookimpl
+from runstore.options import BackendOptions
+from runstore.plugins.memory.layout import footprint
+from runstore.plugins.memory.saver import MemorySaver
+from runstore.registry import SaverRegistry
+from runstore.urls import BackendURL
+
+CAPABILITIES = [
+    "copy_thread", "prune", "delete_for_runs", "delta_history", "sync_api", "thread_index",
+    "retention", "fencing", "typed_filters", "global_list_order", "checked_ids",
+]
+
+
+class RefusalTouchesSaver(MemorySaver):
+    def _touch(self, thread_id: str, now: int, *, starts: bool, fence: int | None) -> Any:
+        record = self._records.get(thread_id)
+        if record is not None:
+            # BUG (on purpose): the record is touched before the fence is checked.
+            record.touched_at = max(record.touched_at, now)
+        return super()._touch(thread_id, now, starts=starts, fence=fence)
+
+
+class TombstoneListedSaver(MemorySaver):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._ghosts: dict[str, Any] = {}
+
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
+        info = self._info(thread_id)
+        super().delete_thread(thread_id, fence=fence)
+        if info is not None:
+            self._ghosts[thread_id] = info
+
+    def list_threads(self, **kwargs: Any) -> ThreadPage:
+        page = super().list_threads(**kwargs)
+        flt = kwargs.get("filter")
+        if not flt or kwargs.get("cursor"):
+            return page
+        # BUG (on purpose): the metadata-filtered query does not skip tombstones.
+        ghosts = [g for g in self._ghosts.values() if all(g.metadata.get(k) == v for k, v in flt.items())]
+        return ThreadPage([*page.threads, *ghosts], page.next_cursor)
+
+
+class FenceRootOnlySaver(MemorySaver):
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        return super().put(_root_fenced(config), checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        super().put_writes(_root_fenced(config), writes, task_id, task_path)
+
+
+def _root_fenced(config: RunnableConfig) -> RunnableConfig:
+    configurable = dict(config.get("configurable") or {})
+    if configurable.get("checkpoint_ns", ""):
+        # BUG (on purpose): the fence is a column of root checkpoints only.
+        configurable.pop(FENCE_KEY, None)
+    return {**config, "configurable": configurable}
+
+
+class ClosureOneLevelSaver(MemorySaver):
+    def _sweep_thread(self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool) -> ThreadSwept | None:
+        with self._lock:
+            record = self._records.get(thread_id)
+            if record is None or self._info(thread_id) is None:
+                return None
+            removed = Removed()
+            for ns in self._threads[thread_id].values():
+                graph = ns.graph()
+                ids = sorted(graph.parent)
+                newest = set(ids if policy.keep_last is None else ids[-policy.keep_last:]) | {ids[-1]}
+                keep = set(newest)
+                for cid in newest:
+                    # BUG (on purpose): the kept checkpoints' own ancestors, not theirs in turn.
+                    keep.update(graph.needed(cid))
+                target = ns.copy() if dry_run else ns
+                before = footprint([target])
+                target.remove(set(ids) - keep)
+                removed += before - footprint([target])
+            if not dry_run:
+                record.swept_at, record.claimed_until = now, None
+            return ThreadSwept(thread_id, False, removed)
+
+
+class SweepOnceSaver(MemorySaver):
+    def _sweep_thread(self, thread_id: str, policy: RetentionPolicy, now: int, dry_run: bool) -> ThreadSwept | None:
+        swept = super()._sweep_thread(thread_id, policy, now, dry_run)
+        record = self._records.get(thread_id)
+        if record is not None and not dry_run:
+            # BUG (on purpose): "swept since its last write" is all the sweep remembers.
+            record.sweep_after = None
+        return swept
+
+
+class PrefixDeleteSaver(MemorySaver):
+    def delete_thread(self, thread_id: str, *, fence: int | None = None) -> None:
+        super().delete_thread(thread_id, fence=fence)
+        # BUG (on purpose): WHERE thread_id LIKE :thread_id || '%'.
+        for other in [t for t in self._threads if t.startswith(thread_id) and t != thread_id]:
+            super().delete_thread(other)
+
+
+SAVERS: dict[str, type[MemorySaver]] = {
+    "broken-refusal-touches": RefusalTouchesSaver,
+    "broken-tombstone-listed": TombstoneListedSaver,
+    "broken-fence-root-only": FenceRootOnlySaver,
+    "broken-closure-one-level": ClosureOneLevelSaver,
+    "broken-sweep-once": SweepOnceSaver,
+    "broken-prefix-delete": PrefixDeleteSaver,
+}
+
+
+def _factory(cls: type[MemorySaver]) -> Any:
+    async def open_saver(url: BackendURL, options: BackendOptions) -> MemorySaver:
+        return cls()
+
+    return open_saver
+
+
+@hookimpl
+def runstore_register_savers(registry: SaverRegistry) -> None:
+    for name, cls in SAVERS.items():
+        registry.add(name, schemes=[name], factory=_factory(cls), capabilities=CAPABILITIES)
+
