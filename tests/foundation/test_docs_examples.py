@@ -1,0 +1,171 @@
+"""Every python example in docs/*.md runs, page by page, the way test_readme_examples.py
+runs the README's: a page's blocks in page order in one fresh process (doc_blocks.py).
+
+Every page showing python is in `PAGES` (its blocks run, or are exempted one by one with
+the reason) or in `NOT_YET_RUN` (with the reason); a page in neither fails
+`test_every_page_with_python_is_run_or_listed`, so a new page's examples cannot silently
+go unrun. Fragments (an API's calls on objects the page assumes, a handler's body) are
+exempted by a line of the block, saying what they assume and where that code runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .doc_blocks import (
+    ROOT,
+    check_keys,
+    has_python_fence,
+    python_blocks,
+    run_page,
+    skip_if_left_out,
+)
+
+DOCS = ROOT / "docs"
+
+
+@dataclass(frozen=True)
+class Page:
+    #: A line of the block -> why it is not run here, and where that code runs.
+    exempt: dict[str, str] = field(default_factory=dict)
+    #: A line of the block -> what it prints, where the page says so in a comment.
+    expected: dict[str, list[str]] = field(default_factory=dict)
+    #: Settings the page tells the reader to make before its blocks (``RUNSTORE_*``).
+    env: dict[str, str] = field(default_factory=dict)
+
+
+PAGES: dict[str, Page] = {
+    "store.md": Page(expected={'print(result["recalled"])': ["['likes bikes']"]}),
+    "agent-server.md": Page(
+        exempt={
+            "async def aget_delta_channel_history(self, *, config, channels):": (
+                "a proposed patch to LangGraph's server adapter (langgraph_api), not runstore code"
+            ),
+        },
+        # The page sets delta mode in runstore.yaml or .env before the server imports agent.py.
+        env={"RUNSTORE_CHECKPOINT_CHANNEL_MODE": "delta"},
+    ),
+    "runs.md": Page(
+        exempt={
+            "lease = await worker.start(thread_id)": (
+                "a worker's body (stores, graph, inputs, thread_id are the reader's); the worker "
+                "runs end to end in tests/runs/test_worker.py and tests/runs/test_takeover_fencing.py"
+            ),
+            "await runstore.fencing.fence_stores(": (
+                "fencing by hand inside a worker (saver, events, bridge, graph, run are the reader's); "
+                "the conformance suite's test_fencing, test_event_fencing and test_stream_fencing run each call"
+            ),
+            "done = await worker.run_graph(graph, thread_id, inputs": (
+                "a worker's loop (stores, graph, host, pid are the reader's); the README runs "
+                "worker.run_graph on a real graph, tests/runs/test_worker.py runs recover"
+            ),
+        },
+        expected={'print(renewed, cancel, done["status"])': ["True None success"]},
+    ),
+    "plugin-authors.md": Page(),
+    "checkpoint-modes.md": Page(
+        exempt={
+            "State = stores.thread_state_schema()": (
+                "four alternative ways to get the schema side by side (stores, MiddlewareState are the "
+                "reader's); tests/checkpoint/test_modes.py runs each"
+            ),
+            "acc = runstore.CheckpointStateAccessor.bind(graph, checkpointer, mode=None)": (
+                "the accessor's calls (graph, checkpointer, config are the reader's); the README runs it on "
+                "a real graph, tests/checkpoint/test_accessor.py tests each call"
+            ),
+        },
+    ),
+    "events.md": Page(
+        exempt={
+            '{"thread_id", "run_id", "event_type", "category", "content", "metadata", "seq", "created_at"}': (
+                "the keys of an event record shown as a set: a shape, not a program"
+            ),
+        },
+    ),
+    "streams.md": Page(
+        exempt={
+            'async with runstore.open(streams="redis://127.0.0.1:6379/0") as stores:': (
+                "publishing a LangGraph run (graph, inputs, config, run_id are the reader's); "
+                "tests/streams/test_langgraph_payloads.py runs it on memory and Redis"
+            ),
+            'await bridge.fence_stream(run_id, run["fence"])': (
+                "fenced publishes inside a worker (bridge, run, chunk are the reader's); the conformance "
+                "suite's test_stream_fencing runs each call"
+            ),
+            "frames = await runstore.open_sse_stream(stores.streams, run_id, runs=stores.runs,": (
+                "a fragment of a FastAPI handler: the whole app is docs/examples/fastapi_app.py, "
+                "run by tests/web/test_fastapi_recipe.py"
+            ),
+        },
+    ),
+    "threads.md": Page(
+        exempt={
+            'info = await saver.aget_thread("t1")': (
+                "the thread index's calls on an open saver (the reader's); tests/savers/test_thread_index.py "
+                "tests each"
+            ),
+            "policy = RetentionPolicy.from_settings(settings)": (
+                "a policy's fields, then the same from loaded settings (the reader's); "
+                "tests/checkpoint/test_retention_policy.py tests both"
+            ),
+            'await saver.aset_thread_retention("t1", {"keep_last": None})': (
+                "per-thread overrides on an open saver (the reader's); tests/test_retention_sweeper.py runs them"
+            ),
+            "batch = await saver.asweep(policy, after=None, limit=100, dry_run=False,": (
+                "the saver's sweep step and its result's fields (saver, policy are the reader's); "
+                "tests/test_retention_sweeper.py runs it"
+            ),
+            "report = await sweep(stores)": (
+                "the sweeper's calls on open stores (the reader's), with an elided body (`...`); "
+                "tests/test_retention_sweeper.py runs each"
+            ),
+        },
+    ),
+    "web-apps.md": Page(
+        exempt={
+            "app = FastAPI(lifespan=lifespan)": (
+                "docs/examples/fastapi_app.py itself: tests/web/test_fastapi_recipe.py checks the page shows "
+                "that file and serves it with uvicorn"
+            ),
+            "return StreamingResponse(frames, media_type=runstore.SSE_MEDIA_TYPE": (
+                "the last line of the handler above, spelled without sse-starlette; a fragment"
+            ),
+        },
+    ),
+}
+
+#: Pages whose python blocks are not run yet -> why.
+NOT_YET_RUN: dict[str, str] = {}
+
+
+def _pages_with_python() -> set[str]:
+    return {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if has_python_fence(p)}
+
+
+def test_every_page_with_python_is_run_or_listed() -> None:
+    shown = _pages_with_python()
+    unlisted = sorted(shown - set(PAGES) - set(NOT_YET_RUN))
+    assert not unlisted, (
+        f"docs pages {unlisted} show python that nothing runs: add each to PAGES in {Path(__file__).name} "
+        "(exempting fragments with reasons) or to NOT_YET_RUN with the reason"
+    )
+    assert not set(PAGES) & set(NOT_YET_RUN), "a page is both run and listed as not yet run"
+    stale = sorted((set(PAGES) | set(NOT_YET_RUN)) - shown)
+    assert not stale, f"{stale} are listed but show no python (or do not exist): remove them"
+    for page, reason in NOT_YET_RUN.items():
+        assert len(reason) > 20, f"NOT_YET_RUN[{page!r}] needs its reason"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_exemption_names_one_block_and_a_reason(page: str) -> None:
+    check_keys(python_blocks(DOCS / page), PAGES[page].exempt, PAGES[page].expected)
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_python_block_of_the_page_runs(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    spec = PAGES[page]
+    run = run_page(python_blocks(DOCS / page), spec.exempt, spec.expected, request, tmp_path, env=spec.env)
+    skip_if_left_out(run)
