@@ -39,11 +39,13 @@ _OTHER_PYTHON_FENCE = re.compile(r"^[ \t]*```(?:py|py3|python3|pycon|ipython)\s*
 class Block:
     page: str  # relative to the repository, e.g. docs/store.md
     index: int
-    line: int  # where its fence opens
+    line: int  # where its fence opens; 0 for a test's setup (index -1) or teardown
     code: str
 
     @property
     def name(self) -> str:
+        if not self.line:
+            return f"{self.page}'s test {'setup' if self.index < 0 else 'teardown'}"
         return f"{self.page}:{self.line}"
 
     def has(self, text: str) -> bool:
@@ -121,10 +123,15 @@ def run_page(
     request: pytest.FixtureRequest,
     workdir: Path,
     env: Mapping[str, str] | None = None,
+    setup: str = "",
+    teardown: str = "",
+    setup_before: str = "",
 ) -> PageRun:
     """Run the blocks not exempt in one fresh process in ``workdir``; assert each ran and
     printed what ``expected`` says (keyed by a line of the block); ``env`` is added to the
-    reader's environment."""
+    reader's environment. ``setup`` runs first in the same namespace (the names a page of
+    fragments assumes the reader has), or just before the block holding the line
+    ``setup_before``; ``teardown`` runs last (closing what ``setup`` opened)."""
     needed = set().union(*(b.services() for b in blocks if exempt_reason(b, exempt) is None))
     urls, unreachable = _services(request, needed)
     to_run: list[Block] = []
@@ -141,8 +148,17 @@ def run_page(
     run = PageRun(to_run, left_out, unreachable)
     if not to_run:
         return run
+    page = blocks[0].page
+    at = next((i for i, b in enumerate(to_run) if b.has(setup_before)), None) if setup_before else 0
+    assert at is not None, f"{page}: setup_before {setup_before!r} names no block that runs"
+    framed = [
+        *to_run[:at],
+        *([Block(page, -1, 0, setup)] if setup else []),
+        *to_run[at:],
+        *([Block(page, len(blocks), 0, teardown)] if teardown else []),
+    ]
     (workdir / "blocks.json").write_text(
-        json.dumps([{"index": b.index, "name": b.name, "code": b.code} for b in to_run])
+        json.dumps([{"index": b.index, "name": b.name, "code": b.code} for b in framed])
     )
     # The reader has no runstore settings in the environment or a runstore.yaml.
     reader_env = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTORE_") or k.startswith("RUNSTORE_TEST_")}
@@ -154,7 +170,7 @@ def run_page(
     results_file = workdir / "results.json"
     results: list[dict[str, Any]] = json.loads(results_file.read_text()) if results_file.exists() else []
     by_index = {r["index"]: r for r in results}
-    for block in to_run:
+    for block in framed:
         result = by_index.get(block.index)
         assert result is not None, f"{block.name} did not run (an earlier block failed?)\n{proc.stderr[-3000:]}"
         assert result["ok"], f"{block.name} failed:\n{result.get('error')}"

@@ -10,6 +10,7 @@ exempted by a line of the block, saying what they assume and where that code run
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,12 @@ class Page:
     expected: dict[str, list[str]] = field(default_factory=dict)
     #: Settings the page tells the reader to make before its blocks (``RUNSTORE_*``).
     env: dict[str, str] = field(default_factory=dict)
+    #: For a page of fragments: what the page assumes the reader has (run first, not shown).
+    setup: str = ""
+    #: Closes what `setup` opened.
+    teardown: str = ""
+    #: A line of the block `setup` runs just before (default: before the first block).
+    setup_before: str = ""
 
 
 PAGES: dict[str, Page] = {
@@ -48,35 +55,53 @@ PAGES: dict[str, Page] = {
         # The page sets delta mode in runstore.yaml or .env before the server imports agent.py.
         env={"RUNSTORE_CHECKPOINT_CHANNEL_MODE": "delta"},
     ),
+    # After the page's first example (on PostgreSQL), its fragments run inside a worker of
+    # the embedded default: open stores, a graph, its inputs, a thread, a stream chunk.
     "runs.md": Page(
-        exempt={
-            "lease = await worker.start(thread_id)": (
-                "a worker's body (stores, graph, inputs, thread_id are the reader's); the worker "
-                "runs end to end in tests/runs/test_worker.py and tests/runs/test_takeover_fencing.py"
-            ),
-            "await runstore.fencing.fence_stores(": (
-                "fencing by hand inside a worker (saver, events, bridge, graph, run are the reader's); "
-                "the conformance suite's test_fencing, test_event_fencing and test_stream_fencing run each call"
-            ),
-            "done = await worker.run_graph(graph, thread_id, inputs": (
-                "a worker's loop (stores, graph, host, pid are the reader's); the README runs "
-                "worker.run_graph on a real graph, tests/runs/test_worker.py runs recover"
-            ),
+        expected={
+            'print(renewed, cancel, done["status"])': ["True None success"],
+            'print(done.outcome, done.run["status"])': ["finished success"],
         },
-        expected={'print(renewed, cancel, done["status"])': ["True None success"]},
+        setup=textwrap.dedent("""
+            import os
+            import socket
+
+            from langgraph.graph import START, StateGraph
+
+            _opened = runstore.open()
+            stores = await _opened.__aenter__()
+            saver, events, bridge = stores.checkpointer, stores.events, stores.streams
+            graph = (StateGraph(stores.thread_state_schema())
+                     .add_node("reply", lambda state: {"messages": [("ai", "ok")]})
+                     .add_edge(START, "reply").compile(checkpointer=stores.checkpointer))
+            inputs, thread_id = {"messages": [("user", "hi")]}, "thread-2"
+            host, pid, chunk = socket.gethostname(), os.getpid(), {"reply": {"messages": []}}
+        """),
+        setup_before="from runstore.worker import Worker",
+        teardown="await _opened.__aexit__(None, None, None)",
     ),
     "plugin-authors.md": Page(),
+    # Open stores, a middleware schema and a graph with an "editor" node and a "title" key.
     "checkpoint-modes.md": Page(
-        exempt={
-            "State = stores.thread_state_schema()": (
-                "four alternative ways to get the schema side by side (stores, MiddlewareState are the "
-                "reader's); tests/checkpoint/test_modes.py runs each"
-            ),
-            "acc = runstore.CheckpointStateAccessor.bind(graph, checkpointer, mode=None)": (
-                "the accessor's calls (graph, checkpointer, config are the reader's); the README runs it on "
-                "a real graph, tests/checkpoint/test_accessor.py tests each call"
-            ),
-        },
+        setup=textwrap.dedent("""
+            from typing import TypedDict
+
+            from langgraph.graph import START, StateGraph
+
+            import runstore
+
+            class MiddlewareState(TypedDict):
+                title: str
+
+            _opened = runstore.open()
+            stores = await _opened.__aenter__()
+            checkpointer = stores.checkpointer
+            graph = (StateGraph(runstore.get_thread_state_schema(extra_schemas=[MiddlewareState]))
+                     .add_node("editor", lambda state: {}).add_edge(START, "editor").compile(checkpointer=checkpointer))
+            config = {"configurable": {"thread_id": "t1"}}
+            await graph.ainvoke({"messages": [("user", "hi")], "title": "first"}, config)
+        """),
+        teardown="await _opened.__aexit__(None, None, None)",
     ),
     "events.md": Page(
         exempt={
@@ -101,28 +126,18 @@ PAGES: dict[str, Page] = {
             ),
         },
     ),
+    # The page's calls on an open saver, as a reader with the embedded default open has them.
     "threads.md": Page(
-        exempt={
-            'info = await saver.aget_thread("t1")': (
-                "the thread index's calls on an open saver (the reader's); tests/savers/test_thread_index.py "
-                "tests each"
-            ),
-            "policy = RetentionPolicy.from_settings(settings)": (
-                "a policy's fields, then the same from loaded settings (the reader's); "
-                "tests/checkpoint/test_retention_policy.py tests both"
-            ),
-            'await saver.aset_thread_retention("t1", {"keep_last": None})': (
-                "per-thread overrides on an open saver (the reader's); tests/test_retention_sweeper.py runs them"
-            ),
-            "batch = await saver.asweep(policy, after=None, limit=100, dry_run=False,": (
-                "the saver's sweep step and its result's fields (saver, policy are the reader's); "
-                "tests/test_retention_sweeper.py runs it"
-            ),
-            "report = await sweep(stores)": (
-                "the sweeper's calls on open stores (the reader's), with an elided body (`...`); "
-                "tests/test_retention_sweeper.py runs each"
-            ),
-        },
+        setup=textwrap.dedent("""
+            from datetime import UTC, datetime
+
+            import runstore
+
+            _opened = runstore.open()
+            stores = await _opened.__aenter__()
+            saver, settings = stores.checkpointer, stores.settings
+        """),
+        teardown="await _opened.__aexit__(None, None, None)",
     ),
     "web-apps.md": Page(
         exempt={
@@ -167,5 +182,6 @@ def test_every_exemption_names_one_block_and_a_reason(page: str) -> None:
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_python_block_of_the_page_runs(page: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     spec = PAGES[page]
-    run = run_page(python_blocks(DOCS / page), spec.exempt, spec.expected, request, tmp_path, env=spec.env)
+    run = run_page(python_blocks(DOCS / page), spec.exempt, spec.expected, request, tmp_path, env=spec.env,
+                   setup=spec.setup, teardown=spec.teardown, setup_before=spec.setup_before)
     skip_if_left_out(run)
