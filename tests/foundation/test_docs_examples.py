@@ -4,8 +4,11 @@ runs the README's: a page's blocks in page order in one fresh process (doc_block
 Every page showing python is in `PAGES` (its blocks run, or are exempted one by one with
 the reason) or in `NOT_YET_RUN` (with the reason); a page in neither fails
 `test_every_page_with_python_is_run_or_listed`, so a new page's examples cannot silently
-go unrun. Fragments (an API's calls on objects the page assumes, a handler's body) are
-exempted by a line of the block, saying what they assume and where that code runs.
+go unrun. Fragments (an API's calls on objects the page assumes) run after a `setup`
+the test states: the names the page assumes the reader has (open stores, a graph), never
+a change to what the block does. A block that cannot run even so (a handler's body with a
+``return``, a record's shape) is exempted by a line of it, saying why and where that
+code runs.
 """
 
 from __future__ import annotations
@@ -110,21 +113,29 @@ PAGES: dict[str, Page] = {
             ),
         },
     ),
+    # A graph to publish, and a fencing bridge with a run's lease for the fenced publishes.
     "streams.md": Page(
         exempt={
-            'async with runstore.open(streams="redis://127.0.0.1:6379/0") as stores:': (
-                "publishing a LangGraph run (graph, inputs, config, run_id are the reader's); "
-                "tests/streams/test_langgraph_payloads.py runs it on memory and Redis"
-            ),
-            'await bridge.fence_stream(run_id, run["fence"])': (
-                "fenced publishes inside a worker (bridge, run, chunk are the reader's); the conformance "
-                "suite's test_stream_fencing runs each call"
-            ),
             "frames = await runstore.open_sse_stream(stores.streams, run_id, runs=stores.runs,": (
                 "a fragment of a FastAPI handler: the whole app is docs/examples/fastapi_app.py, "
                 "run by tests/web/test_fastapi_recipe.py"
             ),
         },
+        setup=textwrap.dedent("""
+            from langgraph.checkpoint.memory import InMemorySaver
+            from langgraph.graph import START, StateGraph
+
+            import runstore
+
+            graph = (StateGraph(runstore.get_thread_state_schema())
+                     .add_node("reply", lambda state: {"messages": [("ai", "ok")]})
+                     .add_edge(START, "reply").compile(checkpointer=InMemorySaver()))
+            inputs, config, run_id = {"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}}, "r1"
+            _opened = runstore.open(streams="memory://")
+            bridge = (await _opened.__aenter__()).streams
+            run, chunk = {"fence": 1}, {"reply": {"messages": []}}
+        """),
+        teardown="await _opened.__aexit__(None, None, None)",
     ),
     # The page's calls on an open saver, as a reader with the embedded default open has them.
     "threads.md": Page(
