@@ -131,7 +131,8 @@ def run_page(
     printed what ``expected`` says (keyed by a line of the block); ``env`` is added to the
     reader's environment. ``setup`` runs first in the same namespace (the names a page of
     fragments assumes the reader has), or just before the block holding the line
-    ``setup_before``; ``teardown`` runs last (closing what ``setup`` opened)."""
+    ``setup_before``; ``teardown`` runs last (closing what ``setup`` opened, or checking
+    what the page says the blocks did)."""
     needed = set().union(*(b.services() for b in blocks if exempt_reason(b, exempt) is None))
     urls, unreachable = _services(request, needed)
     to_run: list[Block] = []

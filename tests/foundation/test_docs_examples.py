@@ -41,7 +41,7 @@ class Page:
     env: dict[str, str] = field(default_factory=dict)
     #: For a page of fragments: what the page assumes the reader has (run first, not shown).
     setup: str = ""
-    #: Closes what `setup` opened.
+    #: Runs last: closes what `setup` opened, or checks what the page says its blocks did.
     teardown: str = ""
     #: A line of the block `setup` runs just before (default: before the first block).
     setup_before: str = ""
@@ -55,8 +55,14 @@ PAGES: dict[str, Page] = {
                 "a proposed patch to LangGraph's server adapter (langgraph_api), not runstore code"
             ),
         },
-        # The page sets delta mode in runstore.yaml or .env before the server imports agent.py.
+        # The page sets delta mode in runstore.yaml or .env before the server imports agent.py,
+        # and says the graph's schema follows it.
         env={"RUNSTORE_CHECKPOINT_CHANNEL_MODE": "delta"},
+        teardown=textwrap.dedent("""
+            from langgraph.channels.delta import DeltaChannel
+
+            assert isinstance(graph.channels["messages"], DeltaChannel), graph.channels["messages"]
+        """),
     ),
     # After the page's first example (on PostgreSQL), its fragments run inside a worker of
     # the embedded default: open stores, a graph, its inputs, a thread, a stream chunk.
