@@ -1,9 +1,11 @@
-"""Run README python blocks in order in one namespace, as a reader pasting them would.
+"""Run one page's python blocks in order in one namespace, as a reader pasting them would.
 
-``python readme_driver.py BLOCKS.json RESULTS.json`` (run with the scratch directory as
-the working directory). A block using top-level ``await`` runs on a fresh event loop
-(``asyncio.run``), as in ``python -m asyncio``; any other block runs as a script. Each
-block's stdout is recorded; the first failing block stops the run with its traceback.
+``python doc_driver.py BLOCKS.json RESULTS.json`` (run with the scratch directory as the
+working directory). BLOCKS.json is a list of ``{"index", "name", "code"}``; ``name`` (such
+as ``docs/store.md:19``) labels the block's tracebacks. A block using top-level ``await``
+runs on the run's one event loop, as in ``python -m asyncio`` (so a block may await what
+an earlier one opened); any other block runs as a script. Each block's stdout is recorded;
+the first failing block stops the run with its traceback.
 """
 
 from __future__ import annotations
@@ -24,15 +26,15 @@ def main(blocks_path: str, results_path: str) -> int:
     namespace: dict[str, object] = {"__name__": "__main__"}
     results: list[dict[str, object]] = []
     status = 0
+    loop = asyncio.new_event_loop()
     for block in blocks:
         out = io.StringIO()
         entry: dict[str, object] = {"index": block["index"], "ok": False}
         try:
-            code = compile(block["code"], f"<README block {block['index']}>", "exec",
-                           flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            code = compile(block["code"], f"<{block['name']}>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
             with contextlib.redirect_stdout(out):
                 if code.co_flags & inspect.CO_COROUTINE:
-                    asyncio.run(eval(code, namespace))
+                    loop.run_until_complete(eval(code, namespace))
                 else:
                     exec(code, namespace)
             entry["ok"] = True
@@ -43,6 +45,8 @@ def main(blocks_path: str, results_path: str) -> int:
         results.append(entry)
         if status:
             break
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
     with open(results_path, "w") as fh:
         json.dump(results, fh)
     return status
