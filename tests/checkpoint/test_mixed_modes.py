@@ -19,7 +19,7 @@ import pytest
 import runstore
 from runstore import CheckpointStateAccessor
 from runstore.checkpoint import modes
-from runstore.checkpoint.forwarding import DeltaMarkingSaver, unwrap_saver
+from runstore.checkpoint.forwarding import DeltaMarkingSaver, ForwardingSaver, unwrap_saver
 from runstore.errors import CheckpointModeMismatchError
 
 from .graphs import chat_builder, contents, thread, turn
@@ -78,6 +78,14 @@ def test_inject_checkpoint_mode_marks_or_unmarks_and_checks_nothing() -> None:
     assert modes.MODE_METADATA_KEY in marked["metadata"], "the given config is not changed"
 
 
+def _layers(saver: Any) -> list[Any]:
+    """``saver`` and every saver it forwards to, outermost first."""
+    layers = [saver]
+    while isinstance(layers[-1], ForwardingSaver):
+        layers.append(layers[-1].inner)
+    return layers
+
+
 async def test_runstore_open_wraps_only_in_delta_mode_and_gates_no_graph_run(tmp_path: Path) -> None:
     """On one sqlite file: a store opened in delta mode marks every checkpoint, one opened
     in full mode hands out the bare saver, and neither refuses the other's threads."""
@@ -85,7 +93,7 @@ async def test_runstore_open_wraps_only_in_delta_mode_and_gates_no_graph_run(tmp
     delta_cfg = {"checkpoint_channel_mode": "delta", "checkpoint_delta": {"snapshot_frequency": 3}}
     cfg = {"configurable": {"thread_id": "t1"}}
     async with runstore.open(delta_cfg, checkpointer=url) as stores:
-        assert isinstance(stores.checkpointer, DeltaMarkingSaver)
+        assert any(isinstance(layer, DeltaMarkingSaver) for layer in _layers(stores.checkpointer))
         graph = chat_builder("delta", 3).compile(checkpointer=stores.checkpointer)
         await turn(graph, cfg, "q1")  # no inject_checkpoint_mode: the wrapper marks
         assert modes.is_delta_metadata((await _head(stores.checkpointer, "t1")).metadata)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runstore.clock import ManualClock
-from runstore.errors import BackendUnavailableError, RunError
+from runstore.errors import BackendUnavailableError, RunError, SchemaNotSetUpError
 from runstore.options import BackendOptions
 from runstore.runs.protocol import RunStore
 from runstore.settings import Settings
@@ -96,16 +96,28 @@ async def test_driver_errors_are_run_errors_with_the_cause(open_store: OpenStore
     await store.create("t", run_id="a")
     raw = await _raw(db_url)
     try:
-        await _execute(raw, "DROP TABLE runstore_runs")
+        await _execute(raw, "ALTER TABLE runstore_runs DROP COLUMN metadata")
     finally:
         await _close(raw)
     with pytest.raises(RunError) as info:
         await store.create("t", run_id="b")
-    assert info.value.__cause__ is not None and "runstore_runs" in str(info.value.__cause__)
+    assert info.value.__cause__ is not None and "metadata" in str(info.value.__cause__)
     assert not isinstance(info.value, BackendUnavailableError)
     with pytest.raises(RunError) as info:
         await store.get("a")
     assert info.value.__cause__ is not None
+
+
+async def test_a_missing_table_says_to_call_setup(open_store: OpenStore, db_url: str) -> None:
+    store = await open_store()
+    raw = await _raw(db_url)
+    try:
+        await _execute(raw, "DROP TABLE runstore_runs")
+    finally:
+        await _close(raw)
+    with pytest.raises(SchemaNotSetUpError, match=r"setup\(\)") as info:
+        await store.create("t", run_id="b")
+    assert "runstore_runs" in str(info.value.__cause__)
 
 
 async def test_a_locked_sqlite_file_is_unavailable_and_nothing_is_written(sqlite_url: str, tmp_path: Any) -> None:
