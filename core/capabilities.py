@@ -44,6 +44,9 @@ CAPABILITIES: dict[str, str] = {
     "checked_ids": "saver refuses ids, namespaces, task ids and channels no backend can store "
     "(a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
     "replay": "stream bridge replays retained events to late subscribers",
+    "bulk_import": "event store lists its threads, reads a feed across owners and writes records "
+    "back under their original seq, created_at and owner, insert-if-absent, one transaction per "
+    "call (runstore.events.bulk.BulkEventStore); what runstore migrate/import need for events",
 }
 
 
@@ -65,6 +68,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "global_list_order": _SAVER,
     "checked_ids": _SAVER,
     "replay": frozenset({Kind.STREAMS}),
+    "bulk_import": frozenset({Kind.EVENTS}),
 }
 
 

@@ -48,7 +48,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.events:MemoryEventStore.open",
-        capabilities=["fencing"],
+        capabilities=["fencing", "bulk_import"],
         description="in-process event store with per-thread indexes",
     )
 

@@ -63,7 +63,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "postgres",
         schemes=SCHEMES,
         factory="runstore.plugins.postgres.events:PostgresEventStore.open",
-        capabilities=["durable", "cross_process", "owner_filter", "fencing"],
+        capabilities=["durable", "cross_process", "owner_filter", "fencing", "bulk_import"],
         drivers=DRIVERS,
         extra="postgres",
         description="SQLAlchemy/asyncpg event store: postgresql://user@host/db",

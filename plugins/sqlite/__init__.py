@@ -57,7 +57,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "sqlite",
         schemes=["sqlite"],
         factory="runstore.plugins.sqlite.events:SqliteEventStore.open",
-        capabilities=["durable", "cross_process", "owner_filter", "fencing"],
+        capabilities=["durable", "cross_process", "owner_filter", "fencing", "bulk_import"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
     )
 
