@@ -87,7 +87,8 @@ class MigrateOptions:
     progress: Progress | None = None
 
 
-def _check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:
+def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:
+    """Refuse a kind one side lacks, events without ``bulk_import``, a stock saver as destination."""
     for kind in kinds:
         if isinstance(source, Endpoint) and not source.has(kind):
             raise KindNotServedError(f"the source {source.label} has no {kind} store; choose --kinds")
@@ -102,11 +103,12 @@ def _check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> 
                     "(aexport_thread_ids, aexport_events, aimport_events): its feeds cannot be copied with their "
                     "seqs, and renumbering them would break the cursors clients hold; leave events out with --kinds"
                 )
-    if destination.stock:
+    if destination.stock and destination is not getattr(source, "endpoint", None):
         raise KindNotServedError(f"{destination.label} is a LangGraph stock saver: migrate reads it, never writes it")
 
 
-async def _check_mode(source: Any, options: MigrateOptions) -> None:
+async def check_mode(source: Any, options: MigrateOptions) -> None:
+    """Refuse delta threads into a full-mode destination (`MigrationModeError`)."""
     if "saver" in options.kinds and options.destination_mode == "full" and await source.has_delta_threads():
         raise MigrationModeError(
             f"the source {source.label} holds delta-mode threads, but the destination is run in full mode: "
@@ -160,8 +162,8 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
 async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -> MigrationReport:
     """Copy ``options.kinds`` from ``source`` to ``destination``; see the module docstring."""
     started = time.monotonic()
-    _check_kinds(source, destination, options.kinds)
-    await _check_mode(source, options)
+    check_kinds(source, destination, options.kinds)
+    await check_mode(source, options)
     ledger = Ledger.load(None if options.dry_run else options.ledger)
     if options.dry_run and options.ledger is not None:
         ledger = Ledger.load(options.ledger)
