@@ -75,7 +75,13 @@ class _progress:
     def __enter__(self) -> Any:
         if not self._live:
             return None
-        from rich.progress import Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            Progress,
+            ProgressColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
         from rich.text import Text
 
         from runstore.cli.console import err_console

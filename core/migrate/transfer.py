@@ -10,7 +10,13 @@ from typing import Any
 from runstore.errors import KindNotServedError, SameBackendError
 from runstore.migrate.archive import ArchiveSource, ArchiveWriter
 from runstore.migrate.endpoints import KINDS, open_endpoint, same_place, served_kinds
-from runstore.migrate.engine import MigrateOptions, MigrationReport, check_kinds, check_mode, migrate
+from runstore.migrate.engine import (
+    MigrateOptions,
+    MigrationReport,
+    check_kinds,
+    check_mode,
+    migrate,
+)
 from runstore.migrate.ledger import default_path
 from runstore.migrate.sources import LiveSource
 from runstore.redaction import redact
@@ -81,7 +87,7 @@ async def run_import(path: Path, url: str, options: MigrateOptions, kinds: Seque
     archive = ArchiveSource(path)
     options.kinds = _kinds(kinds, archive.header.get("kinds", []), served_kinds(url))
     if options.ledger is None:
-        options.ledger = default_path(str(path.resolve()), url)
+        options.ledger = default_path(str(path.absolute()), url)
     await check_mode(archive, options)
     async with open_endpoint(url, options.kinds) as dst:
         if dst.saver is not None:
