@@ -3,6 +3,7 @@ import an archive, each opening its sides and closing them again."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ async def run_import(path: Path, url: str, options: MigrateOptions, kinds: Seque
     archive = ArchiveSource(path)
     options.kinds = _kinds(kinds, archive.header.get("kinds", []), served_kinds(url))
     if options.ledger is None:
-        options.ledger = default_path(str(path.absolute()), url)
+        options.ledger = default_path(os.path.abspath(path), url)
     await check_mode(archive, options)
     async with open_endpoint(url, options.kinds) as dst:
         if dst.saver is not None:
