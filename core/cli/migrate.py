@@ -195,4 +195,4 @@ def import_cmd(archive: Path, url: str, kinds: str | None, dry_run: bool, on_con
 
     options = MigrateOptions(kinds=(), dry_run=dry_run, on_conflict=on_conflict, verify=verify,  # type: ignore[arg-type]
                              destination_mode=_mode(mode), ledger=ledger)  # fmt: skip
-    _run_copy(lambda: run_import(archive, url, options, _kinds(kinds)), as_json, options)
+    _run_copy(lambda: run_import(archive.resolve(), url, options, _kinds(kinds)), as_json, options)

@@ -3,7 +3,6 @@ import an archive, each opening its sides and closing them again."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,11 +83,12 @@ async def run_export(url: str, path: Path, kinds: Sequence[str] | None) -> dict[
 
 
 async def run_import(path: Path, url: str, options: MigrateOptions, kinds: Sequence[str] | None) -> MigrationReport:
-    """``runstore import FILE URL``: an archive into a backend, verified against the archive."""
+    """``runstore import FILE URL``: an archive into a backend, verified against the archive
+    (give ``path`` absolute: the default ledger is keyed by it)."""
     archive = ArchiveSource(path)
     options.kinds = _kinds(kinds, archive.header.get("kinds", []), served_kinds(url))
     if options.ledger is None:
-        options.ledger = default_path(os.path.abspath(path), url)
+        options.ledger = default_path(str(path), url)
     await check_mode(archive, options)
     async with open_endpoint(url, options.kinds) as dst:
         if dst.saver is not None:
