@@ -85,6 +85,8 @@ class MigrateOptions:
     destination_mode: str = "full"
     ledger: Path | None = None
     progress: Progress | None = None
+    #: How far before the last pass's start a catch-up looks (the writers' clock skew).
+    watermark_margin: timedelta = WATERMARK_MARGIN
 
 
 def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:
@@ -171,7 +173,7 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
     pass_kind = "resume" if ledger.resuming else ("catch-up" if ledger.watermark else "copy")
     updated_after = None
     if ledger.watermark and not ledger.resuming:
-        updated_after = datetime.fromisoformat(ledger.watermark) - WATERMARK_MARGIN
+        updated_after = datetime.fromisoformat(ledger.watermark) - options.watermark_margin
     counts = {kind: KindCounts() for kind in options.kinds}
     report = MigrationReport(
         source.label, destination.label, list(options.kinds), options.dry_run, pass_kind,

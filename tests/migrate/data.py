@@ -72,3 +72,21 @@ async def saver_view(saver: Any, thread_id: str) -> list[Any]:
                     {k: load(v) for k, v in record.values.items()},
                     [(w.task_id, w.channel, load(w.value)) for w in record.writes]))  # fmt: skip
     return out
+
+
+async def graph_view(saver: Any, thread_id: str, mode: str) -> Any:
+    """What LangGraph answers for the thread: state, the whole history, the delta history."""
+    graph = build_graph(mode, 3, saver)
+    config = {"configurable": {"thread_id": thread_id}}
+    state = await graph.aget_state(config)
+    history = [(s.config["configurable"]["checkpoint_id"], [(m.id, m.content) for m in s.values.get("messages", [])],
+                s.next, s.metadata.get("step")) async for s in graph.aget_state_history(config)]  # fmt: skip
+    head = state.config
+    delta = await saver.aget_delta_channel_history(config=head, channels=["messages"]) if mode == "delta" else {}
+    delta_view = {ch: [(w[0], w[1], str(w[2])) for w in entry["writes"]] for ch, entry in delta.items()}
+    return [(m.id, m.content) for m in state.values.get("messages", [])], history, delta_view
+
+
+async def event_view(store: Any, thread_id: str) -> list[dict[str, Any]]:
+    """Every event of the thread with seq, created_at and owner."""
+    return [dict(r) for r in await store.aexport_events(thread_id, limit=10_000)]
