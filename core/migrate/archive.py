@@ -72,12 +72,12 @@ def check_header(header: Any, path: Path | str) -> dict[str, Any]:
 
 def read_header(path: Path) -> dict[str, Any]:
     """The archive's header, checked; also reads the file through to its end record."""
-    header: dict[str, Any] = {}
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            header = check_header(json.loads(handle.readline() or "null"), path)
+            first = json.loads(handle.readline() or "null")
     except (OSError, ValueError, EOFError) as exc:
         raise ArchiveFormatError(f"{path} is not a runstore archive (a gzip'd JSON-lines file): {exc}") from exc
+    header = check_header(first, path)
     for _ in _lines(path):
         pass
     return header

@@ -118,7 +118,7 @@ async def read_thread(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[C
 
 
 def fingerprint(record: CheckpointRecord, serde: Any) -> str:
-    """A digest of what the checkpoint holds, independent of the serde's byte encoding
+    """A digest of what the checkpoint stored, independent of the serde's byte encoding
     (payloads are loaded with ``serde`` and re-encoded canonically)."""
     from runstore.migrate.digest import canonical
 
@@ -126,7 +126,9 @@ def fingerprint(record: CheckpointRecord, serde: Any) -> str:
     h.update(repr((record.thread_id, record.checkpoint_ns, record.checkpoint_id, record.parent_id)).encode())
     h.update(canonical(serde.loads_typed((record.checkpoint.type, record.checkpoint.data))))
     h.update(canonical(serde.loads_typed((record.metadata.type, record.metadata.data))))
-    for channel in sorted(record.values):
+    # Only the values this checkpoint stored: a value carried from the parent under the same
+    # version is the parent's (savers differ in whether they hand it out again).
+    for channel in sorted(set(record.values) & set(record.new_versions)):
         blob = record.values[channel]
         h.update(channel.encode() + b"\0" + canonical(serde.loads_typed((blob.type, blob.data))))
     for write in record.writes:

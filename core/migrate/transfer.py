@@ -9,7 +9,7 @@ from typing import Any
 
 from runstore.errors import KindNotServedError, SameBackendError
 from runstore.migrate.archive import ArchiveSource, ArchiveWriter
-from runstore.migrate.endpoints import KINDS, open_endpoint, same_place, served_kinds
+from runstore.migrate.endpoints import KINDS, Endpoint, open_endpoint, same_place, served_kinds
 from runstore.migrate.engine import (
     MigrateOptions,
     MigrationReport,
@@ -57,28 +57,35 @@ async def run_export(url: str, path: Path, kinds: Sequence[str] | None) -> dict[
     """``runstore export URL -o FILE``: every record of ``kinds`` into one archive."""
     chosen = _kinds(kinds, served_kinds(url))
     async with open_endpoint(url, chosen, create=False) as endpoint:
-        source = LiveSource(endpoint)
-        check_kinds(source, endpoint, chosen)  # the same refusals as a migration's
-        delta = "saver" in chosen and await source.has_delta_threads()
-        writer = ArchiveWriter(path, source=redact(url), kinds=list(chosen), delta_threads=delta)
-        try:
-            threads = {kind: 0 for kind in chosen}
-            if "saver" in chosen:
-                async for _, records in source.saver_threads():
-                    threads["saver"] += 1
-                    for record in records:
-                        writer.checkpoint(record)
-            if "events" in chosen:
-                last = None
-                async for thread_id, page in source.event_pages():
-                    threads["events"] += thread_id != last
-                    last = thread_id
-                    for event in page:
-                        writer.event(event)
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close()
+        return await export(endpoint, path, chosen)
+
+
+async def export(endpoint: Endpoint, path: Path, kinds: Sequence[str]) -> dict[str, Any]:
+    """Write ``kinds`` of an open endpoint into the archive ``path`` (its saver's serde
+    produced the payloads, which are archived as they are)."""
+    chosen = tuple(kinds)
+    source = LiveSource(endpoint)
+    check_kinds(source, endpoint, chosen)  # the same refusals as a migration's
+    delta = "saver" in chosen and await source.has_delta_threads()
+    writer = ArchiveWriter(path, source=redact(endpoint.label), kinds=list(chosen), delta_threads=delta)
+    threads = dict.fromkeys(chosen, 0)
+    try:
+        if "saver" in chosen:
+            async for _, records in source.saver_threads():
+                threads["saver"] += 1
+                for record in records:
+                    writer.checkpoint(record)
+        if "events" in chosen:
+            last = None
+            async for thread_id, page in source.event_pages():
+                threads["events"] += thread_id != last
+                last = thread_id
+                for event in page:
+                    writer.event(event)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
     return {"archive": str(path), "kinds": list(chosen), "threads": threads, **writer.counts}
 
 
