@@ -71,15 +71,22 @@ def check_header(header: Any, path: Path | str) -> dict[str, Any]:
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The archive's header, checked; also reads the file through to its end record."""
+    """The archive's header, checked; every record is checked too, through to the end record."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             first = json.loads(handle.readline() or "null")
     except (OSError, ValueError, EOFError) as exc:
         raise ArchiveFormatError(f"{path} is not a runstore archive (a gzip'd JSON-lines file): {exc}") from exc
     header = check_header(first, path)
-    for _ in _lines(path):
-        pass
+    # Every record is checked before anything is written: a bad line refuses the whole archive.
+    for entry in _lines(path):
+        kind = entry.get("kind")
+        if kind == "checkpoint":
+            CheckpointRecord.from_json(entry)
+        elif kind == "event":
+            event_from_json(entry)
+        elif kind != "end":
+            raise ArchiveFormatError(f"{path}: a record of unknown kind {kind!r} (accepted: checkpoint, event)")
     return header
 
 
