@@ -127,12 +127,12 @@ def _saver_conflict(records: list[CheckpointRecord], held: dict[tuple[str, str],
     return any(wanted.get(key) != fp for key, fp in held.items())
 
 
-async def _events_conflict(store: Any, thread_id: str, page: list[dict[str, Any]]) -> bool:
-    """Whether the destination holds any of the page's seqs with other content."""
-    first, last = page[0]["seq"], page[-1]["seq"]
-    held = await store.aexport_events(thread_id, after_seq=first - 1, limit=last - first + 1)
-    if not held:
-        return False
+async def _events_conflict(store: Any, thread_id: str, page: list[dict[str, Any]], after: int) -> bool:
+    """Whether the destination holds, in ``(after, last seq of the page]``, a seq the page
+    lacks or holds with other content."""
+    last = page[-1]["seq"]
+    held = await store.aexport_events(thread_id, after_seq=after, limit=len(page) + 1)
+    held = [h for h in held if h["seq"] <= last]
     by_seq = {record["seq"]: record for record in page}
     return any(
         h["seq"] not in by_seq or events_digest([h]) != events_digest([by_seq[h["seq"]]]) for h in held
@@ -155,8 +155,11 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
                         counts["saver"].conflicts.append(thread_id)
     if "events" in options.kinds:
         flagged: set[str] = set()
+        last: dict[str, int] = dict(ledger.event_seqs)
         async for thread_id, page in source.event_pages(ledger.event_seqs):
-            if thread_id not in flagged and await _events_conflict(destination.events, thread_id, page):
+            after = last.get(thread_id, 0)
+            last[thread_id] = page[-1]["seq"]
+            if thread_id not in flagged and await _events_conflict(destination.events, thread_id, page, after):
                 flagged.add(thread_id)
         counts["events"].conflicts.extend(sorted(flagged))
 
@@ -257,10 +260,10 @@ async def _copy_events(source: Any, destination: Endpoint, options: MigrateOptio
         if thread_id != current:
             if current is not None:
                 ledger.finish("events", current, last_seq)
-            current, last_seq = thread_id, 0
+            current, last_seq = thread_id, ledger.event_seqs.get(thread_id, 0)
             counts.threads += 1
             ledger.begin("events", thread_id)
-        if options.on_conflict != "fail" and await _events_conflict(store, thread_id, page):
+        if options.on_conflict != "fail" and await _events_conflict(store, thread_id, page, last_seq):
             if options.on_conflict == "skip":
                 if thread_id not in counts.conflicts:
                     counts.conflicts.append(thread_id)
