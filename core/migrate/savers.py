@@ -33,8 +33,8 @@ def _thread_config(thread_id: str) -> Any:
 
 async def thread_ids(saver: BaseCheckpointSaver[Any], *, updated_after: Any = None) -> AsyncIterator[str]:
     """Every thread id of ``saver`` once; with ``updated_after`` (a datetime) and a thread
-    index, only threads written since. Without an index, one ``alist(None)`` pass (its
-    ids are held in a set: memory grows with the thread count, not the data)."""
+    index, only threads written since. Without an index, one ``alist(None)`` pass whose
+    ids are held in memory (grows with the thread count, not the data)."""
     inner = unwrap_saver(saver)
     if isinstance(inner, ThreadIndexSaver):
         cursor: str | None = None
@@ -45,12 +45,13 @@ async def thread_ids(saver: BaseCheckpointSaver[Any], *, updated_after: Any = No
             cursor = page.next_cursor
             if cursor is None:
                 return
-    seen: set[str] = set()
+    # Collected before any is handed out: a stock saver holds a lock while its listing is
+    # open, and the caller reads each thread with another listing.
+    seen: dict[str, None] = {}
     async for item in saver.alist(None):
-        thread_id = str(item.config["configurable"]["thread_id"])
-        if thread_id not in seen:
-            seen.add(thread_id)
-            yield thread_id
+        seen.setdefault(str(item.config["configurable"]["thread_id"]), None)
+    for thread_id in seen:
+        yield thread_id
 
 
 def _blob(serde: Any, value: Any) -> Blob:

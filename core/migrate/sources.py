@@ -7,6 +7,7 @@ source reads through the public protocols; the archive reads its file front to b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -42,8 +43,10 @@ class LiveSource:
         """Whether any checkpoint carries the delta-mode marker (one filtered listing per marker)."""
         saver = self.endpoint.saver
         for key in (MODE_METADATA_KEY, LEGACY_MODE_METADATA_KEY):
-            async for _ in saver.alist(None, filter={key: "delta"}, limit=1):
-                return True
+            # Closed at once: a stock saver holds its lock while a listing is open.
+            async with contextlib.aclosing(saver.alist(None, filter={key: "delta"}, limit=1)) as found:
+                async for _ in found:
+                    return True
         return False
 
     async def event_pages(self, after: dict[str, int] | None = None) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
