@@ -9,7 +9,12 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from runstore.conformance.savers_graph import build_graph
-from runstore.errors import KindNotServedError, MigrationConflictError, MigrationModeError, SameBackendError
+from runstore.errors import (
+    KindNotServedError,
+    MigrationConflictError,
+    MigrationModeError,
+    SameBackendError,
+)
 from runstore.migrate.endpoints import open_endpoint
 from runstore.migrate.engine import MigrateOptions, migrate
 from runstore.migrate.sources import LiveSource
@@ -34,7 +39,7 @@ async def populate(target: str) -> None:
 async def test_the_same_store_on_both_sides_is_refused(tmp_path: Path) -> None:
     a = url(tmp_path, "a.db")
     await populate(a)
-    spelled_otherwise = "sqlite:///" + str((tmp_path / "." / "a.db"))
+    spelled_otherwise = "sqlite:///" + str(tmp_path / "." / "a.db")
     with pytest.raises(SameBackendError, match="the same store"):
         await run_migrate(a, spelled_otherwise, MigrateOptions(kinds=()), None)
 
