@@ -16,32 +16,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from runstore.checkpoint.rules import delta_channels
+from runstore.migrate.fingerprints import canonical, fingerprint
 from runstore.migrate.records import CheckpointRecord
-
-_CANON = JsonPlusSerializer()
-
-
-def _normal(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return [[str(k), _normal(v)] for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))]
-    if isinstance(value, list | tuple):
-        return [_normal(v) for v in value]
-    return value
-
-
-def canonical(value: Any) -> bytes:
-    """Deterministic bytes of a loaded payload (mappings by sorted key)."""
-    type_, data = _CANON.dumps_typed(_normal(value))
-    return type_.encode() + b"\0" + bytes(data)
 
 
 def saver_thread_digest(records: Iterable[CheckpointRecord], serde: Any, history: Mapping[str, Any]) -> str:
     """The digest of one saver thread from its records (any order) and its heads' delta history."""
-    from runstore.migrate.savers import fingerprint
-
     h = hashlib.sha256()
     for fp in sorted(fingerprint(record, serde) for record in records):
         h.update(fp.encode())

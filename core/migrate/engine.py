@@ -27,9 +27,10 @@ from runstore.errors import (
 from runstore.events.bulk import BulkEventStore
 from runstore.migrate.digest import events_digest, saver_digest, saver_thread_digest
 from runstore.migrate.endpoints import Endpoint
+from runstore.migrate.fingerprints import fingerprint
 from runstore.migrate.ledger import Ledger
 from runstore.migrate.records import CheckpointRecord
-from runstore.migrate.savers import fingerprint, held_checkpoints, write_record
+from runstore.migrate.savers import held_checkpoints, write_record
 
 OnConflict = Literal["fail", "skip", "overwrite"]
 #: How far before a pass's start the next pass looks for changed threads (clock skew

@@ -13,7 +13,6 @@ destination already holds, so a re-run copies nothing twice.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, Check
 
 from runstore.checkpoint.contracts import ThreadIndexSaver
 from runstore.checkpoint.forwarding import unwrap_saver
+from runstore.migrate.fingerprints import fingerprint
 from runstore.migrate.records import Blob, CheckpointRecord, PendingWrite
 
 #: Threads fetched per page of the thread index.
@@ -116,26 +116,6 @@ async def read_thread(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[C
         versions[(ns, str(configurable["checkpoint_id"]))] = item.checkpoint.get("channel_versions") or {}
         records.append(record_of(serde, item, parent))
     return records
-
-
-def fingerprint(record: CheckpointRecord, serde: Any) -> str:
-    """A digest of what the checkpoint stored, independent of the serde's byte encoding
-    (payloads are loaded with ``serde`` and re-encoded canonically)."""
-    from runstore.migrate.digest import canonical
-
-    h = hashlib.sha256()
-    h.update(repr((record.thread_id, record.checkpoint_ns, record.checkpoint_id, record.parent_id)).encode())
-    h.update(canonical(serde.loads_typed((record.checkpoint.type, record.checkpoint.data))))
-    h.update(canonical(serde.loads_typed((record.metadata.type, record.metadata.data))))
-    # Only the values this checkpoint stored: a value carried from the parent under the same
-    # version is the parent's (savers differ in whether they hand it out again).
-    for channel in sorted(set(record.values) & set(record.new_versions)):
-        blob = record.values[channel]
-        h.update(channel.encode() + b"\0" + canonical(serde.loads_typed((blob.type, blob.data))))
-    for write in record.writes:
-        h.update(write.task_id.encode() + b"\0" + write.channel.encode() + b"\0")
-        h.update(canonical(serde.loads_typed((write.value.type, write.value.data))))
-    return h.hexdigest()
 
 
 def _task_paths(writes: Iterable[PendingWrite]) -> dict[str, str]:
