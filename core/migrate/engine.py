@@ -11,6 +11,7 @@ changed since that pass started (the watermark), and a finished migration copies
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -86,6 +87,8 @@ class MigrateOptions:
     destination_mode: str = "full"
     ledger: Path | None = None
     progress: Progress | None = None
+    #: Saver threads copied at once (their writes share the destination's group commits).
+    concurrency: int = 8
     #: How far before the last pass's start a catch-up looks (the writers' clock skew).
     watermark_margin: timedelta = WATERMARK_MARGIN
 
@@ -212,38 +215,56 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
 
 async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                       counts: KindCounts, updated_after: datetime | None) -> None:  # fmt: skip
-    saver = destination.saver
+    """Copy saver threads, ``options.concurrency`` at a time (a thread's checkpoints in order):
+    concurrent writes share the destination's group commits."""
     done = ledger.done.get("saver", {})
+    queue: asyncio.Queue[tuple[str, list[CheckpointRecord]] | None] = asyncio.Queue(maxsize=options.concurrency)
+
+    async def work() -> None:
+        while (item := await queue.get()) is not None:
+            await _copy_saver_thread(source, destination, options, ledger, counts, *item)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(options.concurrency):
+            group.create_task(work())
+        # A worker's failure cancels this loop (the task group), and the others with it.
+        async for thread_id, records in source.saver_threads(updated_after=updated_after):
+            if thread_id not in done:
+                counts.threads += 1
+                await queue.put((thread_id, records))
+        for _ in range(options.concurrency):
+            await queue.put(None)
+
+
+async def _copy_saver_thread(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
+                             counts: KindCounts, thread_id: str, records: list[CheckpointRecord]) -> None:  # fmt: skip
+    saver = destination.saver
     ours = ledger.begun.get("saver", set())
-    async for thread_id, records in source.saver_threads(updated_after=updated_after):
-        if thread_id in done:
-            continue
-        counts.threads += 1
-        held = await held_checkpoints(saver, thread_id)
-        if held and thread_id not in ours and _saver_conflict(records, held, source.serde):
-            if options.on_conflict == "skip":
-                counts.conflicts.append(thread_id)
-                continue
-            if options.on_conflict == "fail":  # appeared after the prescan: a concurrent writer
-                raise MigrationConflictError("saver", [thread_id])
+    held = await held_checkpoints(saver, thread_id)
+    if held and thread_id not in ours and _saver_conflict(records, held, source.serde):
+        if options.on_conflict == "skip":
             counts.conflicts.append(thread_id)
-            ledger.begin("saver", thread_id)
-            await saver.adelete_thread(thread_id)
-            held = {}
-        else:
-            ledger.begin("saver", thread_id)
-        for record in records:
-            key = (record.checkpoint_ns, record.checkpoint_id)
-            if key in held and held[key] == fingerprint(record, source.serde):
-                counts.present += 1
-                continue
-            await write_record(saver, record, source.serde)
-            counts.copied += 1
-            counts.writes += len(record.writes)
-            counts.bytes += _size(record)
-            if options.progress is not None:
-                options.progress("saver", counts.threads, counts.copied)
-        ledger.finish("saver", thread_id)
+            return
+        if options.on_conflict == "fail":  # appeared after the prescan: a concurrent writer
+            raise MigrationConflictError("saver", [thread_id])
+        counts.conflicts.append(thread_id)
+        ledger.begin("saver", thread_id)
+        await saver.adelete_thread(thread_id)
+        held = {}
+    else:
+        ledger.begin("saver", thread_id)
+    for record in records:
+        key = (record.checkpoint_ns, record.checkpoint_id)
+        if key in held and held[key] == fingerprint(record, source.serde):
+            counts.present += 1
+            continue
+        await write_record(saver, record, source.serde)
+        counts.copied += 1
+        counts.writes += len(record.writes)
+        counts.bytes += _size(record)
+        if options.progress is not None:
+            options.progress("saver", counts.threads, counts.copied)
+    ledger.finish("saver", thread_id)
 
 
 def _size(record: CheckpointRecord) -> int:
