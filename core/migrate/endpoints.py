@@ -97,7 +97,15 @@ async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) 
                 f"no {kind} backend serves {parsed.scheme}:// ({url}); the kinds it serves: "
                 f"{', '.join(served_kinds(url)) or 'none'}; choose them with --kinds"
             )
-        specs[kind] = kinds_registry.for_url(parsed)
+        spec = kinds_registry.for_url(parsed)
+        if kind == "events" and not spec.has("bulk_import"):
+            # Refused before anything opens (an open may create files or tables).
+            raise KindNotServedError(
+                f"the event store {spec.name!r} ({url}) does not declare bulk_import: its feeds cannot be "
+                "copied with their seqs, and renumbering them would break the cursors clients hold; "
+                "leave events out with --kinds"
+            )
+        specs[kind] = spec
     # Full-mode settings: the saver opens unwrapped, so checkpoints are copied as stored.
     async with BackendOptions.scope(Settings.load({"checkpoint_channel_mode": "full"})) as options:
         options.migrate = create
