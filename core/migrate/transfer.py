@@ -37,6 +37,14 @@ def _kinds(wanted: Sequence[str] | None, *served: Sequence[str]) -> tuple[str, .
     return tuple(common)
 
 
+def _missing_file(url: str) -> bool:
+    from runstore.urls import BackendURL
+
+    parsed = BackendURL.parse(url)
+    path = parsed.file_path() if parsed.scheme == "sqlite" else None
+    return path is not None and not path.exists()
+
+
 async def run_migrate(source: str, destination: str, options: MigrateOptions, kinds: Sequence[str] | None) -> MigrationReport:
     """``runstore migrate SOURCE DESTINATION``."""
     if same_place(source, destination):
@@ -49,7 +57,11 @@ async def run_migrate(source: str, destination: str, options: MigrateOptions, ki
     async with open_endpoint(source, options.kinds, create=False) as src:
         # Refusals the source alone decides come before the destination is opened (or created).
         await check_mode(LiveSource(src), options)
-        async with open_endpoint(destination, options.kinds) as dst:
+        # A dry run against a sqlite file that does not exist yet compares with an empty
+        # store instead of creating the file.
+        target = "memory://" if options.dry_run and _missing_file(destination) else destination
+        async with open_endpoint(target, options.kinds, create=not options.dry_run or target != destination) as dst:
+            dst.label = destination
             return await migrate(LiveSource(src), dst, options)
 
 

@@ -131,3 +131,12 @@ async def test_a_dry_run_counts_and_writes_nothing(tmp_path: Path) -> None:
         assert report.counts["saver"].copied > 0 and report.counts["events"].copied > 0
         assert await saver_view(dst.saver, "thread-delta") == [] and await saver_view(dst.saver, "thread-full") == before
     assert not (tmp_path / "ledger").exists()
+
+
+async def test_a_dry_run_into_a_file_not_there_yet_creates_nothing(tmp_path: Path) -> None:
+    a = url(tmp_path, "a.db")
+    await populate(a)
+    report = await run_migrate(a, url(tmp_path, "new.db"), MigrateOptions(kinds=(), dry_run=True, destination_mode="delta",
+                                                                          ledger=tmp_path / "ledger"), None)  # fmt: skip
+    assert report.counts["saver"].copied > 0 and report.destination.endswith("new.db")
+    assert not (tmp_path / "new.db").exists() and not (tmp_path / "ledger").exists()
