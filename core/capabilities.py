@@ -45,8 +45,10 @@ CAPABILITIES: dict[str, str] = {
     "(a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
     "replay": "stream bridge replays retained events to late subscribers",
     "bulk_import": "event store lists its threads, reads a feed across owners and writes records "
-    "back under their original seq, created_at and owner, insert-if-absent, one transaction per "
-    "call (runstore.events.bulk.BulkEventStore); what runstore migrate/import need for events",
+    "back under their original seq, created_at and owner (runstore.events.bulk.BulkEventStore); run "
+    "store lists its threads, exports a thread's runs as stored and imports them with their statuses, "
+    "times and fencing counters (aexport_run_thread_ids, aexport_runs, aimport_runs); both "
+    "insert-if-absent, one transaction per call: what runstore migrate/import need",
 }
 
 
@@ -68,7 +70,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "global_list_order": _SAVER,
     "checked_ids": _SAVER,
     "replay": frozenset({Kind.STREAMS}),
-    "bulk_import": frozenset({Kind.EVENTS}),
+    "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS}),
 }
 
 

@@ -430,6 +430,21 @@ class MigrationModeError(MigrationError, CheckpointModeError):
     """Source threads are in a checkpoint channel mode the destination is not opened for."""
 
 
+class ActiveRunsError(MigrationError):
+    """The source holds runs under a lease (running); ``run_ids`` names them. Let them
+    finish, or pass ``--include-active`` to copy them as orphaned (the destination's
+    recovery, `RunStore.claim_expired`, ends them)."""
+
+    def __init__(self, run_ids: Iterable[str]) -> None:
+        self.run_ids = sorted(run_ids)
+        shown = ", ".join(self.run_ids[:10]) + (" ..." if len(self.run_ids) > 10 else "")
+        super().__init__(
+            f"the source holds {len(self.run_ids)} running (leased) run(s): {shown}; nothing was written. "
+            "Let them finish first, or pass --include-active to copy them as orphaned (their leases expired, "
+            "so the destination's recovery ends them)"
+        )
+
+
 class ArchiveFormatError(MigrationError, ValueError):
     """An archive file is not a runstore archive, or one of its records is malformed."""
 

@@ -38,6 +38,8 @@ def _copy_options(fn: Any) -> Any:
                          help="The checkpoint channel mode the destination runs in (default: the configured one)."),
             click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path),
                          help="The progress ledger (default: beside a sqlite destination, else .runstore/migrations/)."),
+            click.option("--include-active", is_flag=True,
+                         help="Copy running (leased) runs as orphaned, for the destination's recovery to end them."),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
         ]
     ):
@@ -99,7 +101,7 @@ class _progress:
         self._bar.__enter__()
 
         def update(kind: str, threads: int, copied: int) -> None:
-            label = "checkpoints" if kind == "saver" else "events"
+            label = {"saver": "checkpoints", "events": "events", "runs": "runs"}[kind]
             if kind not in self._tasks:
                 self._tasks[kind] = self._bar.add_task(label, total=None, threads=0)
             self._bar.update(self._tasks[kind], completed=copied, threads=threads)
@@ -130,7 +132,7 @@ def _print_report(report: Any) -> None:
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for kind, c in report.counts.items():
         shown = ", ".join(c.conflicts[:5]) + (" ..." if len(c.conflicts) > 5 else "")
-        unit = "checkpoints" if kind == "saver" else "events"
+        unit = {"saver": "checkpoints", "events": "events", "runs": "runs"}[kind]
         table.add_row(kind, f"{c.threads:,}", f"{c.copied:,} {unit}", f"{c.present:,}",
                       f"{c.writes:,}" if kind == "saver" else "-", _size(c.bytes) if kind == "saver" else "-",
                       shown or "-")  # fmt: skip
@@ -147,7 +149,7 @@ def _print_report(report: Any) -> None:
 @click.argument("destination")
 @_copy_options
 def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
-                mode: str | None, ledger: Path | None, as_json: bool) -> None:  # fmt: skip
+                mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
     """Copy every thread, its history and its event feed from SOURCE to DESTINATION.
 
     Both are backend URLs (a LangGraph stock saver as SOURCE: langgraph+sqlite:///path.db,
@@ -159,7 +161,7 @@ def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool,
     from runstore.migrate.transfer import run_migrate
 
     options = MigrateOptions(kinds=(), dry_run=dry_run, on_conflict=on_conflict, verify=verify,  # type: ignore[arg-type]
-                             destination_mode=_mode(mode), ledger=ledger)  # fmt: skip
+                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active)  # fmt: skip
     _run_copy(lambda: run_migrate(source, destination, options, _kinds(kinds)), as_json, options)
 
 
@@ -187,12 +189,12 @@ def export_cmd(url: str, output: Path, kinds: str | None, as_json: bool) -> None
 @click.argument("url")
 @_copy_options
 def import_cmd(archive: Path, url: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
-               mode: str | None, ledger: Path | None, as_json: bool) -> None:  # fmt: skip
+               mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
     """Load an ARCHIVE written by ``runstore export`` into the backend at URL, then verify
     the backend against the archive. Resumable like ``runstore migrate``."""
     from runstore.migrate.engine import MigrateOptions
     from runstore.migrate.transfer import run_import
 
     options = MigrateOptions(kinds=(), dry_run=dry_run, on_conflict=on_conflict, verify=verify,  # type: ignore[arg-type]
-                             destination_mode=_mode(mode), ledger=ledger)  # fmt: skip
+                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active)  # fmt: skip
     _run_copy(lambda: run_import(archive.resolve(), url, options, _kinds(kinds)), as_json, options)

@@ -85,8 +85,11 @@ def read_header(path: Path) -> dict[str, Any]:
             CheckpointRecord.from_json(entry)
         elif kind == "event":
             event_from_json(entry)
+        elif kind == "runs":
+            if not isinstance(entry.get("runs"), list) or not isinstance(entry.get("thread_id"), str):
+                raise ArchiveFormatError(f"{path}: a runs record lacks its thread_id or runs")
         elif kind != "end":
-            raise ArchiveFormatError(f"{path}: a record of unknown kind {kind!r} (accepted: checkpoint, event)")
+            raise ArchiveFormatError(f"{path}: a record of unknown kind {kind!r} (accepted: checkpoint, event, runs)")
     return header
 
 
@@ -128,6 +131,12 @@ class ArchiveSource:
         """Whether the header says the export held delta threads."""
         return bool(self.header.get("delta_threads"))
 
+    async def run_threads(self) -> AsyncIterator[dict[str, Any]]:
+        """Each run thread of the archive as exported."""
+        for entry in _lines(self.path):
+            if entry.get("kind") == "runs":
+                yield {key: value for key, value in entry.items() if key != "kind"}
+
     async def event_pages(self, after: dict[str, int] | None = None) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         """``(thread_id, page)`` in one scan: each thread's events above ``after[thread_id]``,
         pages of a thread contiguous and in seq order."""
@@ -156,7 +165,7 @@ class ArchiveWriter:
 
     def __init__(self, path: Path, *, source: str, kinds: list[str], delta_threads: bool) -> None:
         self.path = path
-        self.counts = {"checkpoints": 0, "events": 0}
+        self.counts = {"checkpoints": 0, "events": 0, "runs": 0}
         self._partial = path.with_name(path.name + ".partial")
         self._handle: IO[str] = gzip.open(self._partial, "wt", encoding="utf-8")  # noqa: SIM115
         self._line({
@@ -177,6 +186,11 @@ class ArchiveWriter:
         """Append one event record."""
         self._line(event_to_json(record))
         self.counts["events"] += 1
+
+    def run_thread(self, thread: dict[str, Any]) -> None:
+        """Append one thread's runs."""
+        self._line({"kind": "runs", **thread})
+        self.counts["runs"] += len(thread["runs"])
 
     def close(self) -> None:
         """Write the end line and move the finished file into place (a cut export leaves only ``.partial``)."""

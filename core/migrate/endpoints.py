@@ -23,8 +23,8 @@ from runstore.errors import InvalidURLError, KindNotServedError, MissingDriverEr
 from runstore.urls import BackendURL
 
 #: The kinds a migration moves, by the names ``--kinds`` takes.
-KINDS = ("saver", "events")
-_REGISTRY_KIND = {"saver": "saver", "events": "events"}
+KINDS = ("saver", "events", "runs")
+_REGISTRY_KIND = {"saver": "saver", "events": "events", "runs": "runs"}
 STOCK_PREFIX = "langgraph+"
 
 
@@ -35,6 +35,7 @@ class Endpoint:
     label: str
     saver: Any = None
     events: Any = None
+    runs: Any = None
     #: LangGraph's stock saver: read through its own class, never written.
     stock: bool = False
 
@@ -98,13 +99,14 @@ async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) 
                 f"{', '.join(served_kinds(url)) or 'none'}; choose them with --kinds"
             )
         spec = kinds_registry.for_url(parsed)
-        if kind == "events" and not spec.has("bulk_import"):
+        if kind in ("events", "runs") and not spec.has("bulk_import"):
             # Refused before anything opens (an open may create files or tables).
+            why = ("its feeds cannot be copied with their seqs, and renumbering them would break the cursors "
+                   "clients hold") if kind == "events" else "its runs cannot be copied with their statuses and times"
             raise KindNotServedError(
-                f"the event store {spec.name!r} ({url}) does not declare bulk_import: its feeds cannot be "
-                "copied with their seqs, and renumbering them would break the cursors clients hold; "
-                "leave events out with --kinds"
-            )
+                f"the {kind} store {spec.name!r} ({url}) does not declare bulk_import: {why}; "
+                f"leave {kind} out with --kinds"
+            )  # fmt: skip
         specs[kind] = spec
     # Full-mode settings: the saver opens unwrapped, so checkpoints are copied as stored.
     async with BackendOptions.scope(Settings.load({"checkpoint_channel_mode": "full"})) as options:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runstore.errors import (
+    ActiveRunsError,
     KindNotServedError,
     MigrationConflictError,
     MigrationModeError,
@@ -87,6 +88,8 @@ class MigrateOptions:
     destination_mode: str = "full"
     ledger: Path | None = None
     progress: Progress | None = None
+    #: Copy running (leased) runs as orphaned instead of refusing the migration.
+    include_active: bool = False
     #: Saver threads copied at once (their writes share the destination's group commits).
     concurrency: int = 8
     #: How far before the last pass's start a catch-up looks (the writers' clock skew).
@@ -108,6 +111,14 @@ def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> N
                     f"the {side} event store {type(store).__name__} does not declare bulk_import "
                     "(aexport_thread_ids, aexport_events, aimport_events): its feeds cannot be copied with their "
                     "seqs, and renumbering them would break the cursors clients hold; leave events out with --kinds"
+                )
+    if "runs" in kinds:
+        for side, store in (("source", getattr(getattr(source, "endpoint", None), "runs", None)),
+                            ("destination", destination.runs)):  # fmt: skip
+            if store is not None and not hasattr(store, "aimport_runs"):
+                raise KindNotServedError(
+                    f"the {side} run store {type(store).__name__} does not declare bulk_import "
+                    "(aexport_run_thread_ids, aexport_runs, aimport_runs); leave runs out with --kinds"
                 )
     if destination.stock and destination is not getattr(source, "endpoint", None):
         raise KindNotServedError(f"{destination.label} is a LangGraph stock saver: migrate reads it, never writes it")
@@ -157,6 +168,11 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
                     held = await held_checkpoints(destination.saver, thread_id)
                     if _saver_conflict(records, held, source.serde):
                         counts["saver"].conflicts.append(thread_id)
+    if "runs" in options.kinds:
+        async for exported in source.run_threads():
+            held = await destination.runs.aexport_runs(exported["thread_id"])
+            if held["runs"] and _runs_conflict(orphaned(exported), held):
+                counts["runs"].conflicts.append(exported["thread_id"])
     if "events" in options.kinds:
         flagged: set[str] = set()
         last: dict[str, int] = dict(ledger.event_seqs)
@@ -173,6 +189,11 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
     started = time.monotonic()
     check_kinds(source, destination, options.kinds)
     await check_mode(source, options)
+    if "runs" in options.kinds and not options.include_active:
+        running = [run["run_id"] async for thread in source.run_threads() for run in thread["runs"]
+                   if run["status"] == "running"]  # fmt: skip
+        if running:
+            raise ActiveRunsError(running)
     ledger = Ledger.load(None if options.dry_run else options.ledger)
     if options.dry_run and options.ledger is not None:
         ledger = Ledger.load(options.ledger)
@@ -203,6 +224,8 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
             await _copy_saver(source, destination, options, ledger, counts["saver"], updated_after)
         if "events" in options.kinds:
             await _copy_events(source, destination, options, ledger, counts["events"])
+        if "runs" in options.kinds:
+            await _copy_runs(source, destination, options, ledger, counts["runs"])
         ledger.end_pass(datetime.now(UTC), pass_start)
     finally:
         ledger.close()
@@ -267,6 +290,47 @@ async def _copy_saver_thread(source: Any, destination: Endpoint, options: Migrat
     ledger.finish("saver", thread_id)
 
 
+def orphaned(thread: dict[str, Any]) -> dict[str, Any]:
+    """The thread's runs with every running run's lease long expired (``--include-active``):
+    the destination's recovery (`RunStore.claim_expired`) then ends them."""
+    runs = [{**run, "lease_expires_at": 1} if run["status"] == "running" else run for run in thread["runs"]]
+    return {**thread, "runs": runs}
+
+
+def _runs_conflict(thread: dict[str, Any], held: dict[str, Any]) -> bool:
+    wanted = {run["run_id"]: run for run in thread["runs"]}
+    return any(run["run_id"] not in wanted or wanted[run["run_id"]] != run for run in held["runs"])
+
+
+async def _copy_runs(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
+                     counts: KindCounts) -> None:  # fmt: skip
+    store = destination.runs
+    done = ledger.done.get("runs", {})
+    async for exported in source.run_threads():
+        thread = orphaned(exported)
+        thread_id = thread["thread_id"]
+        if thread_id in done:
+            continue
+        counts.threads += 1
+        held = await store.aexport_runs(thread_id)
+        if held["runs"] and _runs_conflict(thread, held):
+            if options.on_conflict == "skip":
+                counts.conflicts.append(thread_id)
+                continue
+            if options.on_conflict == "fail":
+                raise MigrationConflictError("runs", [thread_id])
+            counts.conflicts.append(thread_id)
+            for run in held["runs"]:
+                await store.delete(run["run_id"])
+        ledger.begin("runs", thread_id)
+        inserted = await store.aimport_runs([thread])
+        counts.copied += inserted
+        counts.present += len(thread["runs"]) - inserted
+        if options.progress is not None:
+            options.progress("runs", counts.threads, counts.copied)
+        ledger.finish("runs", thread_id)
+
+
 def _size(record: CheckpointRecord) -> int:
     blobs = [record.checkpoint, record.metadata, *record.values.values(), *(w.value for w in record.writes)]
     return sum(len(blob.data) for blob in blobs)
@@ -308,6 +372,12 @@ async def _copy_events(source: Any, destination: Endpoint, options: MigrateOptio
 async def _dry_counts(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                       counts: dict[str, KindCounts], updated_after: datetime | None) -> None:  # fmt: skip
     """What a real pass would copy (nothing is written)."""
+    if "runs" in options.kinds:
+        async for exported in source.run_threads():
+            ids = {run["run_id"] for run in (await destination.runs.aexport_runs(exported["thread_id"]))["runs"]}
+            counts["runs"].threads += 1
+            counts["runs"].present += sum(1 for run in exported["runs"] if run["run_id"] in ids)
+            counts["runs"].copied += sum(1 for run in exported["runs"] if run["run_id"] not in ids)
     if "saver" in options.kinds:
         done = ledger.done.get("saver", {})
         async for thread_id, records in source.saver_threads(updated_after=updated_after):
@@ -350,6 +420,18 @@ async def verify(source: Any, destination: Endpoint, kinds: tuple[str, ...] | li
             if mine != await saver_digest(destination.saver, thread_id, with_history=live):
                 bad.append(thread_id)
         mismatches["saver"] = bad
+    if "runs" in kinds:
+        from runstore.migrate.fingerprints import canonical
+
+        bad_runs = []
+        async for exported in source.run_threads():
+            thread_id = exported["thread_id"]
+            if thread_id in skipped.get("runs", set()):
+                continue
+            held = await destination.runs.aexport_runs(thread_id)
+            if canonical(orphaned(exported)) != canonical(held):
+                bad_runs.append(thread_id)
+        mismatches["runs"] = bad_runs
     if "events" in kinds:
         from runstore.migrate.digest import EventDigest
 

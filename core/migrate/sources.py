@@ -49,6 +49,18 @@ class LiveSource:
                     return True
         return False
 
+    async def run_threads(self) -> AsyncIterator[dict[str, Any]]:
+        """Each thread's runs as stored (`SqlRunStore.aexport_runs`), threads ascending."""
+        store = self.endpoint.runs
+        after: str | None = None
+        while True:
+            threads = await store.aexport_run_thread_ids(after=after, limit=EVENT_PAGE)
+            for thread_id in threads:
+                yield await store.aexport_runs(thread_id)
+            if len(threads) < EVENT_PAGE:
+                return
+            after = threads[-1]
+
     async def event_pages(self, after: dict[str, int] | None = None) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         """``(thread_id, page)``: each thread's events above ``after[thread_id]`` in seq-ordered
         pages, a thread's pages contiguous, threads ascending."""

@@ -26,8 +26,8 @@ def _kinds(wanted: Sequence[str] | None, *served: Sequence[str]) -> tuple[str, .
     for kind in wanted or ():
         if kind not in KINDS:
             raise KindNotServedError(
-                f"--kinds {kind!r} is not a kind migrate moves; accepted: {', '.join(KINDS)} (run stores and "
-                "stream bridges are not migrated: docs/migrate.md)"
+                f"--kinds {kind!r} is not a kind migrate moves; accepted: {', '.join(KINDS)} (stream bridges are "
+                "not migrated: live streams are transient, docs/migrate.md)"
             )
     common = [kind for kind in KINDS if all(kind in s for s in served)]
     if wanted:
@@ -54,7 +54,8 @@ async def run_migrate(source: str, destination: str, options: MigrateOptions, ki
     options.kinds = _kinds(kinds, served_kinds(source), served_kinds(destination))
     if options.ledger is None:
         options.ledger = default_path(source, destination)
-    async with open_endpoint(source, options.kinds, create=False) as src:
+    # Opened the way runstore.open opens it: a kind never written gets its empty tables.
+    async with open_endpoint(source, options.kinds) as src:
         # Refusals the source alone decides come before the destination is opened (or created).
         await check_mode(LiveSource(src), options)
         # A dry run against a sqlite file that does not exist yet compares with an empty
@@ -68,7 +69,7 @@ async def run_migrate(source: str, destination: str, options: MigrateOptions, ki
 async def run_export(url: str, path: Path, kinds: Sequence[str] | None) -> dict[str, Any]:
     """``runstore export URL -o FILE``: every record of ``kinds`` into one archive."""
     chosen = _kinds(kinds, served_kinds(url))
-    async with open_endpoint(url, chosen, create=False) as endpoint:
+    async with open_endpoint(url, chosen) as endpoint:
         return await export(endpoint, path, chosen)
 
 
@@ -94,6 +95,10 @@ async def export(endpoint: Endpoint, path: Path, kinds: Sequence[str]) -> dict[s
                 last = thread_id
                 for event in page:
                     writer.event(event)
+        if "runs" in chosen:
+            async for thread in source.run_threads():
+                threads["runs"] += 1
+                writer.run_thread(thread)
     except BaseException:
         writer.abort()
         raise

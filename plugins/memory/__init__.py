@@ -70,7 +70,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.runs:MemoryRunStore.open",
-        capabilities=[],
+        capabilities=["bulk_import"],
         description="in-process run store (the SQL run store's rules on a private in-memory db)",
     )
 

@@ -76,7 +76,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         "postgres",
         schemes=SCHEMES,
         factory="runstore.plugins.postgres.runs:PostgresRunStore.open",
-        capabilities=["durable", "cross_process"],
+        capabilities=["durable", "cross_process", "bulk_import"],
         drivers=DRIVERS,
         extra="postgres",
         description="asyncpg run store: postgresql://user@host/db",

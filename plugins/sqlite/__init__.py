@@ -68,7 +68,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         "sqlite",
         schemes=["sqlite"],
         factory="runstore.plugins.sqlite.runs:SqliteRunStore.open",
-        capabilities=["durable", "cross_process"],
+        capabilities=["durable", "cross_process", "bulk_import"],
         description="aiosqlite run store: sqlite:///path/app.db",
     )
 
