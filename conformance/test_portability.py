@@ -141,3 +141,34 @@ def test_event_feeds_leave_for_the_memory_reference_and_come_back(events_target:
         )
 
     events_target.run(body)
+
+
+@pytest.mark.requires("bulk_import")
+def test_runs_leave_for_the_memory_reference_and_come_back(runs_target: Any) -> None:
+    """A thread's runs (finished, running, queued) exported into the memory reference and
+    imported back are the same runs, with their fencing counter."""
+
+    async def body(store: Any) -> None:
+        thread_id = fresh_id("lockin-runs")
+        done = await store.create(thread_id=thread_id, kind="run", idempotency_key=fresh_id("key"))
+        await store.start(done.run["run_id"], "w", 30)
+        await store.finalize(done.run["run_id"], "w", "success")
+        running = await store.create(thread_id=thread_id, kind="run")
+        await store.start(running.run["run_id"], "w", 30)
+        await store.create(thread_id=thread_id, kind="wait", multitask_strategy="enqueue")
+        exported = await store.aexport_runs(thread_id)
+        async with open_endpoint("memory://", ["runs"]) as memory:
+            assert await memory.runs.aimport_runs([exported]) == 3
+            assert await memory.runs.aexport_runs(thread_id) == exported, (
+                "contract: no lock-in: runs exported into the memory reference keep every field and the counter"
+            )
+            assert await memory.runs.list_by_thread(thread_id) == await store.list_by_thread(thread_id)
+        copied = {**exported, "thread_id": BACK + thread_id,
+                  "runs": [{**run, "thread_id": BACK + thread_id, "run_id": BACK + run["run_id"],
+                            "idempotency_key": None} for run in exported["runs"]]}  # fmt: skip
+        assert await store.aimport_runs([copied]) == 3
+        assert await store.aimport_runs([copied]) == 0, "contract: no lock-in: importing runs twice inserts nothing"
+        back = await store.aexport_runs(BACK + thread_id)
+        assert back == copied, "contract: no lock-in: runs imported back keep every field and the fencing counter"
+
+    runs_target.run(body)
