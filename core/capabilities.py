@@ -61,6 +61,11 @@ CAPABILITIES: dict[str, str] = {
     "live item: reads and deletes never create one, deleting its last item removes it",
     "checked_store_input": "store refuses invalid namespaces, keys, values, filters, ttl and "
     "index fields with InvalidStoreInputError naming the problem, writing nothing",
+    "bulk_import": "event store lists its threads, reads a feed across owners and writes records "
+    "back under their original seq, created_at and owner (runstore.events.bulk.BulkEventStore); run "
+    "store lists its threads, exports a thread's runs as stored and imports them with their statuses, "
+    "times and fencing counters (aexport_run_thread_ids, aexport_runs, aimport_runs); both "
+    "insert-if-absent, one transaction per call: what runstore migrate/import need",
 }
 
 
@@ -91,6 +96,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "store_ordered_batch": _STORE,
     "store_namespace_cleanup": _STORE,
     "checked_store_input": _STORE,
+    "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS}),
 }
 
 

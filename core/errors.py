@@ -418,3 +418,70 @@ class SchemaVersionError(RunstoreError):
 
 class UnsupportedDriverError(RunstoreError, RuntimeError):
     """The installed aiosqlite lacks the private calls runstore's sqlite backends need."""
+
+
+class MigrationError(RunstoreError):
+    """A migration, export or import was refused before writing anything (base class);
+    the message says what was wrong and what is accepted."""
+
+
+class SameBackendError(MigrationError, ValueError):
+    """``runstore migrate`` was given the same URL (or the same file) on both sides."""
+
+
+class KindNotServedError(MigrationError, LookupError):
+    """A kind asked for (``--kinds``) has no backend behind one of the URLs, or the
+    backend cannot be read or written in bulk (no ``bulk_import`` for events)."""
+
+
+class MigrationConflictError(MigrationError):
+    """The destination already holds a thread whose content differs from the source's.
+
+    ``thread_ids`` names them (the first few in the message); ``--on-conflict skip`` or
+    ``overwrite`` choose another outcome."""
+
+    def __init__(self, kind: str, thread_ids: Iterable[str]) -> None:
+        self.kind = kind
+        self.thread_ids = sorted(thread_ids)
+        shown = ", ".join(self.thread_ids[:10]) + (" ..." if len(self.thread_ids) > 10 else "")
+        super().__init__(
+            f"the destination's {kind} already holds {len(self.thread_ids)} thread(s) with content "
+            f"different from the source: {shown}; nothing was written. Pass --on-conflict skip to "
+            "leave them, or --on-conflict overwrite to replace them with the source's"
+        )
+
+
+class MigrationModeError(MigrationError, CheckpointModeError):
+    """Source threads are in a checkpoint channel mode the destination is not opened for."""
+
+
+class ActiveRunsError(MigrationError):
+    """The source holds runs under a lease (running); ``run_ids`` names them. Let them
+    finish, or pass ``--include-active`` to copy them as orphaned (the destination's
+    recovery, `RunStore.claim_expired`, ends them)."""
+
+    def __init__(self, run_ids: Iterable[str]) -> None:
+        self.run_ids = sorted(run_ids)
+        shown = ", ".join(self.run_ids[:10]) + (" ..." if len(self.run_ids) > 10 else "")
+        super().__init__(
+            f"the source holds {len(self.run_ids)} running (leased) run(s): {shown}; nothing was written. "
+            "Let them finish first, or pass --include-active to copy them as orphaned (their leases expired, "
+            "so the destination's recovery ends them)"
+        )
+
+
+class ArchiveFormatError(MigrationError, ValueError):
+    """An archive file is not a runstore archive, or one of its records is malformed."""
+
+
+class ArchiveVersionError(ArchiveFormatError):
+    """An archive carries a format version this runstore does not read (a newer one)."""
+
+
+class VerifyMismatchError(MigrationError):
+    """``--verify`` found threads whose digest differs between the two sides."""
+
+    def __init__(self, mismatches: Mapping[str, Iterable[str]]) -> None:
+        self.mismatches = {kind: sorted(ids) for kind, ids in mismatches.items() if ids}
+        shown = "; ".join(f"{kind}: {', '.join(ids[:10])}" for kind, ids in self.mismatches.items())
+        super().__init__(f"verify found differing threads ({shown})")

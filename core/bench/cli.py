@@ -704,6 +704,15 @@ def load_cmd(
     _finish(outcome, as_json=as_json)
 
 
+def _attach_migrate() -> None:
+    from runstore.bench.migrate import migrate_bench_cmd
+
+    bench_group.add_command(migrate_bench_cmd)
+
+
+_attach_migrate()
+
+
 @bench_group.command("summarize")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -396,6 +396,17 @@ def _attach_retention() -> None:
 _attach_retention()
 
 
+def _attach_migrate() -> None:
+    from runstore.cli.migrate import export_cmd, import_cmd, migrate_cmd
+
+    main.add_command(migrate_cmd)
+    main.add_command(export_cmd)
+    main.add_command(import_cmd)
+
+
+_attach_migrate()
+
+
 def _plain_help(command: click.Command) -> None:
     """Help texts without the reST markup of the docstrings they come from: ````--json````
     and ```timeout``` would be shown with their backticks; a terminal gets 'x' instead."""

@@ -186,6 +186,13 @@ class SqlEventDriver(ABC):
         declares ``fencing`` implements it (`SqlEventStore.fence_thread` calls it)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement fence (no fencing)")
 
+    async def import_rows(self, rows: list[list[Any]]) -> int:
+        """Insert `insert_row` rows whose ``seq`` (index 1) is set, skipping any
+        ``(thread_id, seq)`` already stored, in one write transaction serialized with the
+        threads' appends; return how many were inserted. A driver whose store declares
+        ``bulk_import`` implements it."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement import_rows (no bulk_import)")
+
     @abstractmethod
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         """Delete the matching rows of ``thread_id`` serialized with its writers; return the count."""
@@ -465,6 +472,49 @@ class SqlEventStore(RunEventStore, Standalone):
                 if identity in wanted and (identity not in result or seq < result[identity]):
                     result[identity] = int(seq)
         return result
+
+    # -- bulk_import: the feed read whole and written back with its seqs ----------------------
+
+    async def aexport_thread_ids(self, *, after: str | None = None, limit: int = 500) -> list[str]:
+        """Up to ``limit`` thread ids holding events, ascending, after ``after`` (`BulkEventStore`)."""
+        self._check_open()
+        params: list[Any] = []
+        where = ""
+        if after is not None:
+            where = "WHERE thread_id > ? "
+            params.append(after)
+        params.append(limit)
+        rows = await self._driver.fetch(
+            f"SELECT DISTINCT thread_id FROM {TABLE} {where}ORDER BY thread_id LIMIT ?", params
+        )
+        return [str(r[0]) for r in rows]
+
+    async def aexport_events(
+        self, thread_id: str, *, after_seq: int | None = None, limit: int = 500
+    ) -> list[EventRecord]:
+        """The thread's first ``limit`` events above ``after_seq``, every owner (`BulkEventStore`)."""
+        thread = self._check_id(thread_id, "thread_id")
+        self._check_open()
+        rows = await self._driver.fetch(
+            f"{_SELECT}thread_id = ? AND seq > ? ORDER BY seq ASC LIMIT ?",
+            [thread, 0 if after_seq is None else after_seq, limit],
+        )
+        return [record_from_row(r) for r in rows]
+
+    async def aimport_events(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Insert ``records`` under their own seqs unless already held, one transaction (`BulkEventStore`)."""
+        from runstore.events.bulk import prepare_import
+
+        rows = []
+        for record in records:
+            prepared, seq, owner = prepare_import(record)
+            row = insert_row(prepared, owner)
+            row[1] = seq
+            rows.append(row)
+        self._check_open()
+        if not rows:
+            return 0
+        return await self._driver.import_rows(rows)
 
     # -- deletes --------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from runstore.clock import from_micros, seconds_to_micros, to_micros
 from runstore.errors import (
     CancelPendingError,
     IdempotencyConflictError,
+    InvalidRunError,
     LeaseHeldError,
     LeaseLostError,
     RunAlreadyStartedError,
@@ -518,6 +519,64 @@ def delete_script(run_id: str, now: int, dialect: RunDialect) -> Script[bool]:
 # -- drivers and the store ----------------------------------------------------------------
 
 
+# -- bulk_import: a thread's runs read whole and written back as stored ------------------
+
+
+def thread_ids_script(after: str | None, limit: int) -> Script[list[str]]:
+    """Up to ``limit`` thread ids holding runs, ascending, after ``after``."""
+    where, params = ("WHERE thread_id > ? ", [after]) if after is not None else ("", [])
+    rows = yield Stmt(f"SELECT DISTINCT thread_id FROM {RUNS} {where}ORDER BY thread_id LIMIT ?", (*params, limit))
+    return [str(r[0]) for r in rows]
+
+
+def export_script(thread_id: str) -> Script[dict[str, Any]]:
+    """The thread's runs as stored (creation order) and its fencing counter."""
+    rows = yield Stmt(f"SELECT {_COLS} FROM {RUNS} WHERE thread_id = ? ORDER BY seq", (thread_id,))
+    counters = yield Stmt(f"SELECT fence, runs FROM {THREADS} WHERE thread_id = ?", (thread_id,))
+    runs = []
+    for row in rows:
+        run = dict(zip(COLUMNS, row, strict=True))
+        run["active"] = bool(run["active"])
+        runs.append(run)
+    fence, count = (int(counters[0][0]), int(counters[0][1])) if counters else (0, 0)
+    return {"thread_id": thread_id, "fence": fence, "runs_counter": count, "runs": runs}
+
+
+def check_import(thread: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate one exported thread (`InvalidRunError` naming the field)."""
+    try:
+        thread_id = str(thread["thread_id"])
+        runs = [dict(run) for run in thread["runs"]]
+        fence, counter = int(thread["fence"]), int(thread["runs_counter"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRunError(f"an imported run thread lacks or mangles a field: {exc!r}") from exc
+    for run in runs:
+        missing = [c for c in COLUMNS if c not in run]
+        if missing or run["thread_id"] != thread_id:
+            raise InvalidRunError(f"an imported run lacks {missing or ['its thread_id']}")
+    return {"thread_id": thread_id, "runs": runs, "fence": fence, "runs_counter": counter}
+
+
+def import_script(threads: Sequence[Mapping[str, Any]]) -> Script[int]:
+    """Insert every run unless its id (or a unique key) is taken; raise each thread's counters."""
+    inserted = 0
+    marks = ", ".join("?" * len(COLUMNS))
+    for thread in threads:
+        for run in thread["runs"]:
+            rows = yield Stmt(
+                f"INSERT INTO {RUNS} ({_COLS}) VALUES ({marks}) ON CONFLICT DO NOTHING RETURNING run_id",
+                tuple(run[c] for c in COLUMNS),
+            )
+            inserted += len(rows)
+        yield Stmt(
+            f"INSERT INTO {THREADS} (thread_id, fence, runs) VALUES (?, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET "
+            f"fence = CASE WHEN excluded.fence > {THREADS}.fence THEN excluded.fence ELSE {THREADS}.fence END, "
+            f"runs = CASE WHEN excluded.runs > {THREADS}.runs THEN excluded.runs ELSE {THREADS}.runs END",
+            (thread["thread_id"], thread["fence"], thread["runs_counter"]),
+        )
+    return inserted
+
+
 class RunDriver(ABC):
     """Runs scripts on one database: writes in one transaction each, reads as they come.
 
@@ -661,6 +720,25 @@ class SqlRunStore(RunStore, Standalone):
         count = check_limit(limit, maximum=2**31 - 1, allow_none=True)
         self._check_open()
         return await self._driver.read(lambda: list_script(thread_id, statuses, count, self._dialect), "list_by_thread")
+
+    # -- bulk_import: what runstore migrate needs (statuses, times, counters kept) ----------
+
+    async def aexport_run_thread_ids(self, *, after: str | None = None, limit: int = 500) -> list[str]:
+        """Up to ``limit`` thread ids holding runs, ascending, after ``after``."""
+        self._check_open()
+        return await self._driver.read(lambda: thread_ids_script(after, limit), "export_runs")
+
+    async def aexport_runs(self, thread_id: str) -> dict[str, Any]:
+        """The thread's runs as stored (times in microseconds) with its fencing counter."""
+        thread_id = check_id(thread_id, "thread_id")
+        self._check_open()
+        return await self._driver.read(lambda: export_script(thread_id), "export_runs")
+
+    async def aimport_runs(self, threads: Sequence[Mapping[str, Any]]) -> int:
+        """Insert exported runs unless already held, in one transaction; return how many."""
+        checked = [check_import(thread) for thread in threads]
+        self._check_open()
+        return await self._driver.write(lambda: import_script(checked), "import_runs")
 
     async def delete(self, run_id: str) -> bool:
         """Delete the run; the thread moves on (see `RunStore.delete`)."""

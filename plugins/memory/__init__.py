@@ -50,7 +50,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.events:MemoryEventStore.open",
-        capabilities=["fencing"],
+        capabilities=["fencing", "bulk_import"],
         description="in-process event store with per-thread indexes",
     )
 
@@ -72,7 +72,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.runs:MemoryRunStore.open",
-        capabilities=[],
+        capabilities=["bulk_import"],
         description="in-process run store (the SQL run store's rules on a private in-memory db)",
     )
 

@@ -131,6 +131,8 @@ class MemoryEventStore(RunEventStore, Standalone):
         self._threads: dict[str, _Thread] = {}
         # Per thread, the highest fencing token a write carried (kept across deletes).
         self._fences: dict[str, int] = {}
+        # Owners of imported events, kept only so an export hands them on (reads ignore owners).
+        self._owners: dict[tuple[str, int], str] = {}
         self._max_trace = max_trace_content
         self._closed = False
 
@@ -344,6 +346,58 @@ class MemoryEventStore(RunEventStore, Standalone):
         if not thread.runs:
             del self._threads[target.thread_id]
         return removed
+
+    # -- bulk_import ---------------------------------------------------------------------
+
+    async def aexport_thread_ids(self, *, after: str | None = None, limit: int = 500) -> list[str]:
+        """Up to ``limit`` thread ids holding events, ascending, after ``after`` (`BulkEventStore`)."""
+        self._check_open()
+        ids = sorted(t for t, thread in self._threads.items() if thread.runs and (after is None or t > after))
+        return ids[:limit]
+
+    async def aexport_events(
+        self, thread_id: str, *, after_seq: int | None = None, limit: int = 500
+    ) -> list[EventRecord]:
+        """The thread's first ``limit`` events above ``after_seq`` (`BulkEventStore`)."""
+        thread_id = self._check_id(thread_id, "thread_id")
+        self._check_open()
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        after = 0 if after_seq is None else after_seq
+        rows = sorted((r for rows in thread.runs.values() for r in rows.rows if r["seq"] > after), key=lambda r: r["seq"])
+        return [self._exported(r) for r in rows[:limit]]
+
+    def _exported(self, record: EventRecord) -> EventRecord:
+        out = copy_record(record)
+        out["user_id"] = self._owners.get((record["thread_id"], record["seq"]))
+        return out
+
+    async def aimport_events(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Insert ``records`` under their own seqs unless already held (`BulkEventStore`)."""
+        from runstore.events.bulk import prepare_import
+
+        prepared = [prepare_import(record) for record in records]
+        self._check_open()
+        inserted = 0
+        for event, seq, owner in prepared:
+            thread = self._threads.setdefault(event.thread_id, _Thread())
+            held = {r["seq"] for rows in thread.runs.values() for r in rows.rows} if seq <= thread.last_seq else ()
+            if seq in held:
+                continue
+            record = event.to_record(seq)
+            if owner is not None:
+                self._owners[(event.thread_id, seq)] = owner
+            if seq > thread.last_seq:
+                thread.add(record)
+            else:  # below the thread's last seq: rebuild its indexes in seq order
+                rows = sorted([*(r for rs in thread.runs.values() for r in rs.rows), record], key=lambda r: r["seq"])
+                fresh = _Thread()
+                for row in rows:
+                    fresh.add(row)
+                self._threads[event.thread_id] = fresh
+            inserted += 1
+        return inserted
 
     async def close(self) -> None:
         self._closed = True

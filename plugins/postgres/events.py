@@ -104,6 +104,12 @@ class PostgresEventDriver(SqlEventDriver):
         "created_at, user_id, task_id, visible_ai, ord) "
         "RETURNING thread_id, seq"
     )
+    _IMPORT = (
+        f"INSERT INTO {TABLE} ({', '.join(INSERT_COLUMNS)}) "
+        "SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], "
+        "$6::text[], $7::bool[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[]) "
+        "ON CONFLICT (thread_id, seq) DO NOTHING"
+    )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
     _FENCE = POSTGRES.placeholders(FENCE_SQL)
     _FENCE_OF = POSTGRES.placeholders(FENCE_OF_SQL)
@@ -248,6 +254,19 @@ class PostgresEventDriver(SqlEventDriver):
         # Raising a fence twice to one token is the same as once: safe to resend.
         await self._leases.run(
             work, operation="fence_thread", write=True, idempotent=True, begin=self.begin_locked([thread_id])
+        )
+
+    async def import_rows(self, rows: list[list[Any]]) -> int:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        threads = sorted({r[0] for r in rows})
+
+        async def work(raw: Any) -> int:
+            status = await raw.execute(self._IMPORT, *columns)
+            return int(status.rsplit(" ", 1)[-1])
+
+        # Insert-if-absent by (thread_id, seq): resending after a lost COMMIT inserts nothing twice.
+        return await self._leases.run(
+            work, operation="import_events", write=True, idempotent=True, begin=self.begin_locked(threads)
         )
 
     async def delete(self, thread_id: str, where: str, params: Params) -> int:

@@ -59,7 +59,7 @@ def runstore_register_event_stores(registry: EventStoreRegistry) -> None:
         "sqlite",
         schemes=["sqlite"],
         factory="runstore.plugins.sqlite.events:SqliteEventStore.open",
-        capabilities=["durable", "cross_process", "owner_filter", "fencing"],
+        capabilities=["durable", "cross_process", "owner_filter", "fencing", "bulk_import"],
         description="SQLAlchemy/aiosqlite event store: sqlite:///path/app.db",
     )
 
@@ -70,7 +70,7 @@ def runstore_register_run_stores(registry: RunStoreRegistry) -> None:
         "sqlite",
         schemes=["sqlite"],
         factory="runstore.plugins.sqlite.runs:SqliteRunStore.open",
-        capabilities=["durable", "cross_process"],
+        capabilities=["durable", "cross_process", "bulk_import"],
         description="aiosqlite run store: sqlite:///path/app.db",
     )
 

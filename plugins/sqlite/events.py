@@ -115,6 +115,11 @@ class SqliteEventDriver(SqlEventDriver):
     async def fence(self, thread_id: str, fence: int) -> None:
         await self._write("fence_thread", thread_id, _fence, {thread_id}, fence)
 
+    async def import_rows(self, rows: list[list[Any]]) -> int:
+        thread = rows[0][0] if rows and all(row[0] == rows[0][0] for row in rows) else None
+        count: int = await self._write("import_events", thread, _import_rows, rows)
+        return count
+
     async def delete(self, thread_id: str, where: str, params: Params) -> int:
         count: int = await self._write(
             "delete", thread_id, _delete, f"DELETE FROM {TABLE} WHERE {where}", params
@@ -158,6 +163,15 @@ def _insert_if_absent(
     row[1] = conn.execute(_MAX_SEQ, (row[0],)).fetchone()[0] + 1
     conn.execute(_INSERT, row)
     return None, row[1]
+
+
+_IMPORT = _INSERT.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+
+
+def _import_rows(conn: sqlite3.Connection, rows: list[list[Any]]) -> int:
+    before = conn.total_changes
+    conn.executemany(_IMPORT, rows)
+    return conn.total_changes - before
 
 
 def _delete(conn: sqlite3.Connection, sql: str, params: Params) -> int:

@@ -1,0 +1,164 @@
+"""Savers as a migration source and destination, through LangGraph's saver API only.
+
+Reading: the thread ids (the thread index where the saver keeps one, else one pass of
+``alist(None)``), then per thread every checkpoint of every namespace oldest first
+(``alist``), with its pending writes. Each checkpoint is taken as stored: a delta-mode
+``messages`` channel holds only the snapshots the saver stored, and the writes between
+them come along as pending writes, so delta history answers the same after the copy.
+
+Writing: ``aput`` under the original parent id plus ``aput_writes`` per task with the
+original task ids (every LangGraph saver accepts both), skipping checkpoints the
+destination already holds, so a re-run copies nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
+
+from runstore.checkpoint.contracts import ThreadIndexSaver
+from runstore.checkpoint.forwarding import unwrap_saver
+from runstore.migrate.fingerprints import fingerprint
+from runstore.migrate.records import Blob, CheckpointRecord, PendingWrite
+
+#: Threads fetched per page of the thread index.
+THREAD_PAGE = 200
+
+
+def _thread_config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+async def thread_ids(saver: BaseCheckpointSaver[Any], *, updated_after: Any = None) -> AsyncIterator[str]:
+    """Every thread id of ``saver`` once; with ``updated_after`` (a datetime) and a thread
+    index, only threads written since. Without an index, one ``alist(None)`` pass whose
+    ids are held in memory (grows with the thread count, not the data)."""
+    inner = unwrap_saver(saver)
+    if isinstance(inner, ThreadIndexSaver):
+        cursor: str | None = None
+        while True:
+            page = await inner.alist_threads(limit=THREAD_PAGE, cursor=cursor, updated_after=updated_after)
+            for info in page.threads:
+                yield info.thread_id
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+    # Collected before any is handed out: a stock saver holds a lock while its listing is
+    # open, and the caller reads each thread with another listing.
+    seen: dict[str, None] = {}
+    async for item in saver.alist(None):
+        seen.setdefault(str(item.config["configurable"]["thread_id"]), None)
+    for thread_id in seen:
+        yield thread_id
+
+
+def _blob(serde: Any, value: Any) -> Blob:
+    type_, data = serde.dumps_typed(value)
+    return Blob(type_, bytes(data))
+
+
+def record_of(serde: Any, item: CheckpointTuple, parent_versions: Mapping[str, Any] | None) -> CheckpointRecord:
+    """The record of one stored checkpoint, its payloads serialized with ``serde``.
+
+    ``new_versions`` are the channels whose version differs from the parent's and whose
+    value the saver returned: the blobs this checkpoint stored.
+    """
+    configurable = item.config["configurable"]
+    checkpoint: dict[str, Any] = dict(item.checkpoint)
+    values: Mapping[str, Any] = checkpoint.pop("channel_values", None) or {}
+    versions: Mapping[str, Any] = checkpoint.get("channel_versions") or {}
+    parent = parent_versions or {}
+    new_versions = {
+        channel: version
+        for channel, version in versions.items()
+        if channel in values and parent.get(channel) != version
+    }
+    parent_id = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    return CheckpointRecord(
+        thread_id=str(configurable["thread_id"]),
+        checkpoint_ns=str(configurable.get("checkpoint_ns", "")),
+        checkpoint_id=str(configurable["checkpoint_id"]),
+        parent_id=None if parent_id is None else str(parent_id),
+        checkpoint=_blob(serde, checkpoint),
+        metadata=_blob(serde, dict(item.metadata or {})),
+        values={channel: _blob(serde, value) for channel, value in values.items()},
+        new_versions=new_versions,
+        writes=tuple(
+            PendingWrite(str(task_id), str(channel), _blob(serde, value))
+            for task_id, channel, value in (item.pending_writes or ())
+        ),
+    )
+
+
+async def thread_tuples(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[CheckpointTuple]:
+    """Every checkpoint of the thread, every namespace, oldest first (one thread in memory)."""
+    items = [item async for item in saver.alist(_thread_config(thread_id))]
+    items.reverse()
+    # alist answers newest first within a namespace; order by id so parents come first.
+    items.sort(key=lambda item: (item.config["configurable"].get("checkpoint_ns", ""),
+                                 item.config["configurable"]["checkpoint_id"]))  # fmt: skip
+    return items
+
+
+async def read_thread(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[CheckpointRecord]:
+    """The thread's checkpoints as records, parents before children, in the source serde."""
+    serde = saver.serde
+    items = await thread_tuples(saver, thread_id)
+    versions: dict[tuple[str, str], Mapping[str, Any]] = {}
+    records = []
+    for item in items:
+        configurable = item.config["configurable"]
+        ns = str(configurable.get("checkpoint_ns", ""))
+        parent_id = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        parent = versions.get((ns, str(parent_id))) if parent_id is not None else None
+        versions[(ns, str(configurable["checkpoint_id"]))] = item.checkpoint.get("channel_versions") or {}
+        records.append(record_of(serde, item, parent))
+    return records
+
+
+def _task_paths(writes: Iterable[PendingWrite]) -> dict[str, str]:
+    """Task paths that keep the source's write order on a saver sorting by
+    ``(task_path, task_id, idx)``: empty when task ids already sort that way."""
+    order: list[str] = []
+    for write in writes:
+        if write.task_id not in order:
+            order.append(write.task_id)
+    if order == sorted(order):
+        return dict.fromkeys(order, "")
+    return {task_id: f"~{position:06d}" for position, task_id in enumerate(order)}
+
+
+async def write_record(saver: BaseCheckpointSaver[Any], record: CheckpointRecord, serde: Any) -> None:
+    """Put one checkpoint and its pending writes under their original ids (the generic
+    path every LangGraph saver accepts); payloads are loaded with ``serde``."""
+
+    def load(blob: Blob) -> Any:
+        return serde.loads_typed((blob.type, blob.data))
+
+    checkpoint = dict(load(record.checkpoint))
+    checkpoint["channel_values"] = {channel: load(blob) for channel, blob in record.values.items()}
+    configurable: dict[str, Any] = {"thread_id": record.thread_id, "checkpoint_ns": record.checkpoint_ns}
+    if record.parent_id is not None:
+        configurable["checkpoint_id"] = record.parent_id
+    await saver.aput({"configurable": configurable}, checkpoint, load(record.metadata), dict(record.new_versions))  # type: ignore[arg-type]
+    if not record.writes:
+        return
+    config = {"configurable": {**configurable, "checkpoint_id": record.checkpoint_id}}
+    paths = _task_paths(record.writes)
+    tasks: dict[str, list[PendingWrite]] = {}
+    for write in record.writes:
+        tasks.setdefault(write.task_id, []).append(write)
+    for task_id, writes in tasks.items():
+        # Regular writes first: their position is their idx; special slots map to fixed idxs.
+        ordered = [w for w in writes if w.channel not in WRITES_IDX_MAP] + [
+            w for w in writes if w.channel in WRITES_IDX_MAP
+        ]
+        await saver.aput_writes(config, [(w.channel, load(w.value)) for w in ordered], task_id, paths[task_id])  # type: ignore[arg-type]
+
+
+async def held_checkpoints(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[tuple[str, str], str]:
+    """``(namespace, checkpoint_id) -> fingerprint`` of what the destination holds for the thread."""
+    records = await read_thread(saver, thread_id)
+    return {(r.checkpoint_ns, r.checkpoint_id): fingerprint(r, saver.serde) for r in records}
