@@ -24,7 +24,6 @@ from runstore.errors import (
     KindNotServedError,
     MigrationConflictError,
     MigrationModeError,
-    VerifyMismatchError,
 )
 from runstore.events.bulk import BulkEventStore
 from runstore.migrate.digest import events_digest, saver_digest, saver_thread_digest
@@ -474,9 +473,3 @@ async def _source_history(source: Any, records: list[CheckpointRecord]) -> dict[
     if endpoint is None or endpoint.saver is None:
         return {}
     return await delta_history(endpoint.saver, records)
-
-
-def raise_mismatches(report: MigrationReport) -> None:
-    """`VerifyMismatchError` if the report lists differing threads."""
-    if any(report.mismatches.values()):
-        raise VerifyMismatchError(report.mismatches)

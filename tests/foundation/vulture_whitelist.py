@@ -39,3 +39,5 @@ graph
 # LangGraph reads these attributes of a BaseStore (runstore.store.base.StoreBase sets them).
 supports_ttl
 index_config
+# LangGraph's stock AsyncSqliteSaver reads it (runstore.migrate.endpoints: a read-only source).
+is_setup
