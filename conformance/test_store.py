@@ -4,7 +4,8 @@ machine against a plain-dict model, then each edge rule on its own.
 Every test works under a fresh root label, so tests share one provisioned store. Rules
 not every store keeps are gated by capability: ``store_clock``, ``store_ttl``,
 ``store_nested_filters``, ``store_numeric_filters``, ``store_vector_search``,
-``store_ordered_batch``, ``checked_store_input``, ``sync_api``, ``durable``.
+``store_ordered_batch``, ``checked_store_input``, ``sync_api``, ``durable``,
+``cross_process`` (workers in `runstore.conformance.store_workers`).
 """
 
 from __future__ import annotations
