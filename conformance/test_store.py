@@ -4,14 +4,18 @@ machine against a plain-dict model, then each edge rule on its own.
 Every test works under a fresh root label, so tests share one provisioned store. Rules
 not every store keeps are gated by capability: ``store_clock``, ``store_ttl``,
 ``store_nested_filters``, ``store_numeric_filters``, ``store_vector_search``,
-``store_ordered_batch``, ``checked_store_input``, ``sync_api``, ``durable``.
+``store_ordered_batch``, ``checked_store_input``, ``sync_api``, ``durable``,
+``cross_process`` (workers in `runstore.conformance.store_workers`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import random
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +27,9 @@ from runstore.store.base import STORE_CONFIG_KEY
 from .events_model import fresh_id
 from .harness import BackendTarget
 from .machines import run_machine
+from .session import development_plugins
 from .store_machine import StoreMachine
+from .store_workers import TTL_CHECK_AT, TTL_EPOCH, TTL_ITEMS, Slot, StoreOp, read_all, store_worker
 
 pytestmark = pytest.mark.runstore_contract("store")
 
@@ -419,3 +425,155 @@ def test_durable(store_target: BackendTarget[Any]) -> None:
     store_target.run(write)
     got = store_target.run(read)
     assert got is not None and got.value == {"v": 1}, "contract: items survive closing and reopening the store"
+
+
+def _process_plan(
+    root: tuple[str, ...], workers: int, rounds: int, per_round: int
+) -> tuple[list[list[list[StoreOp]]], list[Slot], list[tuple[str, ...]]]:
+    """Per worker and round, puts and deletes of keys every worker writes and keys only it
+    writes, in two nested shared namespaces and in a namespace of its own; every slot."""
+    rng = random.Random(0)
+    shared = [(*root, "shared"), (*root, "shared", "deep")]
+    owns = [(*root, "own", f"p{i}") for i in range(workers)]
+    overlapping = [(ns, f"s{j}") for ns in shared for j in range(2)]
+    mine = [
+        [(ns, f"p{i}-{j}") for ns in shared for j in range(2)] + [(owns[i], f"k{j}") for j in range(2)]
+        for i in range(workers)
+    ]
+    plans = [
+        [
+            [
+                ("delete", *slot, None) if rng.random() < 0.3 else ("put", *slot, {"p": i, "r": r, "n": n})
+                for n, slot in enumerate(rng.choice(overlapping + mine[i]) for _ in range(per_round))
+            ]
+            for r in range(rounds)
+        ]
+        for i in range(workers)
+    ]
+    return plans, overlapping + [s for m in mine for s in m], owns
+
+
+def _check_read(read: dict[str, Any], cleanup: bool, where: str) -> None:
+    """A reader's search and listing agree with its gets."""
+    live = {slot: v for slot, v in read["gets"].items() if v is not None}
+    assert read["search"] == live, (
+        f"contract: cross_process: search returns exactly the items get returns ({where}): "
+        f"search {sorted(read['search'])}, get {sorted(live)}"
+    )
+    held, listed = {ns for ns, _ in live}, set(read["namespaces"])
+    assert (listed == held) if cleanup else (listed >= held), (
+        f"contract: cross_process: list_namespaces lists the namespaces holding the items get "
+        f"returns ({where}): listed {sorted(listed)}, holding items {sorted(held)}"
+    )
+
+
+def _check_rounds(
+    plans: list[list[list[StoreOp]]], results: list[dict[str, Any]], slots: list[Slot],
+    owns: list[tuple[str, ...]], cleanup: bool,
+) -> dict[Slot, Any]:
+    """Check every worker's reads round by round; return the value (or None) of every slot
+    the workers agreed on after the last round."""
+    state: dict[Slot, Any] = {}
+    own_state: list[dict[str, Any]] = [{} for _ in plans]
+    for r in range(len(plans[0])):
+        # A slot written in this round holds some worker's last write of the round to it
+        # (the writes of one worker are ordered, those of different workers race).
+        last: dict[Slot, list[Any]] = {}
+        for i, plan in enumerate(plans):
+            mine: dict[Slot, Any] = {}
+            for _action, ns, key, value in plan[r]:
+                mine[(ns, key)] = value
+                if ns == owns[i]:
+                    own_state[i][key] = value
+            for slot, value in mine.items():
+                last.setdefault(slot, []).append(value)
+            own = {k: v for k, v in own_state[i].items() if v is not None}
+            assert results[i]["own"][r] == own, (
+                f"contract: cross_process: a search while other processes write returns exactly "
+                f"this process's items in its own namespace (round {r}, process {i}): "
+                f"{results[i]['own'][r]}, expected {own}"
+            )
+        for slot in slots:
+            allowed = last.get(slot, [state.get(slot)])
+            seen = [res["read"][r]["gets"][slot] for res in results]
+            for i, value in enumerate(seen):
+                assert value in allowed, (
+                    f"contract: cross_process: a read sees the last write acknowledged in another "
+                    f"process before it began (round {r}, process {i}, {slot}): got {value}, "
+                    f"acknowledged last writes {allowed} (None: deleted)"
+                )
+            assert all(value == seen[0] for value in seen), (
+                f"contract: cross_process: every process reads the same value once the writes are "
+                f"acknowledged (round {r}, {slot}): {seen}"
+            )
+            state[slot] = seen[0]
+        for i, res in enumerate(results):
+            _check_read(res["read"][r], cleanup, f"round {r}, process {i}")
+    return state
+
+
+@pytest.mark.requires("cross_process")
+def test_store_across_processes(store_target: BackendTarget[Any], request: pytest.FixtureRequest) -> None:
+    """3 OS processes put and delete keys of shared namespaces (some keys written by all,
+    some by one) in rounds that start together; after each round every process reads the
+    last acknowledged write per key, and search and list_namespaces agree with its gets,
+    as does a fresh store afterwards. With ``store_ttl`` and ``store_clock``, items swept
+    by one process are gone for another whose clock has not reached their expiry, and an
+    item whose TTL a read refreshed survives."""
+    workers, rounds, per_round = 3, 3, 8
+    root = (fresh_id("xproc"),)
+    plans, slots, owns = _process_plan(root, workers, rounds, per_round)
+    ttl = store_target.has("store_ttl") and store_target.has("store_clock")
+    # The TTL phase's items live outside ``root``: the reads of ``root`` must not see them.
+    ttl_ns = (fresh_id("xproc-ttl"),)
+    roles = [("writer", ttl_ns), ("sweeper", ttl_ns), *[("idle", ttl_ns)] * (workers - 2)]
+    url = store_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(workers)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(store_worker, url, plugins, root, plans[i], owns[i], slots, roles[i] if ttl else None, barrier)
+                for i in range(workers)
+            ]
+            results = [f.result(timeout=300) for f in futures]
+    cleanup = store_target.has("store_namespace_cleanup")
+    state = _check_rounds(plans, results, slots, owns, cleanup)
+
+    async def fresh(store: Any) -> Any:
+        return await read_all(store, root, slots)
+
+    read = store_target.run(fresh)
+    assert read["gets"] == state, (
+        f"contract: cross_process: a fresh store reads every process's last acknowledged write "
+        f"(no lost put, no item back after its delete): "
+        f"{ {s: (read['gets'][s], v) for s, v in state.items() if read['gets'][s] != v} }"
+    )
+    _check_read(read, cleanup, "a fresh store")
+    if not ttl:
+        return
+    swept, seen = results[1]["ttl"]["swept"], results[0]["ttl"]["seen"]
+    expired = [k for k, minutes in TTL_ITEMS.items() if minutes is not None and k != "refreshed"]
+    assert swept >= len(expired), (
+        f"contract: asweep_expired deletes the items expired on its clock, whichever process "
+        f"wrote them: removed {swept}, at least {len(expired)} expected"
+    )
+    gone = {slot[1]: value for slot, value in seen["gets"].items()}
+    want = {k: (None if k in expired else {"key": k}) for k in TTL_ITEMS}
+    assert gone == want, (
+        f"contract: cross_process: items another process swept are gone (though this process's "
+        f"clock has not reached their expiry), and an item whose TTL a read refreshed survives "
+        f"the sweep: {gone}, expected {want}"
+    )
+    _check_read(seen, cleanup, "after another process's sweep")
+
+    async def fresh_ttl(store: Any) -> Any:
+        clocked(store).set(TTL_EPOCH + timedelta(seconds=TTL_CHECK_AT))
+        return await read_all(store, ttl_ns, [(ttl_ns, k) for k in TTL_ITEMS])
+
+    read = store_target.run(fresh_ttl)
+    assert {slot[1]: value for slot, value in read["gets"].items()} == want, (
+        f"contract: cross_process: a fresh store reads what the sweep left: {read['gets']}, expected {want}"
+    )
+    _check_read(read, cleanup, "a fresh store after the sweep")

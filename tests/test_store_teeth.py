@@ -24,6 +24,8 @@ CASES = [
          "cut to max_depth labels"),
     Case("broken-store-paging-repeats", "store_paging_repeats.py", "state_machine or search_pages",
          "never repeat an item"),
+    Case("broken-store-process-local", "store_process_local.py", "store_across_processes",
+         "a read sees the last write acknowledged in another process"),
 ]
 
 

@@ -30,8 +30,8 @@ from runstore.urls import BackendURL
 LOADABLE = hasattr(sqlite3.Connection, "enable_load_extension")
 #: What each stock store declares.
 MEMORY = ["sync_api", "store_vector_search"]
-SQLITE = ["sync_api", "durable", "store_namespace_cleanup", *(["store_vector_search"] if LOADABLE else [])]
-POSTGRES = ["sync_api", "durable", "store_namespace_cleanup"]
+SQLITE = ["sync_api", "durable", "cross_process", "store_namespace_cleanup", *(["store_vector_search"] if LOADABLE else [])]
+POSTGRES = ["sync_api", "durable", "cross_process", "store_namespace_cleanup"]
 
 
 async def _open_memory(url: BackendURL, options: BackendOptions) -> Any:
