@@ -44,10 +44,14 @@ if TYPE_CHECKING:
 STORE_CONFIG_KEY = "runstore.store.config"
 
 
-def store_config(options: Any) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
-    """``(index, ttl)`` given to `runstore.open` as ``store_index``/``store_ttl`` (``None`` each if not)."""
+def store_config(
+    options: Any, index: Mapping[str, Any] | None = None, ttl: Mapping[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """``(index, ttl)``: the ones given here, else those given to `runstore.open` as
+    ``store_index``/``store_ttl`` (``None`` each if neither), as given (LangGraph's
+    `IndexConfig`/`TTLConfig` or plain mappings)."""
     config = options.provided(STORE_CONFIG_KEY) or (None, None)
-    return config[0], config[1]
+    return (config[0] if index is None else index), (config[1] if ttl is None else ttl)
 
 
 class StoreBase(Standalone, BaseStore):

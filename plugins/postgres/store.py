@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -85,7 +85,7 @@ class PostgresStore(StoreBase, FromEngine):
         ``index`` and ``ttl`` default to what `runstore.open` was given as ``store_index``
         and ``store_ttl``."""
         database = await shared_database(url, options)
-        index, ttl = _configured(options, index, ttl)
+        index, ttl = store_config(options, index, ttl)
         if options.migrate:
             await ensure_schema(database.engine, store_sql.COMPONENT, store_sql.MIGRATIONS)
         store = cls(database.engine, database.timeouts, index=index, ttl=ttl)
@@ -138,11 +138,3 @@ class PostgresStore(StoreBase, FromEngine):
         if loop is None:
             raise RuntimeError(_CLOSED)
         return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
-
-
-def _configured(
-    options: BackendOptions, index: IndexConfig | None, ttl: TTLConfig | None
-) -> tuple[Any, Any]:
-    """``index`` and ``ttl``, each defaulting to `runstore.open`'s (`store_config`)."""
-    opened_index, opened_ttl = store_config(options)
-    return (opened_index if index is None else index), (opened_ttl if ttl is None else ttl)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
@@ -88,7 +88,7 @@ class SqliteStore(StoreBase):
         ``index`` and ``ttl`` default to what `runstore.open` was given as ``store_index``
         and ``store_ttl``."""
         file = await shared_file(url, options, cls.url_options)
-        index, ttl = _configured(options, index, ttl)
+        index, ttl = store_config(options, index, ttl)
         if options.migrate:
             await ensure_schema(file.engine, store_ops.COMPONENT, store_ops.MIGRATIONS)
         store = cls(file, index=index, ttl=ttl)
@@ -164,11 +164,3 @@ class SqliteStore(StoreBase):
         if loop is None:
             raise RuntimeError(_CLOSED)
         return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)
-
-
-def _configured(
-    options: BackendOptions, index: IndexConfig | None, ttl: TTLConfig | None
-) -> tuple[Any, Any]:
-    """``index`` and ``ttl``, each defaulting to `runstore.open`'s (`store_config`)."""
-    opened_index, opened_ttl = store_config(options)
-    return (opened_index if index is None else index), (opened_ttl if ttl is None else ttl)
