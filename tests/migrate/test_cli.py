@@ -7,8 +7,10 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from runstore.cli import console as cli_console
 from runstore.cli.main import main
 from runstore.errors import SameBackendError
 from runstore.migrate.endpoints import open_endpoint
@@ -23,7 +25,12 @@ async def populate(url: str) -> None:
         await write_events(side.events)
 
 
-def test_migrate_prints_a_plain_table_then_json_then_export_and_import(tmp_path: Path) -> None:
+def test_migrate_prints_a_plain_table_then_json_then_export_and_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The CLI's console takes its width when first imported, which in a test process may
+    # be inside another test's CliRunner with its own COLUMNS: pin what a piped run gets.
+    monkeypatch.setattr(cli_console.console, "width", cli_console.PIPED_WIDTH)
     a, b, c = (BackendURL.for_file("sqlite", tmp_path / n).render() for n in ("a.db", "b.db", "c.db"))
     asyncio.run(populate(a))
     runner = CliRunner()
