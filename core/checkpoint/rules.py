@@ -341,7 +341,7 @@ def ensure_off_loop(loop: asyncio.AbstractEventLoop | None, method: str, owner: 
         return
     if running is loop:
         raise SyncCallOnEventLoopError(
-            f"{owner}.{method}() was called on the event loop thread the saver runs on; "
+            f"{owner}.{method}() was called on the event loop thread {owner} runs on; "
             f"await {owner}.a{method}() there instead (sync twins are for other threads)"
         )
 
@@ -353,7 +353,7 @@ def run_sync(
     owner: str,
     timeout: float | None = None,
 ) -> R:
-    """Run a coroutine on the saver's ``loop`` from another thread and wait for its result.
+    """Run a coroutine on a backend's ``loop`` from another thread and wait for its result.
 
     Raises `SyncCallOnEventLoopError` when called on the loop's own thread (where waiting
     would deadlock) and `RuntimeError` when the loop is closed or not running.
@@ -361,8 +361,8 @@ def run_sync(
     ensure_off_loop(loop, method, owner)
     if loop.is_closed() or not loop.is_running():
         raise RuntimeError(
-            f"{owner}.{method}(): the saver's event loop is not running; "
-            "sync twins need the loop the saver was opened on to stay alive"
+            f"{owner}.{method}(): the event loop {owner} was opened on is not running; "
+            "sync twins need that loop to stay alive"
         )
     future: concurrent.futures.Future[R] = asyncio.run_coroutine_threadsafe(
         coro_factory(), loop
