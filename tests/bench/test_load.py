@@ -213,9 +213,16 @@ def test_summary_divides_a_fenced_stack_by_the_same_stack_unfenced(tmp_path: Pat
     rows = [
         _summary_row("pg+redis", 8, 1, 200.0, 50.0),
         _summary_row(
-            "pg+redis", 8, 1, 150.0, 60.0, fenced=True, case_id="pg+redis+fenced|8|1",
-            fenced_stores=["checkpointer", "events", "streams"], fence_stale_refused=True,
-        ),  # fmt: skip
+            "pg+redis",
+            8,
+            1,
+            150.0,
+            60.0,
+            fenced=True,
+            case_id="pg+redis+fenced|8|1",
+            fenced_stores=["checkpointer", "events", "streams"],
+            fence_stale_refused=True,
+        ),
         _summary_row("stock", 8, 1, 100.0, 100.0),
     ]
     path = tmp_path / "load.jsonl"
@@ -226,3 +233,19 @@ def test_summary_divides_a_fenced_stack_by_the_same_stack_unfenced(tmp_path: Pat
     assert fenced["peer_turns_per_s"] == pytest.approx(1.5)
     assert fenced["fenced_stores"] == ["checkpointer", "events", "streams"]
     assert "fence_turns_ratio" not in entries["pg+redis"]
+
+
+def test_fenced_pg_redis_over_two_processes_refuses_stale_tokens(tmp_path: Path, services: RunOptions) -> None:
+    out = tmp_path / "load.jsonl"
+    cases = plan_load(
+        stacks=["pg+redis"], modes=["delta"], concurrency=[4], processes=[2], turns=2,
+        pool_size=10, repetitions=1, fenced=True,
+    )  # fmt: skip
+    outcome = run_load(cases, output=out, options=services, child=_inline)
+    assert outcome.exit_code == 0, outcome.failures
+    rows = read_jsonl(out).rows
+    _check_rows(rows, 2)  # the fenced and unfenced cases end with one digest
+    fenced = next(r for r in rows if r["fenced"])
+    assert fenced["fenced_stores"] == ["checkpointer", "events", "streams"]
+    assert fenced["fence_stale_refused_by"] == {"checkpointer": True, "events": True, "streams": True}
+    assert fenced["phase_ms"]["fence"] > 0
