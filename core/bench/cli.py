@@ -649,6 +649,14 @@ def threads_cmd(
 )
 @click.option("--postgres-url", default=None, help="Server for pg+redis and stock.")
 @click.option("--redis-url", default=None, help="Server for pg+redis and stock.")
+@click.option(
+    "--fenced",
+    is_flag=True,
+    help="Also run each runstore stack fenced, right after it in every cell: each run first "
+    "fences its stores as a lease grant does (afence_thread, fence_thread, fence_stream) and "
+    "every checkpoint write, event put and stream publish carries the token (stores whose "
+    "backend declares fencing): column fenced/unfenced.",
+)
 @functools.partial(_common_run_options, repetitions=1)
 def load_cmd(
     stacks: list[str],
@@ -659,6 +667,7 @@ def load_cmd(
     pool_size: int | None,
     postgres_url: str | None,
     redis_url: str | None,
+    fenced: bool,
     output: Path | None,
     repetitions: int,
     run_options: RunOptions,
@@ -680,7 +689,7 @@ def load_cmd(
     try:
         cases = plan_load(
             stacks=stacks, modes=modes, concurrency=concurrency, processes=processes,
-            turns=turns, pool_size=pool_size, repetitions=repetitions,
+            turns=turns, pool_size=pool_size, repetitions=repetitions, fenced=fenced,
         )  # fmt: skip
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -697,7 +706,7 @@ def load_cmd(
             "stacks": stacks, "modes": modes, "concurrency": concurrency,
             "processes": processes, "turns": turns, "pool_size": pool_size,
             "repetitions": repetitions, "timeout_seconds": run_options.timeout_seconds,
-            "settings": run_options.settings,
+            "settings": run_options.settings, "fenced": fenced,
         },
         reporter=RichReporter(quiet=quiet or as_json),
     )  # fmt: skip

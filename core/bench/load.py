@@ -10,6 +10,12 @@ every thread's final state and journal, and drops the storage.
 Cases of one (mode, concurrency, processes, repetition) form a *cell*: they run the
 same workload back to back, so their digests must agree and ``summarize`` divides
 each runstore stack by its stock peer (`LOAD_PEERS`).
+
+With ``fenced`` (``--fenced``) a cell also runs each runstore stack fenced, right after
+it: every run fences its stores first and every write carries the token
+(`runstore.bench.load_shard`); the row says which stores were fenced
+(``fenced_stores``) and whether each refuses a stale token after the run
+(``fence_stale_refused``), and ``summarize`` divides the fenced stack by the unfenced one.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class LoadCase:
     turns: int
     pool_size: int
     repetition: int
+    #: Every run fences its stores and carries the token on every write.
+    fenced: bool = False
 
     @property
     def peer(self) -> bool:
@@ -72,12 +80,14 @@ def plan_load(
     turns: int,
     pool_size: int,
     repetitions: int,
+    fenced: bool = False,
 ) -> list[LoadCase]:
     """Expand the matrix into cases in run order.
 
     The stacks of a cell run back to back (their order reversed on odd repetitions), so
-    a runstore stack and its peer see the same machine; a cell whose process count
-    exceeds its concurrency is left out (a worker needs at least one thread).
+    a runstore stack and its peer see the same machine; with ``fenced`` each runstore
+    stack is followed by its fenced case (the stock stacks have no fences). A cell whose
+    process count exceeds its concurrency is left out (a worker needs at least one thread).
     """
     if unknown := [s for s in stacks if s not in STACKS]:
         raise ValueError(f"unknown stack(s) {unknown}; known: {', '.join(STACKS)}")
@@ -97,13 +107,19 @@ def plan_load(
                     continue
                 for mode in modes:
                     cell = f"c{conc}|p{procs}|{mode}|t{turns}|r{rep}"
-                    ordered = list(stacks) if rep % 2 == 0 else list(reversed(stacks))
-                    for stack in ordered:
+                    variants = [
+                        (stack, fence)
+                        for stack in stacks
+                        for fence in ((False, True) if fenced and not STACKS[stack] else (False,))
+                    ]
+                    ordered = variants if rep % 2 == 0 else list(reversed(variants))
+                    for stack, fence in ordered:
+                        name = f"{stack}+fenced" if fence else stack
                         cases.append(
                             LoadCase(
-                                case_id=f"{stack}|{cell}", cell_id=cell, stack=stack, mode=mode,
+                                case_id=f"{name}|{cell}", cell_id=cell, stack=stack, mode=mode,
                                 concurrency=conc, processes=procs, turns=turns,
-                                pool_size=pool_size, repetition=rep,
+                                pool_size=pool_size, repetition=rep, fenced=fence,
                             )
                         )  # fmt: skip
     return cases
@@ -243,6 +259,7 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
                 results = [await run_shard(stack, graph, metrics, shards[0])]
                 servers_after = server_cpu_seconds()
                 check = await check_threads(stack, graph, shards[0], range(case["concurrency"]))
+                fence = await _fence_check(stack, graph, shards[0])
             finally:
                 await stack.close()
         else:
@@ -258,6 +275,7 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
             stack, graph, _ = await open_shard(shards[0])
             try:
                 check = await check_threads(stack, graph, shards[0], range(case["concurrency"]))
+                fence = await _fence_check(stack, graph, shards[0])
             finally:
                 await stack.close()
     finally:
@@ -265,6 +283,7 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
     result = _merge(results, case)
     result.update(per_turn_ms(servers_before, servers_after, result["turns_done"]))
     result.update(check)
+    result.update(fence)
     if result["errors_total"] or not check["digest_ok"]:
         result["status"] = "failed"
         result["error"] = (
@@ -272,9 +291,24 @@ async def run_load_case(case: dict[str, Any]) -> dict[str, Any]:
             + ", ".join(f"{k}={result[f'errors_{k}']}" for k in ERROR_CLASSES if result[f"errors_{k}"])
             + ("" if check["digest_ok"] else f"; {check['digest_failed_threads']} incomplete thread(s)")
         )
+    elif fence.get("fence_stale_refused") is False:
+        result["status"] = "failed"
+        accepted = [k for k, v in fence["fence_stale_refused_by"].items() if not v]
+        result["error"] = f"fenced store(s) {', '.join(accepted)} accepted a write with a stale token"
     else:
         result["status"] = "ok"
     return result
+
+
+async def _fence_check(stack: Any, graph: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's fencing fields: which stores were fenced and, if any, whether each
+    refuses a stale token (`runstore.bench.load_shard.check_stale_fence`)."""
+    from runstore.bench.load_shard import check_stale_fence
+
+    out: dict[str, Any] = {"fenced_stores": list(stack.fenced_stores)}
+    if stack.fenced_stores:
+        out.update(await check_stale_fence(stack, graph, spec))
+    return out
 
 
 # --------------------------------------------------------------------------- the run (parent)

@@ -12,6 +12,11 @@ concurrently on its event loop. A turn is what a runtime does for one run:
 4. the turn ends when the subscriber has received every event in order; the run's
    stream is dropped.
 
+In a fenced case (``--fenced``) each turn is one run holding a lease: before step 1
+its stores are fenced with the turn's token (`fence_token`), as a lease grant does,
+and every checkpoint write (``configurable.runstore_fence``), journal append and
+stream publish of the turn carries it (`runstore.bench.load_stacks` says which stores).
+
 Run as ``python -m runstore.bench.load_shard`` by a cell with several processes:
 the shard reads its spec as one JSON line, opens its stack, prints ``READY``, waits
 for ``GO`` on stdin (so every worker starts together), runs and prints its result
@@ -40,10 +45,10 @@ DRAIN_SECONDS = 60.0
 #: Error messages kept per class (the counts are complete).
 ERROR_SAMPLES = 3
 
-#: The steps of a turn, timed separately: the graph run (with its stream publishes),
-#: ending the stream, the journal flush, the UI's state read, waiting for the
-#: subscriber to drain, dropping the stream.
-PHASES = ("graph", "end", "journal", "read", "drain", "cleanup")
+#: The steps of a turn, timed separately: fencing the run's stores (fenced cases only),
+#: the graph run (with its stream publishes), ending the stream, the journal flush, the
+#: UI's state read, waiting for the subscriber to drain, dropping the stream.
+PHASES = ("fence", "graph", "end", "journal", "read", "drain", "cleanup")
 
 #: The classes of `classify`, as counted in rows (``errors_<class>``).
 ERROR_CLASSES = ("locked", "pool", "timeout", "lost", "other")
@@ -51,8 +56,13 @@ ERROR_CLASSES = ("locked", "pool", "timeout", "lost", "other")
 READY = "READY"
 GO = "GO"
 
-#: (thread index, turn, run id) of the turn the graph node is running.
-_TURN: contextvars.ContextVar[tuple[int, int, str]] = contextvars.ContextVar("runstore_bench_turn")
+#: (thread index, turn, run id, fencing token or None) of the turn the graph node is running.
+_TURN: contextvars.ContextVar[tuple[int, int, str, int | None]] = contextvars.ContextVar(
+    "runstore_bench_turn"
+)
+#: The token a stale writer carries in the fenced cases' refusal check (`check_stale_fence`):
+#: older than every turn's (`fence_token`).
+STALE_FENCE = 1
 
 
 def thread_id(prefix: str, index: int) -> str:
@@ -63,6 +73,12 @@ def thread_id(prefix: str, index: int) -> str:
 def run_id(prefix: str, index: int, turn: int) -> str:
     """The id of the run of ``turn`` on thread ``index``."""
     return f"{prefix}-t{index:04d}-r{turn:04d}"
+
+
+def fence_token(turn: int) -> int:
+    """The fencing token of ``turn``'s run: a new, higher one per run of a thread, as
+    successive lease grants give (from 2, so `STALE_FENCE` is older than all)."""
+    return turn + 2
 
 
 def content(kind: str, index: int, turn: int, k: int = 0) -> str:
@@ -153,9 +169,10 @@ def build_load_graph(mode: str, stack: Any, metrics: Metrics) -> Any:
     from runstore.bench.checkpoint import thread_state_schema
 
     async def agent(state: Any) -> dict[str, Any]:
-        index, turn, run = _TURN.get()
+        index, turn, run, fence = _TURN.get()
         for i in range(STREAM_EVENTS):
-            await stack.publish(run, {"i": i, "t": time.perf_counter(), "tok": content("tok", index, turn, i)[:16]})
+            data = {"i": i, "t": time.perf_counter(), "tok": content("tok", index, turn, i)[:16]}
+            await stack.publish(run, data, fence)
         return {"messages": [AIMessage(content=content("ai", index, turn), id=f"ai-{turn:04d}")]}
 
     builder: Any = StateGraph(thread_state_schema(mode, None))
@@ -188,25 +205,36 @@ async def run_thread(
     from langchain_core.messages import HumanMessage
 
     from runstore.bench.checkpoint import delta_config
+    from runstore.checkpoint.rules import FENCE_KEY
 
     prefix = spec["prefix"]
     thread = thread_id(prefix, index)
-    config: Any = delta_config({"configurable": {"thread_id": thread}}, spec["mode"])
+    fenced = bool(stack.fenced_stores)
     for turn in range(int(spec["turns"])):
         run = run_id(prefix, index, turn)
+        fence = fence_token(turn) if fenced else None
+        configurable: dict[str, Any] = {"thread_id": thread}
+        if fence is not None and "checkpointer" in stack.fenced_stores:
+            configurable[FENCE_KEY] = fence
+        config: Any = delta_config({"configurable": configurable}, spec["mode"])
         started = time.perf_counter()
-        token = _TURN.set((index, turn, run))
-        listener = asyncio.create_task(_subscriber(stack, run, metrics))
+        token = _TURN.set((index, turn, run, fence))
         marks = [started]
+        listener: asyncio.Task[None] | None = None
         try:
+            if fence is not None:
+                # What a worker does on taking the run's lease, before any write.
+                await stack.fence_run(thread, run, fence)
+            marks.append(time.perf_counter())
+            listener = asyncio.create_task(_subscriber(stack, run, metrics))
             await graph.ainvoke(
                 {"messages": [HumanMessage(content=content("human", index, turn), id=f"human-{turn:04d}")]},
                 config,
             )
             marks.append(time.perf_counter())
-            await stack.publish_end(run)
+            await stack.publish_end(run, fence)
             marks.append(time.perf_counter())
-            await stack.put_events(journal_events(thread, run, index, turn))
+            await stack.put_events(journal_events(thread, run, index, turn), fence)
             metrics.journal_events += JOURNAL_EVENTS
             marks.append(time.perf_counter())
             state = await graph.aget_state(config)
@@ -222,9 +250,10 @@ async def run_thread(
             for phase, begin, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
                 metrics.phase_seconds[phase] += end - begin
         except BaseException as exc:
-            if not listener.done():
-                listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
+            if listener is not None:
+                if not listener.done():
+                    listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             # The subscriber not done DRAIN_SECONDS after the turn: its events are lost.
@@ -328,6 +357,54 @@ async def check_threads(
         "digest_failures": failures[:5],
         "digest_failed_threads": len(failures),
         "digest": canonical_digest(items),
+    }
+
+
+async def check_stale_fence(stack: Any, graph: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """After a fenced run: whether each fenced store refuses a write of thread 0's last run
+    carrying `STALE_FENCE` (the check the fenced turns paid for was really made).
+
+    Returns ``fence_stale_refused`` (every fenced store refused; ``None`` when none is
+    fenced) and ``fence_stale_refused_by`` (per kind)."""
+    from langchain_core.messages import HumanMessage
+
+    from runstore.bench.checkpoint import delta_config
+    from runstore.checkpoint.rules import FENCE_KEY
+    from runstore.errors import StaleFenceError
+
+    prefix, last = spec["prefix"], int(spec["turns"]) - 1
+    thread, run = thread_id(prefix, 0), run_id(prefix, 0, last)
+    stale_run = f"{run}-stale"
+
+    async def checkpoint() -> None:
+        config: Any = delta_config(
+            {"configurable": {"thread_id": thread, FENCE_KEY: STALE_FENCE}}, spec["mode"]
+        )
+        token = _TURN.set((0, last, stale_run, None))
+        try:
+            await graph.ainvoke({"messages": [HumanMessage(content="stale", id="human-stale")]}, config)
+        finally:
+            _TURN.reset(token)
+            await stack.finish_run(stale_run)
+
+    async def events() -> None:
+        await stack.put_events(journal_events(thread, run, 0, last)[:1], STALE_FENCE)
+
+    async def streams() -> None:
+        await stack.publish(run, {"i": 0, "t": 0.0, "tok": "stale"}, STALE_FENCE)
+
+    checks = {"checkpointer": checkpoint, "events": events, "streams": streams}
+    refused: dict[str, bool] = {}
+    for kind in stack.fenced_stores:
+        try:
+            await checks[kind]()
+        except StaleFenceError:
+            refused[kind] = True
+        else:
+            refused[kind] = False
+    return {
+        "fence_stale_refused": all(refused.values()) if refused else None,
+        "fence_stale_refused_by": refused,
     }
 
 

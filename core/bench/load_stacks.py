@@ -15,6 +15,12 @@ drivers:
 - ``stock-sqlite``: LangGraph's `AsyncSqliteSaver` on one aiosqlite connection (what
   ``from_conn_string`` gives); events as INSERTs on a second aiosqlite connection to the
   same file; streams as one `asyncio.Queue` per run.
+
+A fenced runstore stack (``--fenced``) fences each run's stores before its first write,
+as a lease grant does (`runstore.fencing.fence_stores`), and every write of the run
+carries the token; only the stores whose backend declares ``fencing`` take part
+(`RunstoreStack.fenced_stores`). The stock stacks have no fences: their ``fence``
+arguments are never given.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class Stack:
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = spec
         self.saver: Any = None
+        #: The kinds (``checkpointer``, ``events``, ``streams``) this stack fences.
+        self.fenced_stores: tuple[str, ...] = ()
         self._stack = AsyncExitStack()
         #: Seconds callers spent acquiring pooled connections, and how many did.
         self.pool_wait_seconds = 0.0
@@ -78,16 +86,20 @@ class Stack:
     async def open(self) -> None:
         """Open the saver, the journal and the stream for this process."""
 
-    async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """Append one turn's journal events (one thread, one batch)."""
+    async def fence_run(self, thread_id: str, run_id: str, fence: int) -> None:
+        """Fence the run's stores with ``fence`` as a lease grant does (a fenced stack only)."""
+
+    async def put_events(self, events: Sequence[Mapping[str, Any]], fence: int | None = None) -> None:
+        """Append one turn's journal events (one thread, one batch), carrying ``fence``
+        (a fenced stack's token; ``None``: unchecked)."""
         raise NotImplementedError
 
-    async def publish(self, run_id: str, data: Mapping[str, Any]) -> None:
-        """Publish one stream event of ``run_id``."""
+    async def publish(self, run_id: str, data: Mapping[str, Any], fence: int | None = None) -> None:
+        """Publish one stream event of ``run_id``, carrying ``fence`` (as `put_events`)."""
         raise NotImplementedError
 
-    async def publish_end(self, run_id: str) -> None:
-        """Mark ``run_id``'s stream finished."""
+    async def publish_end(self, run_id: str, fence: int | None = None) -> None:
+        """Mark ``run_id``'s stream finished, carrying ``fence`` (as `put_events`)."""
         raise NotImplementedError
 
     def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
@@ -195,15 +207,29 @@ class RunstoreStack(Stack):
         _watch_sqlalchemy_pools(self)
         self.stores = await self._stack.enter_async_context(runstore.open(self._config()))
         self.saver = self.stores.checkpointer
+        if self.spec.get("fenced"):
+            self.fenced_stores = fencing_kinds(self.spec)
 
-    async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        await self.stores.events.put_batch(events, user_id=None)
+    def _fence(self, kind: str, fence: int | None) -> int | None:
+        """``fence`` if this stack fences ``kind``'s store, else ``None`` (unchecked)."""
+        return fence if kind in self.fenced_stores else None
 
-    async def publish(self, run_id: str, data: Mapping[str, Any]) -> None:
-        await self.stores.streams.publish(run_id, "token", data)
+    async def fence_run(self, thread_id: str, run_id: str, fence: int) -> None:
+        from runstore.fencing import FenceGrant, fence_stores
 
-    async def publish_end(self, run_id: str) -> None:
-        await self.stores.streams.publish_end(run_id)
+        stores = {"checkpointer": self.saver, "events": self.stores.events, "streams": self.stores.streams}
+        await fence_stores(
+            FenceGrant(thread_id, run_id, fence), [stores[k] for k in self.fenced_stores]
+        )
+
+    async def put_events(self, events: Sequence[Mapping[str, Any]], fence: int | None = None) -> None:
+        await self.stores.events.put_batch(events, user_id=None, fence=self._fence("events", fence))
+
+    async def publish(self, run_id: str, data: Mapping[str, Any], fence: int | None = None) -> None:
+        await self.stores.streams.publish(run_id, "token", data, fence=self._fence("streams", fence))
+
+    async def publish_end(self, run_id: str, fence: int | None = None) -> None:
+        await self.stores.streams.publish_end(run_id, fence=self._fence("streams", fence))
 
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
         from runstore.streams.protocol import END, StreamEvent, StreamGap
@@ -317,7 +343,7 @@ class StockPostgresStack(Stack):
         )
         self._stack.push_async_callback(self.redis.aclose)
 
-    async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+    async def put_events(self, events: Sequence[Mapping[str, Any]], fence: int | None = None) -> None:
         rows = _event_rows(events)
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             await cur.executemany(
@@ -330,10 +356,10 @@ class StockPostgresStack(Stack):
     def _key(self, run_id: str) -> str:
         return f"{self.spec['redis_prefix']}stream:{run_id}"
 
-    async def publish(self, run_id: str, data: Mapping[str, Any]) -> None:
+    async def publish(self, run_id: str, data: Mapping[str, Any], fence: int | None = None) -> None:
         await self.redis.xadd(self._key(run_id), {"d": orjson.dumps(data)})
 
-    async def publish_end(self, run_id: str) -> None:
+    async def publish_end(self, run_id: str, fence: int | None = None) -> None:
         await self.redis.xadd(self._key(run_id), {"end": 1})
 
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
@@ -431,7 +457,7 @@ class StockSqliteStack(Stack):
         self.events_conn = await aiosqlite.connect(self.path)
         self._stack.push_async_callback(self.events_conn.close)
 
-    async def put_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+    async def put_events(self, events: Sequence[Mapping[str, Any]], fence: int | None = None) -> None:
         rows = _event_rows(events)
         # One connection serves every coroutine: a lock keeps each batch one transaction.
         async with self._events_lock:
@@ -449,10 +475,10 @@ class StockSqliteStack(Stack):
             queue = self._queues[run_id] = asyncio.Queue()
         return queue
 
-    async def publish(self, run_id: str, data: Mapping[str, Any]) -> None:
+    async def publish(self, run_id: str, data: Mapping[str, Any], fence: int | None = None) -> None:
         self._queue(run_id).put_nowait(data)
 
-    async def publish_end(self, run_id: str) -> None:
+    async def publish_end(self, run_id: str, fence: int | None = None) -> None:
         self._queue(run_id).put_nowait(None)
 
     async def subscribe(self, run_id: str) -> AsyncIterator[Mapping[str, Any]]:
@@ -512,6 +538,7 @@ def stack_spec(
         "pool_size": case["pool_size"],
         "settings": case.get("settings") or {},
         "work_dir": str(work_dir),
+        "fenced": bool(case.get("fenced")),
     }
     if name in NEEDS_POSTGRES:
         if not postgres_url:
@@ -533,6 +560,20 @@ def stack_spec(
         )
         spec["streams_url"] = "memory://"
     return spec
+
+
+def fencing_kinds(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The kinds of a runstore stack whose backend declares ``fencing`` (the ones a fenced
+    case fences), in `runstore.fencing.fence_stores` order: saver, event store, bridge."""
+    from runstore.loader import get_backends
+
+    backends = get_backends()
+    urls = (
+        ("checkpointer", backends.savers, spec["database_url"]),
+        ("events", backends.events, spec["database_url"]),
+        ("streams", backends.streams, spec["streams_url"]),
+    )
+    return tuple(kind for kind, registry, url in urls if registry.for_url(url).has("fencing"))
 
 
 async def delete_redis_prefix(redis_url: str, prefix: str) -> None:

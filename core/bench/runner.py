@@ -232,7 +232,8 @@ class CaseRunner:
             "postgres_url": self.options.postgres_url,
             "redis_url": self.options.redis_url,
             "settings": self.options.settings,
-            "fenced": self.options.fenced,
+            # A case that says whether it is fenced (a load case) keeps its own word.
+            "fenced": params.get("fenced", self.options.fenced),
         }
         profiled = self.options.profile_dir is not None
         if profiled:

@@ -322,9 +322,11 @@ LOAD_METRICS = (
 
 
 def summarize_load(files: Sequence[BenchFile], summary: Summary) -> None:
-    """Fill ``summary.load``: medians per (stack, mode, concurrency, processes, turns), the
-    ratios against the stock peer at the same point (``peer_turns_per_s``: > 1 is faster,
-    ``peer_p99``: < 1 is faster), and turns/s against the same stack on one process."""
+    """Fill ``summary.load``: medians per (stack, fenced, mode, concurrency, processes, turns),
+    the ratios against the stock peer at the same point (``peer_turns_per_s``: > 1 is
+    faster, ``peer_p99``: < 1 is faster), turns/s against the same stack on one process,
+    and a fenced stack (shown as ``<stack>+fenced``) against the same stack unfenced
+    (``fence_turns_ratio``, ``fence_p99``)."""
     from runstore.bench.load_stacks import LOAD_PEERS
 
     for file_index, bench_file in enumerate(files):
@@ -343,32 +345,43 @@ def summarize_load(files: Sequence[BenchFile], summary: Summary) -> None:
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for row in rows:
             if row.get("status") == "ok":
-                key = (row["stack"], row["mode"], row["concurrency"], row["processes"], row["turns"])
+                key = (
+                    row["stack"], bool(row.get("fenced")), row["mode"], row["concurrency"],
+                    row["processes"], row["turns"],
+                )  # fmt: skip
                 groups.setdefault(key, []).append(row)
         entries: dict[tuple[Any, ...], dict[str, Any]] = {}
         for key, group in groups.items():
             entry: dict[str, Any] = {
                 "file": bench_file.path,
                 "file_index": file_index,
-                "stack": key[0],
-                "mode": key[1],
-                "concurrency": key[2],
-                "processes": key[3],
-                "turns": key[4],
+                "stack": f"{key[0]}+fenced" if key[1] else key[0],
+                "fenced": key[1],
+                "mode": key[2],
+                "concurrency": key[3],
+                "processes": key[4],
+                "turns": key[5],
                 "peer": bool(group[0].get("peer")),
                 "repetitions": len(group),
                 "digest_ok": all(r.get("digest_ok") for r in group),
             }
             entry.update(_medians(group, LOAD_METRICS))
+            if key[1]:
+                entry["fenced_stores"] = sorted({s for r in group for s in r.get("fenced_stores") or ()})
+                entry["fence_stale_refused"] = all(r.get("fence_stale_refused") for r in group)
             entries[key] = entry
         for key, entry in entries.items():
-            peer = entries.get((LOAD_PEERS.get(key[0]), *key[1:]))
+            peer = entries.get((LOAD_PEERS.get(key[0]), False, *key[2:]))
             if peer is not None:
                 entry["peer_stack"] = peer["stack"]
                 entry["peer_turns_per_s"] = _ratio(entry.get("turns_per_s"), peer.get("turns_per_s"))
                 entry["peer_p99"] = _ratio(entry.get("turn_p99_ms"), peer.get("turn_p99_ms"))
-            single = entries.get((*key[:3], 1, key[4]))
-            if single is not None and key[3] != 1:
+            unfenced = entries.get((key[0], False, *key[2:])) if key[1] else None
+            if unfenced is not None:
+                entry["fence_turns_ratio"] = _ratio(entry.get("turns_per_s"), unfenced.get("turns_per_s"))
+                entry["fence_p99"] = _ratio(entry.get("turn_p99_ms"), unfenced.get("turn_p99_ms"))
+            single = entries.get((*key[:4], 1, key[5]))
+            if single is not None and key[4] != 1:
                 entry["process_speedup"] = _ratio(entry.get("turns_per_s"), single.get("turns_per_s"))
         summary.load.extend(
             sorted(

@@ -119,6 +119,7 @@ LOAD_COLUMNS: tuple[Column, ...] = (
     Column("x stock", "peer_turns_per_s"),
     Column("p99/\nstock", "peer_p99"),
     Column("x 1\nproc", "process_speedup"),
+    Column("fenced/\nunfenced", "fence_turns_ratio", _digits(3)),
     Column("digest", "digest_ok", lambda v: "ok" if v else "INCOMPLETE", text=True),
     Column("errors", "errors_total", _digits(0)),
     Column("turns/s", "turns_per_s", _digits(1)),

@@ -134,3 +134,24 @@ def test_tiny_store_bench_end_to_end(tmp_path: Path) -> None:
     ratios = {(m["backend"], m["op"]): m.get("ratio") for m in orjson.loads(proc.stdout)["measurements"]}
     assert ratios[("runstore sqlite", "put")] is not None
     assert ratios[("runstore sqlite", "semantic_search")] is not None
+
+
+def test_fenced_load_bench_fences_every_store_and_reports_the_ratio(tmp_path: Path) -> None:
+    proc = _bench(
+        tmp_path, "load", "--stacks", "embedded", "--modes", "full", "--concurrency", "2",
+        "--turns", "2", "--fenced",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["fenced"]: r for r in read_jsonl(tmp_path / "run.jsonl").rows}
+    assert set(rows) == {False, True} and all(r["status"] == "ok" for r in rows.values()), rows
+    fenced, unfenced = rows[True], rows[False]
+    # sqlite saver and event store and the memory bridge all declare fencing.
+    assert fenced["fenced_stores"] == ["checkpointer", "events", "streams"]
+    assert unfenced["fenced_stores"] == [] and "fence_stale_refused" not in unfenced
+    # After the run each store refuses a write carrying a token older than the last run's.
+    assert fenced["fence_stale_refused"] is True
+    assert fenced["fence_stale_refused_by"] == {"checkpointer": True, "events": True, "streams": True}
+    # Fenced writes land like unfenced ones: the same final states and journals.
+    assert fenced["digest"] == unfenced["digest"]
+    (entry,) = [e for e in orjson.loads(proc.stdout)["load"] if e["fenced"]]
+    assert entry["stack"] == "embedded+fenced" and entry["fence_turns_ratio"] > 0

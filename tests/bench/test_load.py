@@ -199,3 +199,53 @@ def test_two_worker_processes_share_one_cell(tmp_path: Path, services: RunOption
     rows = read_jsonl(out).rows
     _check_rows(rows, 1)
     assert rows[0]["processes"] == 2 and rows[0]["peak_rss_total_bytes"] > rows[0]["peak_rss_bytes"]
+
+
+def test_fenced_plan_follows_each_runstore_stack_with_its_fenced_case() -> None:
+    cases = _plan(concurrency=[4], processes=[1], modes=["full"], fenced=True)
+    names = [c.case_id.split("|")[0] for c in cases]
+    assert names == ["pg+redis", "pg+redis+fenced", "stock", "stock", "pg+redis+fenced", "pg+redis"]
+    assert [c.fenced for c in cases if c.stack == "stock"] == [False, False]
+    assert all(c.params()["fenced"] == c.case_id.startswith("pg+redis+fenced") for c in cases)
+
+
+def test_summary_divides_a_fenced_stack_by_the_same_stack_unfenced(tmp_path: Path) -> None:
+    rows = [
+        _summary_row("pg+redis", 8, 1, 200.0, 50.0),
+        _summary_row(
+            "pg+redis",
+            8,
+            1,
+            150.0,
+            60.0,
+            fenced=True,
+            case_id="pg+redis+fenced|8|1",
+            fenced_stores=["checkpointer", "events", "streams"],
+            fence_stale_refused=True,
+        ),
+        _summary_row("stock", 8, 1, 100.0, 100.0),
+    ]
+    path = tmp_path / "load.jsonl"
+    path.write_text("\n".join(orjson.dumps(r).decode() for r in rows) + "\n")
+    entries = {e["stack"]: e for e in summarize([read_jsonl(path)]).load}
+    fenced = entries["pg+redis+fenced"]
+    assert fenced["fence_turns_ratio"] == pytest.approx(0.75) and fenced["fence_p99"] == pytest.approx(1.2)
+    assert fenced["peer_turns_per_s"] == pytest.approx(1.5)
+    assert fenced["fenced_stores"] == ["checkpointer", "events", "streams"]
+    assert "fence_turns_ratio" not in entries["pg+redis"]
+
+
+def test_fenced_pg_redis_over_two_processes_refuses_stale_tokens(tmp_path: Path, services: RunOptions) -> None:
+    out = tmp_path / "load.jsonl"
+    cases = plan_load(
+        stacks=["pg+redis"], modes=["delta"], concurrency=[4], processes=[2], turns=2,
+        pool_size=10, repetitions=1, fenced=True,
+    )  # fmt: skip
+    outcome = run_load(cases, output=out, options=services, child=_inline)
+    assert outcome.exit_code == 0, outcome.failures
+    rows = read_jsonl(out).rows
+    _check_rows(rows, 2)  # the fenced and unfenced cases end with one digest
+    fenced = next(r for r in rows if r["fenced"])
+    assert fenced["fenced_stores"] == ["checkpointer", "events", "streams"]
+    assert fenced["fence_stale_refused_by"] == {"checkpointer": True, "events": True, "streams": True}
+    assert fenced["phase_ms"]["fence"] > 0
