@@ -58,6 +58,10 @@ def text_literal(value: str) -> str:
     return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: One append call: its rows and its fencing token (``None``: unfenced).
+_Append = tuple[list[list[Any]], int | None]
+
+
 class PostgresEventDriver(SqlEventDriver):
     """asyncpg connections leased from the shared pool (`PostgresCalls`), one per operation.
 
@@ -70,11 +74,12 @@ class PostgresEventDriver(SqlEventDriver):
     lock is granted. Writes are not idempotent (seqs, created flags, delete counts),
     so a lost connection is retried only if the ``COMMIT`` was never sent.
 
-    Unfenced appends (``put``, ``put_batch``) of concurrent callers share those three
-    round trips and one commit (`BatchQueue`): the appends that arrive while one
-    transaction runs go out together in the next, each caller's rows still one
-    contiguous block per thread and each call still whole or absent. If that
-    transaction fails on a statement, its appends run again one call at a time, so
+    Appends (``put``, ``put_batch``, fenced or not) of concurrent callers share those
+    three round trips and one commit (`BatchQueue`): the appends that arrive while one
+    transaction runs go out together in the next, each call's fence compare-and-set in
+    arrival order before the one insert, each caller's rows still one contiguous block
+    per thread and each call still whole or absent. If that transaction fails on a
+    statement (a stale token included), its appends run again one call at a time, so
     only the bad call fails. A caller cancelled while its append is in flight
     returns once that transaction has ended (committed with it or rolled back).
     The price: appends of one process to different threads wait for each other's
@@ -118,7 +123,7 @@ class PostgresEventDriver(SqlEventDriver):
         self._leases = PostgresCalls(
             engine, self.MAX_IDLE_CONNECTIONS, backend="postgres event store", timeouts=timeouts
         )
-        self._appends: BatchQueue[list[list[Any]]] = BatchQueue(
+        self._appends: BatchQueue[_Append] = BatchQueue(
             self._append_batch, settle_on_cancel=True
         )
 
@@ -166,36 +171,38 @@ class PostgresEventDriver(SqlEventDriver):
                 raise StaleFenceError(thread_id, fence, int(current))
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
-        if fence is not None:  # its fence check and StaleFenceError are the call's own
-            return await self._insert(rows, fence)
-        seqs: list[int] = await self._appends.submit(rows)
+        seqs: list[int] = await self._appends.submit((rows, fence))
         return seqs
 
-    async def _append_batch(self, batch: list[list[list[Any]]]) -> list[Outcome]:
-        """Insert the rows of several unfenced calls in one transaction; one outcome per call
-        (the group-commit callback; module docstring of `runstore.batching`)."""
+    async def _append_batch(self, batch: list[_Append]) -> list[Outcome]:
+        """Insert the rows of several calls in one transaction; one outcome per call (the
+        group-commit callback; module docstring of `runstore.batching`)."""
         if len(batch) > 1:
             try:
-                seqs = await self._insert([row for rows in batch for row in rows], None)
+                seqs = await self._insert(batch)
             except BackendUnavailableError as exc:
                 return [(False, exc)] * len(batch)
-            except Exception:  # a statement failed: each call on its own, below
+            except Exception:  # a statement failed or a token was stale: each call on its own
                 pass
             else:
                 outcomes: list[Outcome] = []
-                for rows in batch:
+                for rows, _ in batch:
                     outcomes.append((True, seqs[: len(rows)]))
                     seqs = seqs[len(rows) :]
                 return outcomes
-        return await one_at_a_time(batch, lambda rows: self._insert(rows, None))
+        return await one_at_a_time(batch, lambda call: self._insert([call]))
 
-    async def _insert(self, rows: list[list[Any]], fence: int | None) -> list[int]:
-        """Insert ``rows`` in one transaction of their own (`SqlEventDriver.insert`)."""
+    async def _insert(self, calls: Sequence[_Append]) -> list[int]:
+        """Insert the rows of ``calls`` in one transaction, after each call's fence check in
+        order (`SqlEventDriver.insert`); the seqs in the calls' row order."""
+        rows = [row for call_rows, _ in calls for row in call_rows]
         columns = list(zip(*rows, strict=True))
         threads = list({r[0] for r in rows})
+        fences = [({r[0] for r in call_rows}, fence) for call_rows, fence in calls if fence is not None]
 
         async def work(raw: Any) -> list[Any]:
-            await self._fenced(raw, threads, fence)
+            for call_threads, fence in fences:
+                await self._fenced(raw, list(call_threads), fence)
             return list(
                 await raw.fetch(
                     self._INSERT,

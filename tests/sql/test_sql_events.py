@@ -505,10 +505,10 @@ async def test_concurrent_appends_share_one_transaction(open_store: Opener, db_u
     transactions = 0
     real = driver._insert
 
-    async def counting(rows: Any, fence: Any) -> Any:
+    async def counting(calls: Any) -> Any:
         nonlocal transactions
         transactions += 1
-        return await real(rows, fence)
+        return await real(calls)
 
     driver._insert = counting
     a, b = ids()
@@ -527,6 +527,50 @@ async def test_concurrent_appends_share_one_transaction(open_store: Opener, db_u
         for i in range(12):
             mine = await store.list_events(thread, f"r{i}", user_id=f"u{i % 3}")
             assert len(mine) == (3 if (a if i % 2 else b) == thread else 0)
+
+
+@pytest.mark.postgres
+async def test_fenced_appends_share_one_transaction_and_a_stale_one_fails_alone(
+    open_store: Opener, db_url: str
+) -> None:
+    """Fenced appends go out together like unfenced ones, each call's token checked in
+    arrival order: a call whose token an earlier call of the same transaction overtook
+    is refused alone (`StaleFenceError`), the others commit."""
+    import asyncio
+
+    from runstore.errors import StaleFenceError
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("the PostgreSQL driver groups appends")
+    store = await open_store()
+    driver: Any = store._driver
+    transactions = 0
+    real = driver._insert
+
+    async def counting(calls: Any) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real(calls)
+
+    driver._insert = counting
+    a, b = ids()
+    await store.fence_thread(a, 2)
+    results = await asyncio.gather(
+        store.put_batch(_events(a, "r2", 2), user_id=None, fence=2),
+        store.put_batch(_events(b, "plain", 2), user_id=None),
+        store.put_batch(_events(a, "r3", 2), user_id=None, fence=3),
+        store.put_batch(_events(a, "stale", 2), user_id=None, fence=2),
+        return_exceptions=True,
+    )
+    assert isinstance(results[3], StaleFenceError), results[3]
+    assert not any(isinstance(r, BaseException) for r in results[:3]), results
+    assert transactions == 1 + 4, "one shared transaction, then each call on its own after the refusal"
+    stored = await store.list_messages(a, limit=100, user_id=None)
+    assert [r["content"] for r in stored] == ["r2-0", "r2-1", "r3-0", "r3-1"]
+    assert [r["seq"] for r in stored] == [1, 2, 3, 4]
+    transactions = 0
+    await asyncio.gather(*(store.put_batch(_events(a, f"ok{i}", 1), user_id=None, fence=3) for i in range(5)))
+    assert transactions == 1, "fenced appends queued together share one transaction"
 
 
 @pytest.mark.postgres
