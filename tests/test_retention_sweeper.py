@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +230,37 @@ def test_cli_run_and_compact(tmp_path: Path) -> None:
     compact = runner.invoke(cli.main, ["compact", "--checkpointer", url, "--full", "--json"])
     assert compact.exit_code == 0, compact.output
     assert set(json.loads(compact.output)) == {"before", "after", "reclaimed"}
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_write_timed_before_a_sweep_that_commits_after_it_is_swept_next(backend: str, tmp_path: Path) -> None:
+    """A writer takes its time before waiting for the database; a sweep (in another
+    process) can commit in between with a later time. The write still counts as written
+    since that sweep, whatever the clocks say, so the next sweep looks at the thread."""
+    async with _open(None if backend == "memory" else tmp_path) as stores:
+        await _write_timed_before_a_sweep(stores)
+
+
+@pytest.mark.postgres
+async def test_a_write_timed_before_a_sweep_is_swept_next_on_postgres(postgres_url: str) -> None:
+    async with runstore.open(checkpointer=postgres_url) as stores:
+        await _write_timed_before_a_sweep(stores)
+
+
+async def _write_timed_before_a_sweep(stores: Any) -> None:
+    saver = unwrap_saver(stores.checkpointer)
+    saver.clock = ManualClock(START)  # type: ignore[attr-defined]
+    await _thread(stores, "t", checkpoints=3, runs=0)
+    policy = RetentionPolicy(keep_last=2)
+    saver.clock = ManualClock(START + timedelta(seconds=100))  # type: ignore[attr-defined]
+    assert (await Sweeper(saver).sweep(policy)).removed.checkpoints == 1
+    # The writer's time, taken before the sweep committed.
+    saver.clock = ManualClock(START + timedelta(seconds=50))  # type: ignore[attr-defined]
+    parent = (await saver.aget_tuple(config_for("t", None))).config["configurable"]["checkpoint_id"]
+    cid = new_checkpoint_id()
+    version = f"{4:032}.0"
+    await saver.aput(config_for("t", parent), make_checkpoint(cid, {"a": 4}, {"a": version}), {}, {"a": version})
+    saver.clock = ManualClock(START + timedelta(seconds=110))  # type: ignore[attr-defined]
+    report = await Sweeper(saver).sweep(policy)
+    assert report.removed.checkpoints == 1, report.as_dict()
+    assert (await saver.aget_thread("t")).checkpoints == 2  # type: ignore[attr-defined]

@@ -348,6 +348,8 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
                 raise ThreadDeletedError(thread_id)
             record.restart(now)
         record.touched_at = max(record.touched_at, now)
+        # Written since its last sweep whatever the clocks say (the sqlite saver's rule).
+        record.swept_at = None
         if fence is not None:
             record.fence = fence
         return record
@@ -393,6 +395,7 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
         else:
             record.updated_at = max(record.updated_at, now)
             record.touched_at = max(record.touched_at, now)
+            record.swept_at = None
         target = self._threads.setdefault(target_id, {})
         for checkpoint_ns, ns in source.items():
             clone = ns.copy()

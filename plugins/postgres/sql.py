@@ -303,7 +303,7 @@ ON CONFLICT (thread_id) DO UPDATE SET
     metadata = CASE WHEN {_IS_HEAD} THEN EXCLUDED.metadata ELSE t.metadata END,
     status = CASE WHEN {_IS_HEAD} THEN EXCLUDED.status ELSE t.status END,
     retention = {_LIVE.format("t.retention", "NULL")},
-    swept_at = {_LIVE.format("t.swept_at", "NULL")},
+    swept_at = NULL,  -- written since its last sweep, whatever the clocks say
     sweep_after = {_LIVE.format("t.sweep_after", "NULL")},
     claimed_until = {_LIVE.format("t.claimed_until", "NULL")},
     deleted_at = NULL,

@@ -393,9 +393,12 @@ _HEAD_STATUS = status_case(
         f" AND x.channel = '{ch}')"
     )
 )
+# Every write also clears `swept_at`: "written since its last sweep" must not depend on
+# clocks, or a write whose time was taken before a concurrent sweep (in another process)
+# committed after it would look swept and wait for `sweep_after`.
 PUT_THREAD = f"""
 UPDATE {THREADS} SET
-    updated_at = max(updated_at, :now), touched_at = max(touched_at, :now),
+    updated_at = max(updated_at, :now), touched_at = max(touched_at, :now), swept_at = NULL,
     checkpoints = checkpoints + :added, bytes = bytes + :bytes,
     oldest_at = CASE WHEN :added THEN coalesce(min(oldest_at, :now), :now) ELSE oldest_at END,
     latest_checkpoint_id = CASE WHEN {_IS_HEAD} THEN :checkpoint_id ELSE latest_checkpoint_id END,
@@ -410,7 +413,7 @@ INSERT INTO {THREADS} (thread_id, created_at, updated_at, touched_at, writes, by
 VALUES (:thread_id, :now, :now, :now, :added, :bytes, 'idle')
 ON CONFLICT (thread_id) DO UPDATE SET
     writes = writes + excluded.writes, bytes = bytes + excluded.bytes,
-    touched_at = max(touched_at, excluded.touched_at){{status}}
+    touched_at = max(touched_at, excluded.touched_at), swept_at = NULL{{status}}
 WHERE deleted_at IS NULL
 """
 # Writes that leave the status alone (no error or interrupt among them, the common

@@ -23,16 +23,18 @@ from runstore.urls import BackendURL
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     for name in ("RUNSTORE_CHECKPOINTER_URL", "RUNSTORE_EVENTS_URL", "RUNSTORE_STREAMS_URL",
-                 "RUNSTORE_RUNS_URL", "RUNSTORE_CONFIG", "RUNSTORE_DISABLE_PLUGINS"):
+                 "RUNSTORE_RUNS_URL", "RUNSTORE_STORE_URL", "RUNSTORE_CONFIG", "RUNSTORE_DISABLE_PLUGINS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     from runstore.checkpoint.modes import reset_checkpoint_mode_for_tests
 
     reset_checkpoint_mode_for_tests()
+    before = {name for name, _ in loader._extra}  # the session's plugins stay registered
     yield
     reset_checkpoint_mode_for_tests()
     for name, _ in list(loader._extra):
-        loader.unregister_plugin(name)
+        if name not in before:
+            loader.unregister_plugin(name)
     loader.reset()
 
 

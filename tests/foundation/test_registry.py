@@ -37,10 +37,18 @@ from runstore.urls import BackendURL
 def _fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("RUNSTORE_DISABLE_PLUGINS", raising=False)
     monkeypatch.delenv("RUNSTORE_PLUGINS", raising=False)
+    # Each test starts with the installed plugins only; the session's own (the reference
+    # peers --runstore-plugin registered) come back afterwards for the conformance files
+    # this worker runs later.
+    session = list(loader._extra)
+    for name, _ in session:
+        loader.unregister_plugin(name)
     loader.reset()
     yield
     for name, _ in list(loader._extra):
         loader.unregister_plugin(name)
+    for name, plugin in session:
+        loader.register_plugin(plugin, name=name)
     loader.reset()
 
 
