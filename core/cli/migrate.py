@@ -65,46 +65,39 @@ def _run_copy(coro_factory: Any, as_json: bool, options: Any) -> None:
 
 
 class _progress:
-    """A progress line (counts and rate) on a terminal; nothing on a pipe or with --json."""
+    """A progress line (counts and rate) on an interactive terminal (`progress_bar`);
+    nothing on a pipe, in a log or with --json."""
 
     def __init__(self, as_json: bool) -> None:
-        from runstore.cli.console import err_console
-
-        self._live = not as_json and err_console.is_terminal
+        self._off = as_json
         self._bar: Any = None
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> Any:
-        if not self._live:
-            return None
-        from rich.progress import (
-            Progress,
-            ProgressColumn,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.text import Text
 
-        from runstore.cli.console import err_console
+        from runstore.cli.console import progress_bar
 
         class TransferRate(ProgressColumn):
             def render(self, task: Any) -> Text:
                 return Text(f"{task.speed or 0:,.0f}/s")
 
-        self._bar = Progress(
+        bar = progress_bar(
             SpinnerColumn(), TextColumn("{task.description}", markup=False),
             TextColumn("{task.completed:,} copied, {task.fields[threads]:,} threads", markup=False),
-            TransferRate(), TimeElapsedColumn(),
-            console=err_console,
+            TransferRate(), TimeElapsedColumn(), off=self._off,
         )  # fmt: skip
-        self._bar.__enter__()
+        if bar.disable:
+            return None
+        self._bar = bar
+        bar.__enter__()
 
         def update(kind: str, threads: int, copied: int) -> None:
             label = {"saver": "checkpoints", "events": "events", "runs": "runs"}[kind]
             if kind not in self._tasks:
-                self._tasks[kind] = self._bar.add_task(label, total=None, threads=0)
-            self._bar.update(self._tasks[kind], completed=copied, threads=threads)
+                self._tasks[kind] = bar.add_task(label, total=None, threads=0)
+            bar.update(self._tasks[kind], completed=copied, threads=threads)
 
         return update
 
