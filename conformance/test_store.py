@@ -569,9 +569,9 @@ def test_store_ttl_across_processes(store_target: BackendTarget[Any], request: p
     whose clock has not reached their expiry, and an item whose TTL a read refreshed
     survives the sweep, also for a fresh store afterwards."""
     workers = 3
-    ttl_ns = (fresh_id("xproc-ttl"),)
-    roles = [("writer", ttl_ns), ("sweeper", ttl_ns), *[("idle", ttl_ns)] * (workers - 2)]
-    owns = [(*ttl_ns, f"w{i}") for i in range(workers)]
+    ttl_ns: tuple[str, ...] = (fresh_id("xproc-ttl"),)
+    roles: list[tuple[str, tuple[str, ...]]] = [("writer", ttl_ns), ("sweeper", ttl_ns), *[("idle", ttl_ns)] * (workers - 2)]
+    owns: list[tuple[str, ...]] = [(*ttl_ns, f"w{i}") for i in range(workers)]
     results = _in_processes(store_target, request, ttl_ns, [[] for _ in range(workers)], owns, [], roles)
     cleanup = store_target.has("store_namespace_cleanup")
     swept, seen = results[1]["ttl"]["swept"], results[0]["ttl"]["seen"]
