@@ -512,32 +512,42 @@ def _check_rounds(
     return state
 
 
+def _in_processes(
+    store_target: BackendTarget[Any],
+    request: pytest.FixtureRequest,
+    root: tuple[str, ...],
+    plans: list[list[list[StoreOp]]],
+    owns: list[tuple[str, ...]],
+    slots: list[Slot],
+    roles: list[tuple[str, tuple[str, ...]]] | None,
+) -> list[dict[str, Any]]:
+    """Run `store_worker` in one spawned OS process per plan, on the store's URL."""
+    url = store_target.url.render(hide_password=False)
+    plugins = development_plugins(request.config)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(len(plans))
+        with ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx) as pool:
+            futures = [
+                pool.submit(
+                    store_worker, url, plugins, root, plans[i], owns[i], slots,
+                    None if roles is None else roles[i], barrier,
+                )
+                for i in range(len(plans))
+            ]
+            return [f.result(timeout=300) for f in futures]
+
+
 @pytest.mark.requires("cross_process")
 def test_store_across_processes(store_target: BackendTarget[Any], request: pytest.FixtureRequest) -> None:
     """3 OS processes put and delete keys of shared namespaces (some keys written by all,
     some by one) in rounds that start together; after each round every process reads the
     last acknowledged write per key, and search and list_namespaces agree with its gets,
-    as does a fresh store afterwards. With ``store_ttl`` and ``store_clock``, items swept
-    by one process are gone for another whose clock has not reached their expiry, and an
-    item whose TTL a read refreshed survives."""
+    as does a fresh store afterwards."""
     workers, rounds, per_round = 3, 3, 8
     root = (fresh_id("xproc"),)
     plans, slots, owns = _process_plan(root, workers, rounds, per_round)
-    ttl = store_target.has("store_ttl") and store_target.has("store_clock")
-    # The TTL phase's items live outside ``root``: the reads of ``root`` must not see them.
-    ttl_ns = (fresh_id("xproc-ttl"),)
-    roles = [("writer", ttl_ns), ("sweeper", ttl_ns), *[("idle", ttl_ns)] * (workers - 2)]
-    url = store_target.url.render(hide_password=False)
-    plugins = development_plugins(request.config)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager:
-        barrier = manager.Barrier(workers)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(store_worker, url, plugins, root, plans[i], owns[i], slots, roles[i] if ttl else None, barrier)
-                for i in range(workers)
-            ]
-            results = [f.result(timeout=300) for f in futures]
+    results = _in_processes(store_target, request, root, plans, owns, slots, None)
     cleanup = store_target.has("store_namespace_cleanup")
     state = _check_rounds(plans, results, slots, owns, cleanup)
 
@@ -551,8 +561,19 @@ def test_store_across_processes(store_target: BackendTarget[Any], request: pytes
         f"{ {s: (read['gets'][s], v) for s, v in state.items() if read['gets'][s] != v} }"
     )
     _check_read(read, cleanup, "a fresh store")
-    if not ttl:
-        return
+
+
+@pytest.mark.requires("cross_process", "store_ttl", "store_clock")
+def test_store_ttl_across_processes(store_target: BackendTarget[Any], request: pytest.FixtureRequest) -> None:
+    """3 OS processes share TTL'd items: items swept by one process are gone for another
+    whose clock has not reached their expiry, and an item whose TTL a read refreshed
+    survives the sweep, also for a fresh store afterwards."""
+    workers = 3
+    ttl_ns: tuple[str, ...] = (fresh_id("xproc-ttl"),)
+    roles: list[tuple[str, tuple[str, ...]]] = [("writer", ttl_ns), ("sweeper", ttl_ns), *[("idle", ttl_ns)] * (workers - 2)]
+    owns: list[tuple[str, ...]] = [(*ttl_ns, f"w{i}") for i in range(workers)]
+    results = _in_processes(store_target, request, ttl_ns, [[] for _ in range(workers)], owns, [], roles)
+    cleanup = store_target.has("store_namespace_cleanup")
     swept, seen = results[1]["ttl"]["swept"], results[0]["ttl"]["seen"]
     expired = [k for k, minutes in TTL_ITEMS.items() if minutes is not None and k != "refreshed"]
     assert swept >= len(expired), (

@@ -1,7 +1,7 @@
 """Small, backend-neutral helpers that checkpoint savers share.
 
 Nothing here touches storage: these are the rules every saver has to apply the
-same way (which ids are accepted, write slots, the sync-twin guard, which ancestors
+same way (which ids are accepted, write slots, which ancestors
 a delta reconstruction needs), kept in one place so the memory, sqlite and
 PostgreSQL savers (and third-party ones) agree. The metadata filter rule lives in
 `runstore.checkpoint.filters`.
@@ -9,18 +9,17 @@ PostgreSQL savers (and third-party ones) agree. The metadata filter rule lives i
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import operator
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from runstore.errors import InvalidSaverInputError, SyncCallOnEventLoopError
+from runstore.errors import InvalidSaverInputError
 from runstore.fencing import MAX_FENCE
 from runstore.fencing import check_fence as _check_fence
+from runstore.moved import moved_attribute
 from runstore.validation import check_text
 
 R = TypeVar("R")
@@ -51,13 +50,11 @@ __all__ = [
     "config_address",
     "config_fence",
     "delta_channels",
-    "ensure_off_loop",
     "history_channels",
     "is_last_write_wins",
     "missing_delta_channels",
     "reconstruction_ancestors",
     "renamed_thread_metadata",
-    "run_sync",
     "worth_prefetching",
     "write_slot",
 ]
@@ -327,44 +324,5 @@ def reconstruction_ancestors(
     return chain
 
 
-def ensure_off_loop(loop: asyncio.AbstractEventLoop | None, method: str, owner: str) -> None:
-    """Raise `SyncCallOnEventLoopError` if the caller runs on ``loop``'s thread.
-
-    A sync twin that waits for work scheduled on its own loop would deadlock there;
-    failing fast tells the caller to use the async method instead.
-    """
-    if loop is None:
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    if running is loop:
-        raise SyncCallOnEventLoopError(
-            f"{owner}.{method}() was called on the event loop thread {owner} runs on; "
-            f"await {owner}.a{method}() there instead (sync twins are for other threads)"
-        )
-
-
-def run_sync(
-    loop: asyncio.AbstractEventLoop,
-    coro_factory: Callable[[], Coroutine[Any, Any, R]],
-    method: str,
-    owner: str,
-    timeout: float | None = None,
-) -> R:
-    """Run a coroutine on a backend's ``loop`` from another thread and wait for its result.
-
-    Raises `SyncCallOnEventLoopError` when called on the loop's own thread (where waiting
-    would deadlock) and `RuntimeError` when the loop is closed or not running.
-    """
-    ensure_off_loop(loop, method, owner)
-    if loop.is_closed() or not loop.is_running():
-        raise RuntimeError(
-            f"{owner}.{method}(): the event loop {owner} was opened on is not running; "
-            "sync twins need that loop to stay alive"
-        )
-    future: concurrent.futures.Future[R] = asyncio.run_coroutine_threadsafe(
-        coro_factory(), loop
-    )
-    return future.result(timeout)
+# The sync-twin helpers serve every kind, so they live in `runstore.twins` now.
+__getattr__ = moved_attribute(__name__, {"run_sync": "runstore.twins", "ensure_off_loop": "runstore.twins"})

@@ -6,8 +6,9 @@ starts with ``langgraph+`` opens LangGraph's own saver class, read-only:
 
 * ``langgraph+sqlite:///path.db`` -> ``AsyncSqliteSaver`` on the file opened ``mode=ro``;
 * ``langgraph+postgresql://user@host/db[?schema=name]`` -> ``AsyncPostgresSaver`` on a
-  psycopg connection whose transactions are read-only (``connect_timeout`` 10 s unless
-  the URL sets it; ``schema`` becomes the search path);
+  psycopg connection whose transactions are read-only (``connect_timeout`` 10 s and
+  ``command_timeout`` 60 s, a statement's bound, unless the URL sets them; TCP keepalives
+  end a wait on a silent peer; ``schema`` becomes the search path);
 * ``langgraph+memory://`` -> an empty ``InMemorySaver`` (tests pass their own object to
   `Endpoint`).
 """
@@ -149,10 +150,15 @@ async def _open_stock(url: str) -> AsyncIterator[Any]:
             raise MissingDriverError("langgraph+postgresql", "langgraph.checkpoint.postgres", "langgraph") from exc
         parsed = BackendURL.parse(rest)
         schema = parsed.option("schema")
-        conninfo = parsed.without_query("schema").with_query(
-            connect_timeout=parsed.option("connect_timeout") or "10"
+        command_timeout = _seconds(STOCK_PREFIX + parsed.render(), "command_timeout", parsed.option("command_timeout") or "60")
+        # The server ends a statement past command_timeout; keepalives end a wait on a
+        # peer that stopped answering (about 25 s), which no statement timeout sees.
+        conninfo = parsed.without_query("schema", "command_timeout").with_query(
+            connect_timeout=parsed.option("connect_timeout") or "10",
+            keepalives="1", keepalives_idle="10", keepalives_interval="5", keepalives_count="3",
         ).render(hide_password=False)
-        settings = "-c default_transaction_read_only=on" + (f" -c search_path={schema}" if schema else "")
+        settings = "-c default_transaction_read_only=on" + f" -c statement_timeout={round(command_timeout * 1000)}"
+        settings += f" -c search_path={schema}" if schema else ""
         pg = await AsyncConnection.connect(
             conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row,
             options=settings,
@@ -164,3 +170,13 @@ async def _open_stock(url: str) -> AsyncIterator[Any]:
             f"{url}: unknown stock saver; accepted: langgraph+sqlite:///path.db, "
             "langgraph+postgresql://user@host/db, langgraph+memory://"
         )
+
+
+def _seconds(url: str, option: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise InvalidURLError(f"{url}: {option}={value!r} is not a positive number of seconds")
+    return seconds

@@ -4,11 +4,13 @@ LangGraph's methods check namespaces with its own ``InvalidNamespaceError`` befo
 batch; this base builds the same ops without that, so every bad input (a direct
 ``abatch`` call too) meets `check_ops` and raises `InvalidStoreInputError`. It holds
 what every runstore store shares: the clock, the checked TTL and index configs, and
-embedding with the dimension check. A backend implements `abatch` (and `batch`).
+embedding with the dimension check, and the sync twins of a store bound to an event
+loop. A backend implements `abatch` and `asweep_expired`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -34,6 +36,7 @@ from runstore.settings import Settings
 from runstore.standalone import Standalone
 from runstore.store.indexing import IndexRules, check_vectors
 from runstore.store.ttl import TTLRules
+from runstore.twins import run_sync
 from runstore.urls import BackendURL
 
 if TYPE_CHECKING:
@@ -62,6 +65,12 @@ class StoreBase(Standalone, BaseStore):
     """
 
     supports_ttl = True
+    #: The event loop the store was opened on, where its sync twins (`batch`,
+    #: `sweep_expired`) run the async methods; ``None`` before opening and once closed.
+    #: A store that runs in the caller's thread (memory) overrides the twins instead.
+    loop: asyncio.AbstractEventLoop | None = None
+    #: The `RuntimeError` a call on a closed store raises.
+    closed_message = "this store is closed"
 
     def __init__(
         self,
@@ -242,9 +251,19 @@ class StoreBase(Standalone, BaseStore):
         cut to ``max_depth`` labels, in tuple order."""
         return (await self.abatch([self._listing(prefix, suffix, max_depth, limit, offset)]))[0]
 
-    def batch(self, ops: Iterable[Any]) -> list[Any]:  # pragma: no cover - backends override
-        """Run ``ops`` in order (a backend implements it)."""
-        raise NotImplementedError
+    def batch(self, ops: Iterable[Any]) -> list[Any]:
+        """`abatch` from another thread than the store's event loop (`loop`)."""
+        listed = list(ops)
+        return run_sync(self._open_loop(), lambda: self.abatch(listed), "batch", type(self).__name__)
+
+    def sweep_expired(self) -> int:
+        """`asweep_expired` from another thread than the store's event loop (`loop`)."""
+        return run_sync(self._open_loop(), self.asweep_expired, "sweep_expired", type(self).__name__)
+
+    def _open_loop(self) -> asyncio.AbstractEventLoop:
+        if self.loop is None:
+            raise RuntimeError(self.closed_message)
+        return self.loop
 
     async def abatch(self, ops: Iterable[Any]) -> list[Any]:  # pragma: no cover - backends override
         """Run ``ops`` in order (a backend implements it)."""

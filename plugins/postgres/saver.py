@@ -49,13 +49,13 @@ from runstore.checkpoint.prefetch import PrefetchStore
 from runstore.checkpoint.rules import (
     config_address,
     config_fence,
-    ensure_off_loop,
     history_channels,
 )
 from runstore.checkpoint.threads import clock_micros
 from runstore.clock import Clock, system_clock
 from runstore.errors import BackendUnavailableError, StaleFenceError, ThreadDeletedError
 from runstore.sql.migrations import Migration
+from runstore.twins import ensure_off_loop
 from runstore.urls import BackendURL
 
 from . import sql

@@ -341,6 +341,7 @@ ON CONFLICT (thread_id) DO UPDATE SET
     writes = t.writes + EXCLUDED.writes,
     bytes = t.bytes + EXCLUDED.bytes,
     touched_at = greatest(t.touched_at, EXCLUDED.touched_at),
+    swept_at = NULL,  -- written since its last sweep, whatever the clocks say
     status = CASE WHEN $2 = '' AND t.latest_checkpoint_id = $3
                   THEN {stronger_status_sql("t.status", "EXCLUDED.status")} ELSE t.status END
 """

@@ -25,7 +25,6 @@ from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.cancellation import settle
-from runstore.checkpoint.rules import run_sync
 from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
@@ -46,6 +45,8 @@ class PostgresStore(StoreBase, FromEngine):
     """LangGraph `BaseStore` in PostgreSQL: filters in SQL over jsonb, TTL, semantic search
     over stored float32 vectors (no server extension); ``?schema=NAME`` keeps its tables
     in that schema."""
+
+    closed_message = _CLOSED
 
     #: URL query options the store accepts (`runstore.plugins.postgres.engine.URL_OPTIONS`).
     url_options: ClassVar[frozenset[str]] = URL_OPTIONS
@@ -69,7 +70,6 @@ class PostgresStore(StoreBase, FromEngine):
         )
         # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
         super().__init__(index=index, ttl=ttl)
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     async def open(
@@ -116,14 +116,6 @@ class PostgresStore(StoreBase, FromEngine):
         )
         return results
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """`abatch` from another thread than the store's event loop."""
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError(_CLOSED)
-        listed = list(ops)
-        return run_sync(loop, lambda: self.abatch(listed), "batch", type(self).__name__)
-
     async def asweep_expired(self) -> int:
         """Delete the items whose TTL has passed (and their vectors); return how many."""
         now = to_micros(self.now())
@@ -131,10 +123,3 @@ class PostgresStore(StoreBase, FromEngine):
             self._leases.run(lambda conn: store_sql.sweep(conn, now), operation="sweep expired items", write=True)
         )
         return swept
-
-    def sweep_expired(self) -> int:
-        """`asweep_expired` from another thread than the store's event loop."""
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError(_CLOSED)
-        return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)

@@ -36,7 +36,6 @@ from runstore.checkpoint.rules import (
     check_prune_strategy,
     checked_ids,
     checked_text,
-    run_sync,
 )
 from runstore.checkpoint.threads import (
     Removed,
@@ -49,6 +48,7 @@ from runstore.checkpoint.threads import (
 )
 from runstore.clock import Clock
 from runstore.errors import StaleFenceError, ThreadDeletedError
+from runstore.twins import run_sync
 
 from . import thread_sql
 from .connections import PostgresCalls

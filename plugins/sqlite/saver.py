@@ -49,7 +49,6 @@ from runstore.checkpoint.rules import (
     checked_text,
     config_address,
     config_fence,
-    ensure_off_loop,
     history_channels,
 )
 from runstore.checkpoint.threads import (
@@ -64,6 +63,7 @@ from runstore.checkpoint.threads import (
 from runstore.clock import Clock, system_clock
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.standalone import Standalone
+from runstore.twins import ensure_off_loop
 
 from . import ops, sql
 from .adapter import WorkerConnection

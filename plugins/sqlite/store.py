@@ -28,7 +28,6 @@ from typing import ClassVar
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
 from runstore.cancellation import settle
-from runstore.checkpoint.rules import run_sync
 from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
@@ -52,6 +51,8 @@ class SqliteStore(StoreBase):
     sqlite-vec, `runstore.plugins.sqlite.vectors`); ``ttl`` is LangGraph's `TTLConfig`.
     """
 
+    closed_message = _CLOSED
+
     #: URL query options the store accepts (none).
     url_options: ClassVar[frozenset[str]] = frozenset()
     schema_component: ClassVar[str | None] = store_ops.COMPONENT
@@ -72,7 +73,6 @@ class SqliteStore(StoreBase):
         self._reader: WorkerConnection | None = None
         self._writing = False
         self._vec = False
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     async def open(
@@ -141,14 +141,6 @@ class SqliteStore(StoreBase):
                     await settle(commits.submit(store_ops.refresh, outcome.refresh))
         return outcome.results
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """`abatch` from another thread than the store's event loop."""
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError(_CLOSED)
-        listed = list(ops)
-        return run_sync(loop, lambda: self.abatch(listed), "batch", type(self).__name__)
-
     async def asweep_expired(self) -> int:
         """Delete the items whose TTL has passed (and their vectors); return how many."""
         if not self._writing:
@@ -157,10 +149,3 @@ class SqliteStore(StoreBase):
         with translated_errors(BACKEND, "sweep expired items"):
             swept: int = await settle(self._file.commits.submit(store_ops.sweep, now))
         return swept
-
-    def sweep_expired(self) -> int:
-        """`asweep_expired` from another thread than the store's event loop."""
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError(_CLOSED)
-        return run_sync(loop, self.asweep_expired, "sweep_expired", type(self).__name__)

@@ -95,3 +95,14 @@ def test_every_exception_class_is_defined_in_errors() -> None:
                 if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and node.name not in signals and any(b.endswith(("Error", "Exception")) for b in bases):
                     defined.append(f"{path.relative_to(root)}: {node.name}")
     assert defined == []
+
+
+@pytest.mark.parametrize("name", ["run_sync", "ensure_off_loop"])
+def test_a_sync_twin_helper_moved_out_of_the_checkpoint_wing_still_resolves(name: str) -> None:
+    """Every kind's sync twins use them, so they live in `runstore.twins` now."""
+    import runstore.checkpoint.rules as rules
+    import runstore.twins as twins
+
+    with pytest.warns(DeprecationWarning, match=f"runstore.checkpoint.rules.{name} has moved to runstore.twins.{name}"):
+        value = getattr(rules, name)
+    assert value is getattr(twins, name)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from runstore.migrate.endpoints import Endpoint, open_endpoint
+from runstore.errors import InvalidURLError
+from runstore.migrate.endpoints import Endpoint, _open_stock, open_endpoint
 from runstore.migrate.engine import MigrateOptions, migrate
 from runstore.migrate.sources import LiveSource
 from runstore.migrate.transfer import run_migrate
@@ -87,3 +88,20 @@ async def test_a_stock_saver_is_never_a_destination(tmp_path: Path) -> None:
         with pytest.raises(KindNotServedError, match="never writes it"):
             await migrate(LiveSource(ours), Endpoint("stock", saver=InMemorySaver(), stock=True),
                           MigrateOptions(kinds=("saver",), destination_mode="delta"))  # fmt: skip
+
+
+async def test_a_stock_postgres_source_bounds_each_statement(postgres_url: str) -> None:
+    """A read of the stock source ends at ``command_timeout`` (60 s unless the URL sets it),
+    enforced by the server; a value that is no positive number is refused by name."""
+    async with _open_stock("langgraph+" + postgres_url) as stock:
+        cur = await stock.conn.execute("SHOW statement_timeout")
+        assert (await cur.fetchone())["statement_timeout"] == "1min"
+    sep = "&" if "?" in postgres_url else "?"
+    async with _open_stock(f"langgraph+{postgres_url}{sep}command_timeout=2.5") as stock:
+        cur = await stock.conn.execute("SHOW statement_timeout")
+        assert (await cur.fetchone())["statement_timeout"] == "2500ms"
+        with pytest.raises(Exception, match="canceling statement due to statement timeout"):
+            await stock.conn.execute("SELECT pg_sleep(5)")
+    with pytest.raises(InvalidURLError, match="command_timeout='soon' is not a positive number of seconds"):
+        async with _open_stock(f"langgraph+{postgres_url}{sep}command_timeout=soon"):
+            pass

@@ -14,10 +14,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from runstore.checkpoint import modes
 from runstore.checkpoint.rules import (
-    ensure_off_loop,
     is_last_write_wins,
     reconstruction_ancestors,
-    run_sync,
     worth_prefetching,
     write_slot,
 )
@@ -26,6 +24,7 @@ from runstore.conformance.savers_model import config_for, make_checkpoint, new_c
 from runstore.errors import InvalidURLError, SyncCallOnEventLoopError
 from runstore.options import BackendOptions
 from runstore.plugins.memory.saver import MemorySaver
+from runstore.twins import ensure_off_loop, run_sync
 from runstore.urls import BackendURL
 
 
