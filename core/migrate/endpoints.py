@@ -23,8 +23,8 @@ from runstore.errors import InvalidURLError, KindNotServedError, MissingDriverEr
 from runstore.urls import BackendURL
 
 #: The kinds a migration moves, by the names ``--kinds`` takes.
-KINDS = ("saver", "events", "runs")
-_REGISTRY_KIND = {"saver": "saver", "events": "events", "runs": "runs"}
+KINDS = ("saver", "events", "runs", "store")
+_REGISTRY_KIND = {"saver": "saver", "events": "events", "runs": "runs", "store": "store"}
 STOCK_PREFIX = "langgraph+"
 
 
@@ -36,6 +36,8 @@ class Endpoint:
     saver: Any = None
     events: Any = None
     runs: Any = None
+    #: The long-term memory store (LangGraph ``BaseStore``).
+    store: Any = None
     #: LangGraph's stock saver: read through its own class, never written.
     stock: bool = False
 

@@ -1,0 +1,78 @@
+"""The memory store's ``bulk_import`` (`runstore.store.bulk.BulkStore`): items out and in
+with their own times and expiry, under the store's lock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from runstore.clock import from_micros, to_micros
+from runstore.store import Put, check_ops, expired
+from runstore.store.bulk import check_record, put_ops
+from runstore.validation import copy_json_value
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+
+class MemoryStoreBulk:
+    """`MemoryStore`'s export and import of records."""
+
+    async def aexport_namespaces(
+        self: MemoryStore, *, after: Sequence[str] | None = None, limit: int = 500
+    ) -> list[tuple[str, ...]]:
+        """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
+        with self._lock:
+            now = self.now()
+            live = sorted(
+                ns for ns, entries in self._items.items()
+                if (after is None or ns > tuple(after)) and any(not expired(e.expires_at, now) for e in entries.values())
+            )  # fmt: skip
+        return live[:limit]
+
+    async def aexport_items(
+        self: MemoryStore, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
+    ) -> list[dict[str, Any]]:
+        """The namespace's live items above ``after_key`` in key order, as records."""
+        ns = tuple(namespace)
+        with self._lock:
+            now = self.now()
+            entries = self._items.get(ns, {})
+            keys = sorted(k for k, e in entries.items() if (after_key is None or k > after_key) and not expired(e.expires_at, now))
+            return [
+                {
+                    "namespace": list(ns), "key": key, "value": copy_json_value(entries[key].value),
+                    "created_at": to_micros(entries[key].created_at), "updated_at": to_micros(entries[key].updated_at),
+                    "ttl_minutes": entries[key].ttl,
+                    "expires_at": None if entries[key].expires_at is None else to_micros(entries[key].expires_at),
+                }
+                for key in keys[:limit]
+            ]  # fmt: skip
+
+    async def aimport_items(self: MemoryStore, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
+        """Write ``records`` as they were where no live item holds the key (``overwrite``:
+        replacing one); all or nothing; return how many were written."""
+        from .store import _Entry
+
+        checked = [check_record(r) for r in records]
+        ops = check_ops(put_ops(checked))
+        spans, texts, _ = self._texts(ops)
+        vectors = self._split(spans, await self.aembed_documents(texts) if texts else [])
+        written = 0
+        with self._lock:
+            now = self.now()
+            for position, (record, op) in enumerate(zip(checked, ops, strict=True)):
+                assert isinstance(op, Put) and op.value is not None
+                if not overwrite and self._live(op.namespace, op.key, now) is not None:
+                    continue
+                expires = record["expires_at"]
+                self._items.setdefault(op.namespace, {})[op.key] = _Entry(
+                    value=op.value,
+                    created_at=from_micros(record["created_at"]),
+                    updated_at=from_micros(record["updated_at"]),
+                    ttl=op.ttl,
+                    expires_at=None if expires is None else from_micros(expires),
+                    vectors=vectors.get(position, []),
+                )
+                written += 1
+        return written

@@ -1,0 +1,107 @@
+"""The PostgreSQL memory store's ``bulk_import`` (`runstore.store.bulk.BulkStore`): items
+out in key order and back in with their own times and expiry.
+
+An import is one transaction: each record is written where no live item holds its key
+(``overwrite``: always) and, when it was, its vectors replaced by the ones this store's
+``index`` config embedded beforehand (`runstore.store.sqlbatch.prepare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from runstore.cancellation import settle
+from runstore.clock import to_micros
+from runstore.store.bulk import check_record, put_ops
+from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.sqlplan import decode_namespace, encode_namespace
+from runstore.validation import loads
+
+from .store_sql import FILTERS, ITEMS, VECTORS, sql
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_NAMESPACES = f"SELECT DISTINCT prefix FROM {ITEMS} WHERE prefix > ? AND {_LIVE} ORDER BY prefix LIMIT ?"
+_COLUMNS = "key, value, created_at, updated_at, ttl_minutes, expires_at"
+_ITEMS_FIRST = f"SELECT {_COLUMNS} FROM {ITEMS} WHERE prefix = ? AND {_LIVE} ORDER BY key LIMIT ?"
+_ITEMS_AFTER = f"SELECT {_COLUMNS} FROM {ITEMS} WHERE prefix = ? AND key > ? AND {_LIVE} ORDER BY key LIMIT ?"
+_INSERT = f"""INSERT INTO {ITEMS} AS old (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
+    VALUES (?, ?, ?::jsonb, ?, ?, ?, ?)
+    ON CONFLICT (prefix, key) DO UPDATE SET value = excluded.value, created_at = excluded.created_at,
+        updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes
+    {{keep}}
+    RETURNING 1"""
+_IF_ABSENT = _INSERT.format(keep="WHERE old.expires_at IS NOT NULL AND old.expires_at <= ?")
+_OVERWRITE = _INSERT.format(keep="")
+_DROP_VECTORS = f"DELETE FROM {VECTORS} WHERE prefix = ? AND key = ?"
+_ADD_VECTORS = f"INSERT INTO {VECTORS} (prefix, key, field, embedding) SELECT ?, ?, f, e FROM unnest(?::text[], ?::bytea[]) AS t(f, e)"
+
+
+async def _import(conn: Any, rows: Sequence[tuple[PutStep, Mapping[str, Any]]], overwrite: bool, now: int) -> int:
+    written = 0
+    for step, record in rows:
+        params = [step.prefix, step.key, step.value_text, record["created_at"], record["updated_at"],
+                  record["expires_at"], step.ttl_minutes]  # fmt: skip
+        if overwrite:
+            done = await conn.fetchval(sql(_OVERWRITE), *params)
+        else:
+            done = await conn.fetchval(sql(_IF_ABSENT), *params, now)
+        if done is None:
+            continue
+        written += 1
+        await conn.execute(sql(_DROP_VECTORS), step.prefix, step.key)
+        if step.vectors:
+            fields = [path for path, _ in step.vectors]
+            blobs = [vector.tobytes() for _, vector in step.vectors]
+            await conn.execute(sql(_ADD_VECTORS), step.prefix, step.key, fields, blobs)
+    return written
+
+
+class PostgresStoreBulk:
+    """`PostgresStore`'s export and import of records."""
+
+    async def aexport_namespaces(
+        self: PostgresStore, *, after: Sequence[str] | None = None, limit: int = 500
+    ) -> list[tuple[str, ...]]:
+        """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
+        start = b"" if after is None else encode_namespace(after)
+        now = to_micros(self.now())
+        rows = await self._leases.run(
+            lambda conn: conn.fetch(sql(_NAMESPACES), start, now, limit), operation="export namespaces", idempotent=True
+        )
+        return [decode_namespace(row[0]) for row in rows]
+
+    async def aexport_items(
+        self: PostgresStore, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
+    ) -> list[dict[str, Any]]:
+        """The namespace's live items above ``after_key`` in key order, as records."""
+        prefix = encode_namespace(namespace)
+        now = to_micros(self.now())
+        if after_key is None:
+            text, params = _ITEMS_FIRST, (prefix, now, limit)
+        else:
+            text, params = _ITEMS_AFTER, (prefix, after_key, now, limit)
+        rows = await self._leases.run(lambda conn: conn.fetch(sql(text), *params), operation="export items", idempotent=True)
+        return [
+            {"namespace": list(namespace), "key": key, "value": value if isinstance(value, dict) else loads(value),
+             "created_at": created, "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
+            for key, value, created, updated, ttl, expires in rows
+        ]  # fmt: skip
+
+    async def aimport_items(self: PostgresStore, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
+        """Write ``records`` as they were where no live item holds the key (``overwrite``:
+        replacing one); one transaction; return how many were written."""
+        checked = [check_record(r) for r in records]
+        steps = await prepare(put_ops(checked), self.index_rules, FILTERS)
+        rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
+        if not rows:
+            return 0
+        now = to_micros(self.now())
+        written: int = await settle(
+            self._leases.run(lambda conn: _import(conn, rows, overwrite, now), operation="import items",
+                             write=True, begin="BEGIN")  # fmt: skip
+        )
+        return written
