@@ -4,7 +4,7 @@ with their own times and expiry, under the store's lock."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runstore.clock import from_micros, to_micros
 from runstore.store import Put, check_ops, expired
@@ -19,54 +19,58 @@ class MemoryStoreBulk:
     """`MemoryStore`'s export and import of records."""
 
     async def aexport_namespaces(
-        self: MemoryStore, *, after: Sequence[str] | None = None, limit: int = 500
+        self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
-        with self._lock:
-            now = self.now()
+        store = cast("MemoryStore", self)
+        with store._lock:
+            now = store.now()
             live = sorted(
-                ns for ns, entries in self._items.items()
+                ns for ns, entries in store._items.items()
                 if (after is None or ns > tuple(after)) and any(not expired(e.expires_at, now) for e in entries.values())
             )  # fmt: skip
         return live[:limit]
 
     async def aexport_items(
-        self: MemoryStore, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
+        self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
+        store = cast("MemoryStore", self)
         ns = tuple(namespace)
-        with self._lock:
-            now = self.now()
-            entries = self._items.get(ns, {})
+        with store._lock:
+            now = store.now()
+            entries = store._items.get(ns, {})
             keys = sorted(k for k, e in entries.items() if (after_key is None or k > after_key) and not expired(e.expires_at, now))
-            return [
-                {
-                    "namespace": list(ns), "key": key, "value": copy_json_value(entries[key].value),
-                    "created_at": to_micros(entries[key].created_at), "updated_at": to_micros(entries[key].updated_at),
-                    "ttl_minutes": entries[key].ttl,
-                    "expires_at": None if entries[key].expires_at is None else to_micros(entries[key].expires_at),
-                }
-                for key in keys[:limit]
-            ]  # fmt: skip
+            records = []
+            for key in keys[:limit]:
+                entry = entries[key]
+                expires = None if entry.expires_at is None else to_micros(entry.expires_at)
+                records.append({
+                    "namespace": list(ns), "key": key, "value": copy_json_value(entry.value),
+                    "created_at": to_micros(entry.created_at), "updated_at": to_micros(entry.updated_at),
+                    "ttl_minutes": entry.ttl, "expires_at": expires,
+                })  # fmt: skip
+            return records
 
-    async def aimport_items(self: MemoryStore, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
+    async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); all or nothing; return how many were written."""
+        store = cast("MemoryStore", self)
         from .store import _Entry
 
         checked = [check_record(r) for r in records]
         ops = check_ops(put_ops(checked))
-        spans, texts, _ = self._texts(ops)
-        vectors = self._split(spans, await self.aembed_documents(texts) if texts else [])
+        spans, texts, _ = store._texts(ops)
+        vectors = store._split(spans, await store.aembed_documents(texts) if texts else [])
         written = 0
-        with self._lock:
-            now = self.now()
+        with store._lock:
+            now = store.now()
             for position, (record, op) in enumerate(zip(checked, ops, strict=True)):
                 assert isinstance(op, Put) and op.value is not None
-                if not overwrite and self._live(op.namespace, op.key, now) is not None:
+                if not overwrite and store._live(op.namespace, op.key, now) is not None:
                     continue
                 expires = record["expires_at"]
-                self._items.setdefault(op.namespace, {})[op.key] = _Entry(
+                store._items.setdefault(op.namespace, {})[op.key] = _Entry(
                     value=op.value,
                     created_at=from_micros(record["created_at"]),
                     updated_at=from_micros(record["updated_at"]),

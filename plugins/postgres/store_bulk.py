@@ -9,7 +9,7 @@ An import is one transaction: each record is written where no live item holds it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
@@ -64,44 +64,48 @@ class PostgresStoreBulk:
     """`PostgresStore`'s export and import of records."""
 
     async def aexport_namespaces(
-        self: PostgresStore, *, after: Sequence[str] | None = None, limit: int = 500
+        self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
+        store = cast("PostgresStore", self)
         start = b"" if after is None else encode_namespace(after)
-        now = to_micros(self.now())
-        rows = await self._leases.run(
+        now = to_micros(store.now())
+        rows = await store._leases.run(
             lambda conn: conn.fetch(sql(_NAMESPACES), start, now, limit), operation="export namespaces", idempotent=True
         )
         return [decode_namespace(row[0]) for row in rows]
 
     async def aexport_items(
-        self: PostgresStore, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
+        self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
+        store = cast("PostgresStore", self)
         prefix = encode_namespace(namespace)
-        now = to_micros(self.now())
+        now = to_micros(store.now())
+        params: tuple[Any, ...]
         if after_key is None:
             text, params = _ITEMS_FIRST, (prefix, now, limit)
         else:
             text, params = _ITEMS_AFTER, (prefix, after_key, now, limit)
-        rows = await self._leases.run(lambda conn: conn.fetch(sql(text), *params), operation="export items", idempotent=True)
+        rows = await store._leases.run(lambda conn: conn.fetch(sql(text), *params), operation="export items", idempotent=True)
         return [
             {"namespace": list(namespace), "key": key, "value": value if isinstance(value, dict) else loads(value),
              "created_at": created, "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
             for key, value, created, updated, ttl, expires in rows
         ]  # fmt: skip
 
-    async def aimport_items(self: PostgresStore, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
+    async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
+        store = cast("PostgresStore", self)
         checked = [check_record(r) for r in records]
-        steps = await prepare(put_ops(checked), self.index_rules, FILTERS)
+        steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
         rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
         if not rows:
             return 0
-        now = to_micros(self.now())
-        written: int = await settle(
-            self._leases.run(lambda conn: _import(conn, rows, overwrite, now), operation="import items",
-                             write=True, begin="BEGIN")  # fmt: skip
+        now = to_micros(store.now())
+        call = store._leases.run(
+            lambda conn: _import(conn, rows, overwrite, now), operation="import items", write=True, begin="BEGIN"
         )
+        written: int = await settle(call)
         return written

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
@@ -81,45 +81,48 @@ class SqliteStoreBulk:
     """`SqliteStore`'s export and import of records."""
 
     async def aexport_namespaces(
-        self: SqliteStore, *, after: Sequence[str] | None = None, limit: int = 500
+        self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
-        reader = self._reader
+        store = cast("SqliteStore", self)
+        reader = store._reader
         if reader is None:
             raise RuntimeError("this sqlite memory store is closed")
         start = None if after is None else encode_namespace(after)
         with translated_errors("sqlite memory store", "export namespaces"):
-            found = await self._file.commits.read(reader, export_namespaces, start, limit, to_micros(self.now()))
+            found = await store._file.commits.read(reader, export_namespaces, start, limit, to_micros(store.now()))
         return [decode_namespace(prefix) for prefix in found]
 
     async def aexport_items(
-        self: SqliteStore, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
+        self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
+        store = cast("SqliteStore", self)
         from runstore.validation import loads
 
-        reader = self._reader
+        reader = store._reader
         if reader is None:
             raise RuntimeError("this sqlite memory store is closed")
         prefix = encode_namespace(namespace)
         with translated_errors("sqlite memory store", "export items"):
-            rows = await self._file.commits.read(reader, export_items, prefix, after_key, limit, to_micros(self.now()))
+            rows = await store._file.commits.read(reader, export_items, prefix, after_key, limit, to_micros(store.now()))
         return [
             {"namespace": list(namespace), "key": key, "value": loads(value), "created_at": created,
              "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
             for key, value, created, updated, ttl, expires in rows
         ]  # fmt: skip
 
-    async def aimport_items(self: SqliteStore, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
+    async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
+        store = cast("SqliteStore", self)
         checked = [check_record(r) for r in records]
-        steps = await prepare(put_ops(checked), self.index_rules, FILTERS)
+        steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
         rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
         if not rows:
             return 0
         with translated_errors("sqlite memory store", "import items"):
             written: int = await settle(
-                self._file.commits.submit(import_items, rows, overwrite, to_micros(self.now()))
+                store._file.commits.submit(import_items, rows, overwrite, to_micros(store.now()))
             )
         return written
