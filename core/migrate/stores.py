@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import GetOp, PutOp
@@ -113,9 +114,14 @@ def _record(item: Any) -> Record:
     """A record of an `Item` read through the public API (TTL state unknown)."""
     return {
         "namespace": list(item.namespace), "key": item.key, "value": item.value,
-        "created_at": to_micros(item.created_at), "updated_at": to_micros(item.updated_at),
+        "created_at": _micros(item.created_at), "updated_at": _micros(item.updated_at),
         "ttl_minutes": None, "expires_at": None,
     }  # fmt: skip
+
+
+def _micros(when: datetime) -> int:
+    # A store that hands out naive times (some stock stores do) stores UTC.
+    return to_micros(when if when.tzinfo is not None else when.replace(tzinfo=UTC))
 
 
 async def live_pages(side: StoreSide, skip: Mapping[str, Any] | None = None) -> AsyncIterator[tuple[tuple[str, ...], list[Record]]]:

@@ -188,8 +188,8 @@ async def test_export_import_round_trip_with_verify_and_old_archives(tmp_path: P
 async def test_a_backend_without_the_store_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KindNotServedError, match="no store backend serves redis://"):
         await run_migrate(url(tmp_path, "a.db"), "redis://127.0.0.1:6379/0", MigrateOptions(kinds=()), ["store"])
-    with pytest.raises(KindNotServedError, match="holds checkpoints only"):
-        await run_migrate(f"langgraph+sqlite:///{tmp_path}/x.db", url(tmp_path, "b.db"), MigrateOptions(kinds=()), ["store"])
+    with pytest.raises(KindNotServedError, match="no store backend serves jsonl://"):
+        await run_migrate(url(tmp_path, "a.db"), f"jsonl:///{tmp_path}/b.db", MigrateOptions(kinds=()), ["store"])
 
 
 async def test_a_store_without_bulk_import_goes_through_the_public_api(tmp_path: Path) -> None:
