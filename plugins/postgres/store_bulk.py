@@ -28,36 +28,44 @@ _NAMESPACES = f"SELECT DISTINCT prefix FROM {ITEMS} WHERE prefix > ? AND {_LIVE}
 _COLUMNS = "key, value, created_at, updated_at, ttl_minutes, expires_at"
 _ITEMS_FIRST = f"SELECT {_COLUMNS} FROM {ITEMS} WHERE prefix = ? AND {_LIVE} ORDER BY key LIMIT ?"
 _ITEMS_AFTER = f"SELECT {_COLUMNS} FROM {ITEMS} WHERE prefix = ? AND key > ? AND {_LIVE} ORDER BY key LIMIT ?"
+#: Every record in one statement (arrays unnested); the keys it wrote come back.
 _INSERT = f"""INSERT INTO {ITEMS} AS old (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
-    VALUES (?, ?, ?::jsonb, ?, ?, ?, ?)
+    SELECT p, k, v::jsonb, c, u, e, t
+    FROM unnest(?::bytea[], ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::float8[]) AS r(p, k, v, c, u, e, t)
     ON CONFLICT (prefix, key) DO UPDATE SET value = excluded.value, created_at = excluded.created_at,
         updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes
     {{keep}}
-    RETURNING 1"""
+    RETURNING prefix, key"""
 _IF_ABSENT = _INSERT.format(keep="WHERE old.expires_at IS NOT NULL AND old.expires_at <= ?")
 _OVERWRITE = _INSERT.format(keep="")
-_DROP_VECTORS = f"DELETE FROM {VECTORS} WHERE prefix = ? AND key = ?"
-_ADD_VECTORS = f"INSERT INTO {VECTORS} (prefix, key, field, embedding) SELECT ?, ?, f, e FROM unnest(?::text[], ?::bytea[]) AS t(f, e)"
+_DROP_VECTORS = f"""DELETE FROM {VECTORS} v USING unnest(?::bytea[], ?::text[]) AS w(p, k)
+    WHERE v.prefix = w.p AND v.key = w.k"""
+_ADD_VECTORS = f"""INSERT INTO {VECTORS} (prefix, key, field, embedding)
+    SELECT * FROM unnest(?::bytea[], ?::text[], ?::text[], ?::bytea[])"""
 
 
 async def _import(conn: Any, rows: Sequence[tuple[PutStep, Mapping[str, Any]]], overwrite: bool, now: int) -> int:
-    written = 0
-    for step, record in rows:
-        params = [step.prefix, step.key, step.value_text, record["created_at"], record["updated_at"],
-                  record["expires_at"], step.ttl_minutes]  # fmt: skip
-        if overwrite:
-            done = await conn.fetchval(sql(_OVERWRITE), *params)
-        else:
-            done = await conn.fetchval(sql(_IF_ABSENT), *params, now)
-        if done is None:
-            continue
-        written += 1
-        await conn.execute(sql(_DROP_VECTORS), step.prefix, step.key)
-        if step.vectors:
-            fields = [path for path, _ in step.vectors]
-            blobs = [vector.tobytes() for _, vector in step.vectors]
-            await conn.execute(sql(_ADD_VECTORS), step.prefix, step.key, fields, blobs)
-    return written
+    # One row per key (the last record wins): a statement may not update a row twice.
+    latest = {(step.prefix, step.key): (step, record) for step, record in rows}
+    steps = [step for step, _ in latest.values()]
+    records = [record for _, record in latest.values()]
+    columns = [
+        [s.prefix for s in steps], [s.key for s in steps], [s.value_text for s in steps],
+        [r["created_at"] for r in records], [r["updated_at"] for r in records],
+        [r["expires_at"] for r in records], [s.ttl_minutes for s in steps],
+    ]  # fmt: skip
+    if overwrite:
+        written = await conn.fetch(sql(_OVERWRITE), *columns)
+    else:
+        written = await conn.fetch(sql(_IF_ABSENT), *columns, now)
+    done = {(bytes(row[0]), row[1]) for row in written}
+    if done:
+        await conn.execute(sql(_DROP_VECTORS), [p for p, _ in done], [k for _, k in done])
+        vectors = [(s.prefix, s.key, path, v.tobytes()) for s in steps if (s.prefix, s.key) in done
+                   for path, v in s.vectors or ()]  # fmt: skip
+        if vectors:
+            await conn.execute(sql(_ADD_VECTORS), *(list(column) for column in zip(*vectors, strict=True)))
+    return len(done)
 
 
 class PostgresStoreBulk:

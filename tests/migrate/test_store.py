@@ -5,9 +5,11 @@ archives and a backend without the kind. Real sqlite files and the PostgreSQL se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -235,3 +237,44 @@ def test_cli_rows_and_json_for_the_store_kind(tmp_path: Path) -> None:
     result = runner.invoke(main, ["import", str(archive), b, "--json"])
     data = json.loads(result.output)
     assert (data["counts"]["store"]["copied"], data["counts"]["store"]["present"], data["ok"]) == (0, 20, True)
+
+
+def _letters(texts: list[str]) -> list[list[float]]:
+    return [[float(text.count(c)) for c in "abcdefgh"] for text in texts]
+
+
+@contextlib.asynccontextmanager
+async def _indexed(kind: str, target: str, index: Any) -> AsyncIterator[Any]:
+    from runstore.plugins.memory.store import MemoryStore
+    from runstore.plugins.postgres.store import PostgresStore
+    from runstore.plugins.sqlite.store import SqliteStore
+
+    if kind == "memory":
+        yield MemoryStore(index=index)
+        return
+    opener = SqliteStore if kind == "sqlite" else PostgresStore
+    async with opener.from_conn_string(target, index=index) as store:
+        await store.setup()
+        yield store
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+async def test_the_destination_embeds_with_its_own_index(tmp_path: Path, postgres_url: str, kind: str) -> None:
+    from runstore.migrate.endpoints import Endpoint
+    from runstore.plugins.memory.store import MemoryStore
+
+    index: Any = {"dims": 8, "embed": _letters, "fields": ["text"]}
+    texts = {"k1": "aaa bbb", "k2": "ccc", "k3": "abcabc", "k4": "hhh"}
+    reference = MemoryStore(index=index)
+    target = url(tmp_path, "b.db") if kind == "sqlite" else postgres_url
+    async with open_endpoint(url(tmp_path, "a.db"), ["store"]) as src, _indexed(kind, target, index) as store:
+        for key, text in texts.items():
+            await src.store.aput(("docs",), key, {"text": text})
+            await reference.aput(("docs",), key, {"text": text})
+        report = await migrate(LiveSource(src), Endpoint(kind, store=store), options(tmp_path))
+        assert report.mismatches == {"store": []}
+        for query in ("aab", "cc", "h"):
+            mine = [(i.key, i.score) for i in await store.asearch(("docs",), query=query, limit=4)]
+            theirs = [(i.key, i.score) for i in await reference.asearch(("docs",), query=query, limit=4)]
+            assert [k for k, _ in mine] == [k for k, _ in theirs]
+            assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], abs=1e-5)
