@@ -3,16 +3,30 @@ with their own times and expiry, under the store's lock."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from datetime import datetime
+from typing import Any, Protocol, cast
 
 from runstore.clock import from_micros, to_micros
-from runstore.store import Put, check_ops, expired
+from runstore.store import Checked, Put, check_ops, expired
 from runstore.store.bulk import check_record, put_ops
 from runstore.validation import copy_json_value
 
-if TYPE_CHECKING:
-    from .store import MemoryStore
+
+class _Store(Protocol):
+    """What these methods use of `MemoryStore` (whose module imports this one)."""
+
+    _items: dict[tuple[str, ...], dict[str, Any]]
+    _lock: threading.Lock
+
+    def now(self) -> Any: ...
+    def _texts(self, ops: list[Checked]) -> tuple[list[tuple[int, int]], list[str], list[str]]: ...
+    def _split(self, spans: list[tuple[int, int]], vectors: list[list[float]]) -> dict[int, list[list[float]]]: ...
+    def _live(self, namespace: tuple[str, ...], key: str, now: datetime) -> Any: ...
+    def _drop(self, namespace: tuple[str, ...], key: str) -> None: ...
+    def _put(self, op: Put, vectors: list[list[float]], now: datetime) -> None: ...
+    async def aembed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
 class MemoryStoreBulk:
@@ -22,7 +36,7 @@ class MemoryStoreBulk:
         self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
-        store = cast("MemoryStore", self)
+        store = cast(_Store, self)
         with store._lock:
             now = store.now()
             live = sorted(
@@ -35,7 +49,7 @@ class MemoryStoreBulk:
         self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
-        store = cast("MemoryStore", self)
+        store = cast(_Store, self)
         ns = tuple(namespace)
         with store._lock:
             now = store.now()
@@ -55,9 +69,7 @@ class MemoryStoreBulk:
     async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); all or nothing; return how many were written."""
-        store = cast("MemoryStore", self)
-        from .store import _Entry
-
+        store = cast(_Store, self)
         checked = [check_record(r) for r in records]
         ops = check_ops(put_ops(checked))
         spans, texts, _ = store._texts(ops)
@@ -69,14 +81,13 @@ class MemoryStoreBulk:
                 assert isinstance(op, Put) and op.value is not None
                 if not overwrite and store._live(op.namespace, op.key, now) is not None:
                     continue
+                # Written as a put would, then given the record's own times and expiry.
+                store._drop(op.namespace, op.key)
+                store._put(op, vectors.get(position, []), now)
+                entry = store._items[op.namespace][op.key]
                 expires = record["expires_at"]
-                store._items.setdefault(op.namespace, {})[op.key] = _Entry(
-                    value=op.value,
-                    created_at=from_micros(record["created_at"]),
-                    updated_at=from_micros(record["updated_at"]),
-                    ttl=op.ttl,
-                    expires_at=None if expires is None else from_micros(expires),
-                    vectors=vectors.get(position, []),
-                )
+                entry.created_at = from_micros(record["created_at"])
+                entry.updated_at = from_micros(record["updated_at"])
+                entry.expires_at = None if expires is None else from_micros(expires)
                 written += 1
         return written

@@ -9,7 +9,7 @@ An import is one transaction: each record is written where no live item holds it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
@@ -21,7 +21,19 @@ from runstore.validation import loads
 from .store_sql import FILTERS, ITEMS, VECTORS, sql
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from runstore.store.indexing import IndexRules
+
+    from .connections import PostgresCalls
+
+
+class _Store(Protocol):
+    """What these methods use of `PostgresStore` (whose module imports this one)."""
+
+    _leases: PostgresCalls
+    index_rules: IndexRules | None
+
+    def now(self) -> Any: ...
+
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _NAMESPACES = f"SELECT DISTINCT prefix FROM {ITEMS} WHERE prefix > ? AND {_LIVE} ORDER BY prefix LIMIT ?"
@@ -75,7 +87,7 @@ class PostgresStoreBulk:
         self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
-        store = cast("PostgresStore", self)
+        store = cast(_Store, self)
         start = b"" if after is None else encode_namespace(after)
         now = to_micros(store.now())
         rows = await store._leases.run(
@@ -87,7 +99,7 @@ class PostgresStoreBulk:
         self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
-        store = cast("PostgresStore", self)
+        store = cast(_Store, self)
         prefix = encode_namespace(namespace)
         now = to_micros(store.now())
         params: tuple[Any, ...]
@@ -105,7 +117,7 @@ class PostgresStoreBulk:
     async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
-        store = cast("PostgresStore", self)
+        store = cast(_Store, self)
         checked = [check_record(r) for r in records]
         steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
         rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]

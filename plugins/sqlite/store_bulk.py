@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
@@ -22,7 +22,21 @@ from .errors import translated_errors
 from .store_ops import FILTERS, ITEMS, VECTORS
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
+    from runstore.store.indexing import IndexRules
+
+    from .adapter import WorkerConnection
+    from .file import SqliteFile
+
+
+class _Store(Protocol):
+    """What these methods use of `SqliteStore` (whose module imports this one)."""
+
+    _file: SqliteFile
+    _reader: WorkerConnection | None
+    index_rules: IndexRules | None
+
+    def now(self) -> Any: ...
+
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
@@ -84,7 +98,7 @@ class SqliteStoreBulk:
         self, *, after: Sequence[str] | None = None, limit: int = 500
     ) -> list[tuple[str, ...]]:
         """Up to ``limit`` namespaces holding live items, in tuple order, after ``after``."""
-        store = cast("SqliteStore", self)
+        store = cast(_Store, self)
         reader = store._reader
         if reader is None:
             raise RuntimeError("this sqlite memory store is closed")
@@ -97,7 +111,7 @@ class SqliteStoreBulk:
         self, namespace: Sequence[str], *, after_key: str | None = None, limit: int = 500
     ) -> list[dict[str, Any]]:
         """The namespace's live items above ``after_key`` in key order, as records."""
-        store = cast("SqliteStore", self)
+        store = cast(_Store, self)
         from runstore.validation import loads
 
         reader = store._reader
@@ -115,7 +129,7 @@ class SqliteStoreBulk:
     async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
-        store = cast("SqliteStore", self)
+        store = cast(_Store, self)
         checked = [check_record(r) for r in records]
         steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
         rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
