@@ -147,9 +147,10 @@ def _print_report(report: Any) -> None:
 @_copy_options
 def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
                 mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
-    """Copy every thread, its history and its event feed from SOURCE to DESTINATION.
+    """Copy every thread with its history, event feed and runs, and every store item, from
+    SOURCE to DESTINATION.
 
-    Both are backend URLs (a LangGraph stock saver as SOURCE: langgraph+sqlite:///path.db,
+    Both are backend URLs (LangGraph's stock saver and store as SOURCE: langgraph+sqlite:///path.db,
     langgraph+postgresql://...). Rerun the same command to continue an interrupted copy
     or to catch up with what the source got since the last pass; a finished migration
     copies nothing. Exit 0: copied and verified; 1: verify found differing threads; 2: refused.
