@@ -65,7 +65,9 @@ CAPABILITIES: dict[str, str] = {
     "back under their original seq, created_at and owner (runstore.events.bulk.BulkEventStore); run "
     "store lists its threads, exports a thread's runs as stored and imports them with their statuses, "
     "times and fencing counters (aexport_run_thread_ids, aexport_runs, aimport_runs); both "
-    "insert-if-absent, one transaction per call: what runstore migrate/import need",
+    "insert-if-absent, one transaction per call: what runstore migrate/import need; store lists its namespaces, "
+    "exports a namespace's live items with their times, TTL and expiry and imports them as they were "
+    "(aexport_namespaces, aexport_items, aimport_items; runstore.store.bulk.BulkStore)",
 }
 
 
@@ -96,7 +98,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "store_ordered_batch": _STORE,
     "store_namespace_cleanup": _STORE,
     "checked_store_input": _STORE,
-    "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS}),
+    "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS, Kind.STORE}),
 }
 
 

@@ -444,8 +444,10 @@ class MigrationConflictError(MigrationError):
         self.kind = kind
         self.thread_ids = sorted(thread_ids)
         shown = ", ".join(self.thread_ids[:10]) + (" ..." if len(self.thread_ids) > 10 else "")
+        # A store's conflicts are named by namespace.
+        unit = "namespace(s)" if kind == "store" else "thread(s)"
         super().__init__(
-            f"the destination's {kind} already holds {len(self.thread_ids)} thread(s) with content "
+            f"the destination's {kind} already holds {len(self.thread_ids)} {unit} with content "
             f"different from the source: {shown}; nothing was written. Pass --on-conflict skip to "
             "leave them, or --on-conflict overwrite to replace them with the source's"
         )

@@ -1,5 +1,6 @@
 """The no-lock-in group has teeth: a saver that drops parent links on the data it is given
-back and an event store that renumbers an imported feed both fail it, by name."""
+back, an event store that renumbers an imported feed, and stores whose import loses the
+items' times or drops a namespace label all fail it, by name."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ CASES = [
          "contract: no lock-in: thread"),
     Case("broken-import-renumbers", "events_import_renumbers.py", "event_feeds_leave",
          "contract: no lock-in: a feed imported back keeps its seqs"),
+    Case("broken-store-import-times", "store_import_mangles.py", "store_items_leave",
+         "contract: no lock-in: store items imported back"),
+    Case("broken-store-import-level", "store_import_mangles.py", "store_items_leave",
+         "contract: no lock-in: store items imported back"),
 ]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-_KINDS_HELP = "Comma-separated kinds to move: saver, events (default: every kind both sides serve)."
+_KINDS_HELP = "Comma-separated kinds to move: saver, events, runs, store (default: every kind both sides serve)."
 
 
 def _kinds(value: str | None) -> list[str] | None:
@@ -94,7 +94,7 @@ class _progress:
         bar.__enter__()
 
         def update(kind: str, threads: int, copied: int) -> None:
-            label = {"saver": "checkpoints", "events": "events", "runs": "runs"}[kind]
+            label = {"saver": "checkpoints", "events": "events", "runs": "runs", "store": "store items"}[kind]
             if kind not in self._tasks:
                 self._tasks[kind] = bar.add_task(label, total=None, threads=0)
             bar.update(self._tasks[kind], completed=copied, threads=threads)
@@ -125,11 +125,15 @@ def _print_report(report: Any) -> None:
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for kind, c in report.counts.items():
         shown = ", ".join(c.conflicts[:5]) + (" ..." if len(c.conflicts) > 5 else "")
-        unit = {"saver": "checkpoints", "events": "events", "runs": "runs"}[kind]
-        table.add_row(kind, f"{c.threads:,}", f"{c.copied:,} {unit}", f"{c.present:,}",
-                      f"{c.writes:,}" if kind == "saver" else "-", _size(c.bytes) if kind == "saver" else "-",
+        unit = {"saver": "checkpoints", "events": "events", "runs": "runs", "store": "items"}[kind]
+        # The store's row counts namespaces in the threads column.
+        threads = f"{c.threads:,}" + (" namespaces" if kind == "store" else "")
+        table.add_row(kind, threads, f"{c.copied:,} {unit}", f"{c.present:,}",
+                      f"{c.writes:,}" if kind == "saver" else "-", _size(c.bytes) if kind in ("saver", "store") else "-",
                       shown or "-")  # fmt: skip
     console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}")
     console.print(f"from {report.source} to {report.destination} in {report.seconds:.1f}s")
     if report.verified:
         bad = {k: v for k, v in report.mismatches.items() if v}
@@ -143,9 +147,10 @@ def _print_report(report: Any) -> None:
 @_copy_options
 def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
                 mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
-    """Copy every thread, its history and its event feed from SOURCE to DESTINATION.
+    """Copy every thread with its history, event feed and runs, and every store item, from
+    SOURCE to DESTINATION.
 
-    Both are backend URLs (a LangGraph stock saver as SOURCE: langgraph+sqlite:///path.db,
+    Both are backend URLs (LangGraph's stock saver and store as SOURCE: langgraph+sqlite:///path.db,
     langgraph+postgresql://...). Rerun the same command to continue an interrupted copy
     or to catch up with what the source got since the last pass; a finished migration
     copies nothing. Exit 0: copied and verified; 1: verify found differing threads; 2: refused.

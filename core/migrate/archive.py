@@ -2,7 +2,11 @@
 
 Line 1 is the header ``{"format": "runstore-archive", "version": 1, ...}``; then every
 saver thread's checkpoint records (parents first, one thread after another), then
-every event thread's events in seq order, then ``{"kind": "end", "counts": ...}``. A
+every event thread's events in seq order, each run thread's runs, each store namespace's
+items in key order (``{"kind": "store_item", ...}``, `runstore.store.bulk`), then
+``{"kind": "end", "counts": ...}``. An archive holding the store kind is version 2 (a
+runstore that reads only version 1 then says to upgrade instead of refusing a record it
+does not know); one without it stays version 1. A
 file without the end line was cut short and is refused. Serde payloads are
 ``[type tag, base64 bytes]`` exactly as the source saver's serde produced them, so an
 archive of encrypted checkpoints holds them encrypted; importing it needs a
@@ -23,8 +27,10 @@ from runstore.errors import ArchiveFormatError, ArchiveVersionError
 from runstore.migrate.records import CheckpointRecord, event_from_json, event_to_json
 
 FORMAT = "runstore-archive"
-#: The archive format version this runstore writes; it reads this one and older.
-VERSION = 1
+#: The newest archive format version this runstore reads (and writes when the store kind is in).
+VERSION = 2
+#: The version of an archive without the store kind (readable by runstores before version 2).
+VERSION_WITHOUT_STORE = 1
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -88,9 +94,23 @@ def read_header(path: Path) -> dict[str, Any]:
         elif kind == "runs":
             if not isinstance(entry.get("runs"), list) or not isinstance(entry.get("thread_id"), str):
                 raise ArchiveFormatError(f"{path}: a runs record lacks its thread_id or runs")
+        elif kind == "store_item":
+            _store_record(entry, path)
         elif kind != "end":
-            raise ArchiveFormatError(f"{path}: a record of unknown kind {kind!r} (accepted: checkpoint, event, runs)")
+            raise ArchiveFormatError(
+                f"{path}: a record of unknown kind {kind!r} (accepted: checkpoint, event, runs, store_item)"
+            )
     return header
+
+
+def _store_record(entry: dict[str, Any], path: Path) -> dict[str, Any]:
+    from runstore.errors import InvalidStoreInputError
+    from runstore.store.bulk import RECORD_KEYS, check_record
+
+    try:
+        return check_record({key: entry[key] for key in RECORD_KEYS if key in entry})
+    except InvalidStoreInputError as exc:
+        raise ArchiveFormatError(f"{path}: a store_item record is damaged: {exc}") from exc
 
 
 class ArchiveSource:
@@ -137,6 +157,32 @@ class ArchiveSource:
             if entry.get("kind") == "runs":
                 yield {key: value for key, value in entry.items() if key != "kind"}
 
+    @property
+    def store_bulk(self) -> bool:
+        """Whether the exporting store kept its items' TTL state (it declared ``bulk_import``)."""
+        return bool(self.header.get("store_bulk", True))
+
+    async def store_pages(self, skip: Any = None) -> AsyncIterator[tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """``(namespace, page)``: each store namespace's items in key order, pages of a
+        namespace contiguous; namespaces named in ``skip`` (`namespace_name`) left out."""
+        from runstore.migrate.stores import PAGE, namespace_name
+
+        current: tuple[str, ...] | None = None
+        page: list[dict[str, Any]] = []
+        for entry in _lines(self.path):
+            if entry.get("kind") != "store_item":
+                continue
+            record = _store_record(entry, self.path)
+            namespace = record["namespace"]
+            if page and (namespace != current or len(page) >= PAGE):
+                yield current, page  # type: ignore[misc]
+                page = []
+            current = namespace
+            if not (skip and namespace_name(namespace) in skip):
+                page.append({**record, "namespace": list(namespace)})
+        if page and current is not None:
+            yield current, page
+
     async def event_pages(self, after: dict[str, int] | None = None) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         """``(thread_id, page)`` in one scan: each thread's events above ``after[thread_id]``,
         pages of a thread contiguous and in seq order."""
@@ -163,15 +209,19 @@ class ArchiveSource:
 class ArchiveWriter:
     """Writes an archive: the header, records as they come, the end line on `close`."""
 
-    def __init__(self, path: Path, *, source: str, kinds: list[str], delta_threads: bool) -> None:
+    def __init__(self, path: Path, *, source: str, kinds: list[str], delta_threads: bool,
+                 store_bulk: bool = True) -> None:  # fmt: skip
         self.path = path
         self.counts = {"checkpoints": 0, "events": 0, "runs": 0}
+        with_store = "store" in kinds
+        if with_store:
+            self.counts["store_items"] = 0
         self._partial = path.with_name(path.name + ".partial")
         self._handle: IO[str] = gzip.open(self._partial, "wt", encoding="utf-8")  # noqa: SIM115
         self._line({
-            "format": FORMAT, "version": VERSION, "runstore": __version__,
-            "created_at": datetime.now(UTC).isoformat(), "source": source, "kinds": kinds,
-            "delta_threads": delta_threads,
+            "format": FORMAT, "version": VERSION if with_store else VERSION_WITHOUT_STORE,
+            "runstore": __version__, "created_at": datetime.now(UTC).isoformat(), "source": source,
+            "kinds": kinds, "delta_threads": delta_threads, **({"store_bulk": store_bulk} if with_store else {}),
         })  # fmt: skip
 
     def _line(self, entry: dict[str, Any]) -> None:
@@ -191,6 +241,13 @@ class ArchiveWriter:
         """Append one thread's runs."""
         self._line({"kind": "runs", **thread})
         self.counts["runs"] += len(thread["runs"])
+
+    def store_item(self, record: dict[str, Any]) -> None:
+        """Append one store item (a `runstore.store.bulk` record)."""
+        from runstore.migrate.stores import to_json
+
+        self._line(to_json(record))
+        self.counts["store_items"] += 1
 
     def close(self) -> None:
         """Write the end line and move the finished file into place (a cut export leaves only ``.partial``)."""

@@ -24,9 +24,11 @@ from runstore.errors import InvalidURLError, KindNotServedError, MissingDriverEr
 from runstore.urls import BackendURL
 
 #: The kinds a migration moves, by the names ``--kinds`` takes.
-KINDS = ("saver", "events", "runs")
-_REGISTRY_KIND = {"saver": "saver", "events": "events", "runs": "runs"}
+KINDS = ("saver", "events", "runs", "store")
+_REGISTRY_KIND = {"saver": "saver", "events": "events", "runs": "runs", "store": "store"}
 STOCK_PREFIX = "langgraph+"
+#: What a stock URL serves: the saver, and the store whose tables share its database.
+STOCK_KINDS = ("saver", "store")
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Endpoint:
     saver: Any = None
     events: Any = None
     runs: Any = None
+    #: The long-term memory store (LangGraph ``BaseStore``).
+    store: Any = None
     #: LangGraph's stock saver: read through its own class, never written.
     stock: bool = False
 
@@ -64,7 +68,7 @@ def same_place(a: str, b: str) -> bool:
 def served_kinds(url: str) -> tuple[str, ...]:
     """The migratable kinds ``url`` has a backend for."""
     if url.startswith(STOCK_PREFIX):
-        return ("saver",)
+        return STOCK_KINDS
     from runstore.loader import get_backends
 
     parsed = BackendURL.parse(url)
@@ -76,14 +80,15 @@ def served_kinds(url: str) -> tuple[str, ...]:
 async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) -> AsyncIterator[Endpoint]:
     """Open ``url`` for ``kinds`` (`KindNotServedError` naming a kind it lacks)."""
     if url.startswith(STOCK_PREFIX):
-        unwanted = [kind for kind in kinds if kind != "saver"]
+        unwanted = [kind for kind in kinds if kind not in STOCK_KINDS]
         if unwanted:
             raise KindNotServedError(
-                f"{url} is one of LangGraph's stock savers: it holds checkpoints only, not {', '.join(unwanted)}; "
-                "pass --kinds saver"
+                f"{url} is one of LangGraph's stock savers: it holds checkpoints and store items only, not "
+                f"{', '.join(unwanted)}; pass --kinds saver,store"
             )
         async with _open_stock(url) as saver:
-            yield Endpoint(url, saver=saver, stock=True)
+            store = await _stock_store(saver) if "store" in kinds else None
+            yield Endpoint(url, saver=saver, store=store, stock=True)
         return
     from runstore.loader import get_backends
     from runstore.options import BackendOptions
@@ -118,6 +123,31 @@ async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) 
             store = await spec.open(parsed, options)
             setattr(endpoint, kind, store)
         yield endpoint
+
+
+async def _stock_store(saver: Any) -> Any:
+    """LangGraph's stock store on the stock saver's own connection (read-only like it); an
+    empty ``InMemoryStore`` when the database has no store table (the store was never used)."""
+    from langgraph.store.memory import InMemoryStore
+
+    name = type(saver).__name__
+    if name == "AsyncSqliteSaver":
+        from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+        async with saver.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'store'") as cur:
+            if await cur.fetchone() is None:
+                return InMemoryStore()
+        store = AsyncSqliteStore(saver.conn)
+        store.is_setup = True  # read-only: never create tables in the source
+        return store
+    if name == "AsyncPostgresSaver":
+        from langgraph.store.postgres.aio import AsyncPostgresStore
+
+        async with saver.conn.cursor() as cur:
+            await cur.execute("SELECT to_regclass('store') IS NOT NULL AS present")
+            row = await cur.fetchone()
+        return AsyncPostgresStore(saver.conn) if row and row["present"] else InMemoryStore()
+    return InMemoryStore()
 
 
 @contextlib.asynccontextmanager

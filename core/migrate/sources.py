@@ -61,6 +61,21 @@ class LiveSource:
                 return
             after = threads[-1]
 
+    async def store_pages(self, skip: Any = None) -> AsyncIterator[tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """``(namespace, page)``: each store namespace's live items in key order, namespaces
+        ascending (`runstore.migrate.stores`); namespaces named in ``skip`` left out."""
+        from runstore.migrate.stores import StoreSide, live_pages
+
+        async for item in live_pages(StoreSide(self.endpoint.store), skip):
+            yield item
+
+    @property
+    def store_bulk(self) -> bool:
+        """Whether the source store keeps its items' TTL state (it declares ``bulk_import``)."""
+        from runstore.store.bulk import BulkStore
+
+        return isinstance(self.endpoint.store, BulkStore)
+
     async def event_pages(self, after: dict[str, int] | None = None) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         """``(thread_id, page)``: each thread's events above ``after[thread_id]`` in seq-ordered
         pages, a thread's pages contiguous, threads ascending."""

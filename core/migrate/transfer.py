@@ -80,7 +80,9 @@ async def export(endpoint: Endpoint, path: Path, kinds: Sequence[str]) -> dict[s
     source = LiveSource(endpoint)
     check_kinds(source, endpoint, chosen)  # the same refusals as a migration's
     delta = "saver" in chosen and await source.has_delta_threads()
-    writer = ArchiveWriter(path, source=redact(endpoint.label), kinds=list(chosen), delta_threads=delta)
+    store_bulk = "store" in chosen and source.store_bulk
+    writer = ArchiveWriter(path, source=redact(endpoint.label), kinds=list(chosen), delta_threads=delta,
+                           store_bulk=store_bulk)  # fmt: skip
     threads = dict.fromkeys(chosen, 0)
     try:
         if "saver" in chosen:
@@ -99,6 +101,13 @@ async def export(endpoint: Endpoint, path: Path, kinds: Sequence[str]) -> dict[s
             async for thread in source.run_threads():
                 threads["runs"] += 1
                 writer.run_thread(thread)
+        if "store" in chosen:
+            last_ns = None
+            async for namespace, items in source.store_pages():
+                threads["store"] += namespace != last_ns
+                last_ns = namespace
+                for item in items:
+                    writer.store_item(item)
     except BaseException:
         writer.abort()
         raise

@@ -98,6 +98,7 @@ STORE_CAPABILITIES = (
     "store_ordered_batch",
     "store_namespace_cleanup",
     "checked_store_input",
+    "bulk_import",
 )
 
 

@@ -34,6 +34,8 @@ from runstore.store import (
 )
 from runstore.validation import copy_json_value
 
+from .store_bulk import MemoryStoreBulk
+
 if TYPE_CHECKING:
     from runstore.options import BackendOptions
     from runstore.urls import BackendURL
@@ -54,7 +56,7 @@ class _Entry:
 _Embedded = tuple[dict[int, list[list[float]]], dict[str, list[float]]]
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(MemoryStoreBulk, StoreBase):
     """In-process store: namespaces, filtered and semantic search, TTL on ``clock``."""
 
     def __init__(

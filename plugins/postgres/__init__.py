@@ -103,6 +103,7 @@ def runstore_register_stores(registry: StoreRegistry) -> None:
             "store_ordered_batch",
             "store_namespace_cleanup",
             "checked_store_input",
+            "bulk_import",
         ],
         drivers=DRIVERS,
         extra="postgres",

@@ -36,12 +36,13 @@ from . import store_sql
 from .connections import PostgresCalls
 from .engine import URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
+from .store_bulk import PostgresStoreBulk
 
 BACKEND = "postgres memory store"
 _CLOSED = "this postgres memory store is closed"
 
 
-class PostgresStore(StoreBase, FromEngine):
+class PostgresStore(PostgresStoreBulk, StoreBase, FromEngine):
     """LangGraph `BaseStore` in PostgreSQL: filters in SQL over jsonb, TTL, semantic search
     over stored float32 vectors (no server extension); ``?schema=NAME`` keeps its tables
     in that schema."""

@@ -39,12 +39,13 @@ from . import store_ops, vectors
 from .adapter import WorkerConnection
 from .errors import translated_errors
 from .file import SqliteFile, shared_file
+from .store_bulk import SqliteStoreBulk
 
 BACKEND = "sqlite memory store"
 _CLOSED = "this sqlite memory store is closed"
 
 
-class SqliteStore(StoreBase):
+class SqliteStore(SqliteStoreBulk, StoreBase):
     """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
 
     ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with

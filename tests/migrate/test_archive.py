@@ -116,7 +116,7 @@ def _archive(path: Path, lines: list[dict[str, Any]]) -> Path:
 @pytest.mark.parametrize(
     ("lines", "error", "says"),
     [
-        ([{"format": "runstore-archive", "version": 99}, {"kind": "end"}], ArchiveVersionError, "reads versions up to 1"),
+        ([{"format": "runstore-archive", "version": 99}, {"kind": "end"}], ArchiveVersionError, "reads versions up to 2"),
         ([{"format": "something-else", "version": 1}], ArchiveFormatError, "not a runstore archive"),
         ([{"format": "runstore-archive", "version": 1, "kinds": ["events"]}], ArchiveFormatError, "cut short"),
         ([{"format": "runstore-archive", "version": 1, "kinds": ["events"]}, {"kind": "event", "thread_id": "t"},

@@ -64,7 +64,7 @@ async def test_delta_threads_into_a_full_mode_destination_are_refused_before_it_
     [
         ("a", "redis://127.0.0.1:6379/0", ["saver"], "no saver backend serves redis://"),
         ("a", "jsonl:///{tmp}/b.db", ["events"], "does not declare bulk_import"),
-        ("langgraph+sqlite:///{tmp}/a.db", "b", ["events"], "holds checkpoints only"),
+        ("langgraph+sqlite:///{tmp}/a.db", "b", ["events"], "holds checkpoints and store items only"),
         ("a", "b", ["streams"], "not a kind migrate moves"),
     ],
 )

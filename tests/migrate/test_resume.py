@@ -23,13 +23,14 @@ from .data import event_view, saver_view
 THREADS = 40
 
 
-def kill_part_way(command: list[str], ledger: Path, cwd: Path) -> tuple[int, str]:
-    """Run ``command``; SIGKILL it once the ledger records 3 threads done (mid-thread, as it happens)."""
+def kill_part_way(command: list[str], ledger: Path, cwd: Path, done: str = '"done": "saver"') -> tuple[int, str]:
+    """Run ``command``; SIGKILL it once the ledger records 3 threads (lines ``done``) done
+    (mid-thread, as it happens)."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
-            if ledger.exists() and ledger.read_text().count('"done": "saver"') >= 3:
+            if ledger.exists() and ledger.read_text().count(done) >= 3:
                 os.kill(child.pid, signal.SIGKILL)
                 break
             time.sleep(0.005)

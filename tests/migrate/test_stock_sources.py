@@ -5,11 +5,14 @@ the API; LangGraph answers the same on runstore afterwards, in both modes."""
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.postgres.aio import AsyncPostgresStore
+from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from runstore.errors import InvalidURLError
 from runstore.migrate.endpoints import Endpoint, _open_stock, open_endpoint
@@ -30,6 +33,24 @@ async def assert_answers_alike(stock: Any, ours: Any) -> None:
     assert sorted(mine.pending_writes) == sorted(theirs.pending_writes)
 
 
+KINDS = ["saver", "store"]
+
+
+async def write_store_items(store: Any) -> None:
+    """Items in two namespaces of LangGraph's stock store (which shares the saver's database)."""
+    await store.aput(("users", "alice"), "prefs", {"theme": "dark", "nested": {"n": [1, 2]}})
+    await store.aput(("users", "alice"), "name", {"v": "Alice"})
+    await store.aput(("users", "alice", "notes"), "n1", {"text": "hello"})
+
+
+async def assert_store_alike(stock: Any, ours: Any) -> None:
+    for namespace, key in ((("users", "alice"), "prefs"), (("users", "alice"), "name"), (("users", "alice", "notes"), "n1")):
+        theirs, mine = await stock.aget(namespace, key), await ours.aget(namespace, key)
+        times = [t if t.tzinfo is not None else t.replace(tzinfo=UTC) for t in (theirs.created_at, theirs.updated_at)]
+        assert (mine.value, [mine.created_at, mine.updated_at]) == (theirs.value, times)
+    assert await ours.alist_namespaces() == [("users", "alice"), ("users", "alice", "notes")]
+
+
 async def test_from_async_sqlite_saver_by_url_read_only(tmp_path: Path) -> None:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -37,15 +58,21 @@ async def test_from_async_sqlite_saver_by_url_read_only(tmp_path: Path) -> None:
     async with AsyncSqliteSaver.from_conn_string(str(path)) as stock:
         await write_graph_threads(stock)
         await write_namespace_and_writes(stock)
+    async with AsyncSqliteStore.from_conn_string(str(path)) as store:
+        await store.setup()
+        await write_store_items(store)
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     destination = BackendURL.for_file("sqlite", tmp_path / "ours.db").render()
     report = await run_migrate(f"langgraph+sqlite:///{path}", destination,
                                MigrateOptions(kinds=(), destination_mode="delta"), None)  # fmt: skip
-    assert report.kinds == ["saver"] and report.counts["saver"].threads == 3
+    assert report.kinds == ["saver", "store"] and report.counts["saver"].threads == 3
+    assert (report.counts["store"].threads, report.counts["store"].copied) == (2, 3)
     assert not any(report.mismatches.values())
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # the source is only read
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as stock, open_endpoint(destination, ["saver"]) as ours:
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as stock, open_endpoint(destination, KINDS) as ours:
         await assert_answers_alike(stock, ours.saver)
+    async with AsyncSqliteStore.from_conn_string(str(path)) as store, open_endpoint(destination, KINDS) as ours:
+        await assert_store_alike(store, ours.store)
 
 
 async def test_from_async_postgres_saver_by_url(postgres_url: str, tmp_path: Path) -> None:
@@ -62,12 +89,17 @@ async def test_from_async_postgres_saver_by_url(postgres_url: str, tmp_path: Pat
         await stock.setup()
         await write_graph_threads(stock)
         await write_namespace_and_writes(stock)
+        store = AsyncPostgresStore(conn)
+        await store.setup()
+        await write_store_items(store)
         destination = BackendURL.for_file("sqlite", tmp_path / "ours.db").render()
         report = await run_migrate("langgraph+" + postgres_url, destination,
                                    MigrateOptions(kinds=(), destination_mode="delta"), None)  # fmt: skip
         assert report.counts["saver"].threads == 3 and not any(report.mismatches.values())
-        async with open_endpoint(destination, ["saver"]) as ours:
+        assert report.counts["store"].copied == 3
+        async with open_endpoint(destination, KINDS) as ours:
             await assert_answers_alike(stock, ours.saver)
+            await assert_store_alike(store, ours.store)
 
 
 async def test_from_in_memory_saver_through_the_api(postgres_url: str) -> None:
