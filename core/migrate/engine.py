@@ -173,20 +173,44 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
             if held["runs"] and _runs_conflict(orphaned(exported), held):
                 counts["runs"].conflicts.append(exported["thread_id"])
     if "events" in options.kinds:
-        flagged: set[str] = set()
-        last: dict[str, int] = dict(ledger.event_seqs)
-        async for thread_id, page in source.event_pages(ledger.event_seqs):
-            after = last.get(thread_id, 0)
-            last[thread_id] = page[-1]["seq"]
-            if thread_id not in flagged and await _events_conflict(destination.events, thread_id, page, after):
-                flagged.add(thread_id)
-        counts["events"].conflicts.extend(sorted(flagged))
+        counts["events"].conflicts.extend(await _event_conflicts(source, destination, ledger))
     if "store" in options.kinds:
         from runstore.migrate import stores
 
         skip = ledger.done.get("store")
         await stores.prescan(source.store_pages(skip), stores.StoreSide(destination.store), counts["store"],
                              dry_run=options.dry_run)  # fmt: skip
+
+
+async def _event_conflicts(source: Any, destination: Endpoint, ledger: Ledger) -> list[str]:
+    """The event threads whose destination feed differs from the source's (ascending)."""
+    flagged: set[str] = set()
+    last: dict[str, int] = dict(ledger.event_seqs)
+    async for thread_id, page in source.event_pages(ledger.event_seqs):
+        after = last.get(thread_id, 0)
+        last[thread_id] = page[-1]["seq"]
+        if thread_id not in flagged and await _events_conflict(destination.events, thread_id, page, after):
+            flagged.add(thread_id)
+    return sorted(flagged)
+
+
+async def _paged_conflicts(source: Any, destination: Endpoint, options: MigrateOptions,
+                           ledger: Ledger) -> dict[str, set[str]]:  # fmt: skip
+    """Under ``skip`` and ``overwrite``, the event threads and store namespaces in conflict,
+    found before any is written: both are copied page by page, and a conflict first seen on
+    a later page must neither leave the earlier pages copied (skip) nor delete them after
+    they were written (overwrite)."""
+    found: dict[str, set[str]] = {}
+    if "events" in options.kinds:
+        found["events"] = set(await _event_conflicts(source, destination, ledger))
+    if "store" in options.kinds:
+        from runstore.migrate import stores
+
+        seen = KindCounts()
+        await stores.prescan(source.store_pages(ledger.done.get("store")), stores.StoreSide(destination.store),
+                             seen, dry_run=False)  # fmt: skip
+        found["store"] = set(seen.conflicts)
+    return found
 
 
 async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -> MigrationReport:
@@ -224,20 +248,22 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
         await _dry_counts(source, destination, options, ledger, counts, updated_after)
         report.seconds = time.monotonic() - started
         return report
+    conflicted = {} if options.on_conflict == "fail" else await _paged_conflicts(source, destination, options, ledger)
     pass_start = datetime.now(UTC)
     ledger.start_pass(pass_start)
     try:
         if "saver" in options.kinds:
             await _copy_saver(source, destination, options, ledger, counts["saver"], updated_after)
         if "events" in options.kinds:
-            await _copy_events(source, destination, options, ledger, counts["events"])
+            await _copy_events(source, destination, options, ledger, counts["events"], conflicted.get("events"))
         if "runs" in options.kinds:
             await _copy_runs(source, destination, options, ledger, counts["runs"])
         if "store" in options.kinds:
             from runstore.migrate import stores
 
             await stores.copy(source.store_pages(ledger.done.get("store")), stores.StoreSide(destination.store),
-                              options.on_conflict, ledger, counts["store"], options.progress)  # fmt: skip
+                              options.on_conflict, ledger, counts["store"], options.progress,
+                              conflicted=conflicted.get("store", set()))  # fmt: skip
         ledger.end_pass(datetime.now(UTC), pass_start)
     finally:
         ledger.close()
@@ -349,11 +375,12 @@ def _size(record: CheckpointRecord) -> int:
 
 
 async def _copy_events(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
-                       counts: KindCounts) -> None:  # fmt: skip
+                       counts: KindCounts, conflicted: set[str] | None = None) -> None:  # fmt: skip
+    """Copy event feeds page by page; a feed in ``conflicted`` (found before any write) is
+    left whole (skip) or replaced whole (overwrite)."""
     store = destination.events
     current: str | None = None
     last_seq = 0
-    overwritten: set[str] = set()
     async for thread_id, page in source.event_pages(dict(ledger.event_seqs)):
         if thread_id != current:
             if current is not None:
@@ -361,16 +388,13 @@ async def _copy_events(source: Any, destination: Endpoint, options: MigrateOptio
             current, last_seq = thread_id, ledger.event_seqs.get(thread_id, 0)
             counts.threads += 1
             ledger.begin("events", thread_id)
-        if options.on_conflict != "fail" and await _events_conflict(store, thread_id, page, last_seq):
-            if options.on_conflict == "skip":
-                if thread_id not in counts.conflicts:
-                    counts.conflicts.append(thread_id)
-                last_seq = page[-1]["seq"]
-                continue
-            if thread_id not in overwritten:
-                overwritten.add(thread_id)
+            if conflicted and thread_id in conflicted:
                 counts.conflicts.append(thread_id)
-                await store.delete_by_thread(thread_id, user_id=None)
+                if options.on_conflict == "overwrite":
+                    await store.delete_by_thread(thread_id, user_id=None)
+        if options.on_conflict == "skip" and conflicted and thread_id in conflicted:
+            last_seq = page[-1]["seq"]
+            continue
         inserted = await store.aimport_events(page)
         counts.copied += inserted
         counts.present += len(page) - inserted

@@ -194,11 +194,13 @@ async def prescan(pages: AsyncIterator[tuple[tuple[str, ...], list[Record]]], de
 
 
 async def copy(pages: AsyncIterator[tuple[tuple[str, ...], list[Record]]], destination: StoreSide,
-               on_conflict: str, ledger: Any, counts: Any, progress: Any = None) -> None:  # fmt: skip
-    """Copy every page into ``destination``, namespace by namespace, recorded in ``ledger``."""
+               on_conflict: str, ledger: Any, counts: Any, progress: Any = None,
+               conflicted: set[str] | None = None) -> None:  # fmt: skip
+    """Copy every page into ``destination``, namespace by namespace, recorded in ``ledger``.
+    Under ``skip``, a namespace in ``conflicted`` (found before any write) is left whole."""
     current: str | None = None
     after: str | None = None
-    skipped: set[str] = set()
+    skipped: set[str] = set(conflicted or ()) if on_conflict == "skip" else set()
     async for namespace, page in pages:
         name = namespace_name(namespace)
         if name != current:
@@ -207,6 +209,10 @@ async def copy(pages: AsyncIterator[tuple[tuple[str, ...], list[Record]]], desti
             current, after = name, None
             counts.threads += 1
             ledger.begin("store", name)
+            if name in skipped and name not in counts.conflicts:
+                counts.conflicts.append(name)
+        if name in skipped:
+            continue
         held = await destination.held(namespace, [record["key"] for record in page], after)
         after = page[-1]["key"]
         fresh, updates, conflicts, present = _plan(page, held)
