@@ -96,6 +96,37 @@ def test_put_get_delete(store_target: BackendTarget[Any]) -> None:
     run(store_target, body)
 
 
+@pytest.mark.requires("checked_store_input")
+def test_values_are_copies(store_target: BackendTarget[Any]) -> None:
+    """A stored value is a copy of what was put, and every read returns a fresh copy:
+    mutating the caller's dict or a returned item's value never changes the stored item."""
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        ns = (*root, "copies")
+        value: dict[str, Any] = {"tags": ["a"], "nested": {"n": 1}}
+        await store.aput(ns, "k", value)
+        value["tags"].append("caller")
+        value["nested"]["n"] = 2
+        value["added"] = True
+        expected = {"tags": ["a"], "nested": {"n": 1}}
+        got = await store.aget(ns, "k")
+        assert got is not None and got.value == expected, (
+            f"contract: a stored value is a copy: mutating the dict after the put changed the item; got {got}"
+        )
+        for how in ("get", "search"):
+            item = got if how == "get" else (await store.asearch(ns))[0]
+            item.value["tags"].append(how)
+            item.value["nested"]["n"] = how
+            item.value["added"] = how
+            again = await store.aget(ns, "k")
+            assert again is not None and again.value == expected, (
+                f"contract: a read returns a fresh copy: mutating the value {how} returned changed "
+                f"the stored item; got {again.value if again else None}"
+            )
+
+    run(store_target, body)
+
+
 def test_search_prefix_is_by_label(store_target: BackendTarget[Any]) -> None:
     async def body(store: Any, root: tuple[str, ...]) -> None:
         await store.aput((*root, "a", "b"), "k", {"v": 1})

@@ -52,6 +52,10 @@ SUITES: dict[str, list[Case]] = {
         Case("broken-ttl-from-first", "streams_lifetimes.py", "expires_after_stream_ttl",
              "stream_ttl_seconds counts from the last publish"),
     ],
+    "test_stream_data": [
+        Case("broken-raw-data", "streams_raw_data.py", "one_json_form",
+             "contract: stream data arrives in one JSON form on every bridge"),
+    ],
 }
 CASES = [(suite, case) for suite, cases in SUITES.items() for case in cases]
 

@@ -26,6 +26,8 @@ CASES = [
          "never repeat an item"),
     Case("broken-store-process-local", "store_process_local.py", "store_across_processes",
          "a read sees the last write acknowledged in another process"),
+    Case("broken-store-shared-values", "store_shared_values.py", "values_are_copies",
+         "contract: a read returns a fresh copy"),
 ]
 
 
