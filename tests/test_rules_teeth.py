@@ -37,6 +37,8 @@ SUITES: dict[str, list[Case]] = {
     "test_savers": [
         Case("broken-prefix-delete", S, "prefix_ids",
              "ids that are prefixes of other ids (or hold LIKE wildcards) name exactly one"),
+        Case("broken-lenient-metadata", S, "unstorable_metadata",
+             "contract: metadata no saver can store alike"),
     ],
     "test_events": [
         Case("broken-events-prefix-delete", "events_rules.py", "prefix_ids",

@@ -11,7 +11,9 @@ way a careful author might. The suite must fail each by the rule's name:
   what those ancestors read in turn;
 - ``broken-sweep-once``: a sweep forgets when the thread is due again, so an idle
   thread is never swept again as ``max_age`` passes;
-- ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match).
+- ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match);
+- ``broken-lenient-metadata``: metadata no saver can store alike (a lone surrogate, a
+  nested NUL) is cleaned up and stored instead of refused.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept
 from runstore.checkpoint.rules import FENCE_KEY
 from runstore.checkpoint.threads import Removed, ThreadPage
+from runstore.errors import InvalidSaverInputError
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.layout import footprint
@@ -128,6 +131,30 @@ class PrefixDeleteSaver(MemorySaver):
             super().delete_thread(other)
 
 
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_cleaned(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cleaned(v) for v in value]
+    return value
+
+
+class LenientMetadataSaver(MemorySaver):
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        try:
+            return super().put(config, checkpoint, metadata, new_versions)
+        except InvalidSaverInputError as exc:
+            if "metadata" not in str(exc):
+                raise
+            # BUG (on purpose): what no saver can store is cleaned up and stored, not refused.
+            return super().put(config, checkpoint, _cleaned(metadata), new_versions)
+
+
 SAVERS: dict[str, type[MemorySaver]] = {
     "broken-refusal-touches": RefusalTouchesSaver,
     "broken-tombstone-listed": TombstoneListedSaver,
@@ -135,6 +162,7 @@ SAVERS: dict[str, type[MemorySaver]] = {
     "broken-closure-one-level": ClosureOneLevelSaver,
     "broken-sweep-once": SweepOnceSaver,
     "broken-prefix-delete": PrefixDeleteSaver,
+    "broken-lenient-metadata": LenientMetadataSaver,
 }
 
 
