@@ -29,6 +29,8 @@ SUITES: dict[str, list[Case]] = {
              "retention keeps the whole reconstruction closure"),
         Case("broken-sweep-once", S, "swept_again",
              "an idle thread is swept again as max_age passes"),
+        Case("broken-rescan-ignored", S, "rescan",
+             "contract: rescan=True sweeps threads already swept"),
     ],
     "test_retention_claims": [
         Case("broken-sweep-claims", "saver_sweep_claims.py", "claim_holds",

@@ -12,6 +12,8 @@ way a careful author might. The suite must fail each by the rule's name:
 - ``broken-sweep-once``: a sweep forgets when the thread is due again, so an idle
   thread is never swept again as ``max_age`` passes;
 - ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match);
+- ``broken-rescan-ignored``: a sweep takes ``rescan=True`` and ignores it, so a changed
+  policy reaches a thread already swept only at its next write;
 - ``broken-lenient-metadata``: metadata no saver can store alike (a lone surrogate, a
   nested NUL) is cleaned up and stored instead of refused.
 """
@@ -155,6 +157,12 @@ class LenientMetadataSaver(MemorySaver):
             return super().put(config, checkpoint, _cleaned(metadata), new_versions)
 
 
+class RescanIgnoredSaver(MemorySaver):
+    async def asweep(self, policy: RetentionPolicy, **kwargs: Any) -> Any:
+        kwargs["rescan"] = False  # BUG (on purpose): the changed policy waits for a write
+        return await super().asweep(policy, **kwargs)
+
+
 SAVERS: dict[str, type[MemorySaver]] = {
     "broken-refusal-touches": RefusalTouchesSaver,
     "broken-tombstone-listed": TombstoneListedSaver,
@@ -163,6 +171,7 @@ SAVERS: dict[str, type[MemorySaver]] = {
     "broken-sweep-once": SweepOnceSaver,
     "broken-prefix-delete": PrefixDeleteSaver,
     "broken-lenient-metadata": LenientMetadataSaver,
+    "broken-rescan-ignored": RescanIgnoredSaver,
 }
 
 
