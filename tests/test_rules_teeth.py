@@ -19,6 +19,8 @@ SUITES: dict[str, list[Case]] = {
              "contract: a refused write leaves the thread record as it was"),
         Case("broken-tombstone-listed", S, "deleted_thread_is_in_no_listing",
              "contract: a deleted thread is in no listing"),
+        Case("broken-copy-keeps-tombstone", S, "copy_into_a_deleted_thread",
+             "contract: copy_thread into a deleted thread starts its record again"),
     ],
     "test_fencing": [
         Case("broken-fence-root-only", S, "every_namespace",

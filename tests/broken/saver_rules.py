@@ -12,6 +12,8 @@ way a careful author might. The suite must fail each by the rule's name:
 - ``broken-sweep-once``: a sweep forgets when the thread is due again, so an idle
   thread is never swept again as ``max_age`` passes;
 - ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match);
+- ``broken-copy-keeps-tombstone``: ``copy_thread`` into a deleted thread copies the rows
+  but leaves the tombstone standing, so the copy is neither indexed nor writable;
 - ``broken-rescan-ignored``: a sweep takes ``rescan=True`` and ignores it, so a changed
   policy reaches a thread already swept only at its next write;
 - ``broken-lenient-metadata``: metadata no saver can store alike (a lone surrogate, a
@@ -157,6 +159,15 @@ class LenientMetadataSaver(MemorySaver):
             return super().put(config, checkpoint, _cleaned(metadata), new_versions)
 
 
+class CopyKeepsTombstoneSaver(MemorySaver):
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        before = self._records.get(target_thread_id)
+        deleted_at = None if before is None else before.deleted_at
+        super().copy_thread(source_thread_id, target_thread_id)
+        if deleted_at is not None and target_thread_id in self._records:
+            self._records[target_thread_id].deleted_at = deleted_at  # BUG (on purpose): tombstone kept
+
+
 class RescanIgnoredSaver(MemorySaver):
     async def asweep(self, policy: RetentionPolicy, **kwargs: Any) -> Any:
         kwargs["rescan"] = False  # BUG (on purpose): the changed policy waits for a write
@@ -172,6 +183,7 @@ SAVERS: dict[str, type[MemorySaver]] = {
     "broken-prefix-delete": PrefixDeleteSaver,
     "broken-lenient-metadata": LenientMetadataSaver,
     "broken-rescan-ignored": RescanIgnoredSaver,
+    "broken-copy-keeps-tombstone": CopyKeepsTombstoneSaver,
 }
 
 
