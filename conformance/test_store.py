@@ -317,6 +317,38 @@ def test_ttl_expiry_refresh_and_sweep(store_target: BackendTarget[Any]) -> None:
     run(store_target, body)
 
 
+@pytest.mark.requires("store_ttl", "store_clock")
+def test_ttl_config_default_ttl_and_refresh_on_read(store_target: BackendTarget[Any]) -> None:
+    """The store's ``TTLConfig``: a put without ``ttl`` lives ``default_ttl`` minutes
+    (``ttl=None`` never expires); with ``refresh_on_read=False`` a plain get or search
+    leaves the TTL running, and a call's ``refresh_ttl=True`` still restarts it (store.md "TTL")."""
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        clock = clocked(store)
+        for key in ("default", "get", "search", "asked"):
+            await store.aput(root, key, {"k": key})
+        await store.aput(root, "forever", {"k": "forever"}, ttl=None)
+        clock.advance(30 * 60)
+        await store.aget(root, "get")
+        assert [i.key for i in await store.asearch(root, filter={"k": "search"})] == ["search"]
+        await store.aget(root, "asked", refresh_ttl=True)
+        clock.advance(30 * 60 - 1)
+        assert await store.aget(root, "default", refresh_ttl=False) is not None, (
+            "contract: an item put without a ttl lives default_ttl minutes"
+        )
+        clock.advance(1)
+        gone = {key: await store.aget(root, key, refresh_ttl=False) is None
+                for key in ("default", "get", "search", "asked", "forever")}
+        assert gone["default"], "contract: an item put without a ttl is gone default_ttl minutes after its put"
+        assert gone["get"] and gone["search"], (
+            f"contract: with refresh_on_read=False a plain get or search leaves the ttl running (gone: {gone})"
+        )
+        assert not gone["asked"], "contract: a call's refresh_ttl=True restarts the ttl even with refresh_on_read=False"
+        assert not gone["forever"], "contract: put(ttl=None) never expires, whatever default_ttl says"
+
+    run(store_target, body, provided={STORE_CONFIG_KEY: (None, {"default_ttl": 60, "refresh_on_read": False})})
+
+
 @pytest.mark.requires("store_vector_search")
 def test_semantic_search(store_target: BackendTarget[Any]) -> None:
     async def body(store: Any, root: tuple[str, ...]) -> None:

@@ -28,6 +28,8 @@ CASES = [
          "a read sees the last write acknowledged in another process"),
     Case("broken-store-shared-values", "store_shared_values.py", "values_are_copies",
          "contract: a read returns a fresh copy"),
+    Case("broken-store-ttl-config-ignored", "store_ttl_config_ignored.py", "ttl_config",
+         "contract: an item put without a ttl is gone default_ttl minutes after its put"),
 ]
 
 
