@@ -434,6 +434,30 @@ BAD_CALLS: list[tuple[str, Callable[[Any, tuple[str, ...]], Awaitable[Any]]]] = 
 
 
 @pytest.mark.requires("checked_store_input")
+def test_a_batch_with_one_bad_op_writes_nothing(store_target: BackendTarget[Any]) -> None:
+    """The whole batch is checked before any op runs: puts and deletes ahead of a bad op
+    are not applied (store.md "Batches")."""
+    from langgraph.store.base import PutOp
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        await store.aput(root, "kept", {"v": 0})
+        ops = [PutOp(root, "good", {"v": 1}), PutOp(root, "kept", None), PutOp(root, "bad", {"v": float("nan")})]
+        try:
+            await store.abatch(ops)
+        except InvalidStoreInputError:
+            pass
+        else:
+            raise AssertionError("contract: a batch holding a bad op is refused with InvalidStoreInputError")
+        good, kept = await store.aget(root, "good"), await store.aget(root, "kept")
+        assert good is None and kept is not None and kept.value == {"v": 0}, (
+            "contract: a batch with one bad op writes nothing (the whole batch is checked before any op "
+            f"runs); after it: good={good}, kept={kept}"
+        )
+
+    run(store_target, body)
+
+
+@pytest.mark.requires("checked_store_input")
 @pytest.mark.parametrize("case", [name for name, _ in BAD_CALLS])
 def test_bad_input_is_refused(store_target: BackendTarget[Any], case: str) -> None:
     call = dict(BAD_CALLS)[case]
