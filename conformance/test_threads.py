@@ -502,7 +502,7 @@ def test_a_copy_into_a_deleted_thread_starts_it_again(saver_target: Any) -> None
         await _chain(saver, dst, [{"n": 1}], clock)
         await saver.adelete_thread(dst)
         clock.advance(100)
-        await saver.acopy_thread(src, dst)  # type: ignore[attr-defined]
+        await saver.acopy_thread(src, dst)
         got = await saver.aget_tuple(config_for(dst))
         assert got is not None and got.config["configurable"]["checkpoint_id"] == ids[-1], (
             f"contract: copy_thread into a deleted thread starts it again with the copy; get_tuple gave {got}"

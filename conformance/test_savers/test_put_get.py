@@ -393,7 +393,7 @@ def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target:
 
 #: Metadata no saver can store alike: a lone surrogate anywhere (no JSON encoder takes it),
 #: a NUL in a nested string or key (PostgreSQL JSON refuses it).
-_UNSTORABLE_METADATA = {
+_UNSTORABLE_METADATA: dict[str, dict[str, Any]] = {
     "a lone surrogate": {"note": "bad\ud800"},
     "a NUL in a nested string": {"nested": {"note": "bad\x00text"}},
     "a NUL in a nested key": {"nested": {"bad\x00key": 1}},
