@@ -57,6 +57,8 @@ SUITES: dict[str, list[Case]] = {
              "contract: a removed stream frees its run id"),
         Case("broken-ttl-from-first", "streams_lifetimes.py", "expires_after_stream_ttl",
              "stream_ttl_seconds counts from the last publish"),
+        Case("broken-eager-position", "streams_lifetimes.py", "first_iterated",
+             "contract: a subscription takes its position when it is first iterated"),
     ],
     "test_stream_data": [
         Case("broken-raw-data", "streams_raw_data.py", "one_json_form",
