@@ -572,3 +572,34 @@ def test_an_idle_thread_is_swept_again_as_time_passes(saver_target: Any) -> None
         await saver.adelete_thread(thread)
 
     saver_target.run(body)
+
+
+def test_a_rescan_sweeps_threads_already_swept_under_a_changed_policy(saver_target: Any) -> None:
+    """A thread swept under one policy and not written since is swept under a stricter
+    one at once when the sweep asks ``rescan=True`` (a changed policy reaching threads
+    already swept: docs/threads.md "Several sweepers")."""
+
+    async def body(saver: Saver) -> None:
+        clock = ManualClock(START)
+        saver.clock = clock  # type: ignore[attr-defined]
+        thread = new_thread_id()
+        ids: list[str] = []
+        parent = None
+        for step in range(4):
+            cid = new_checkpoint_id()
+            await saver.aput(config_for(thread, parent), make_checkpoint(cid, {"a": step}, {}), {}, {})
+            ids.append(cid)
+            parent = cid
+            clock.advance(1)
+        await sweep_all(saver, RetentionPolicy(keep_last=3), thread_ids=[thread])
+        assert await _ids(saver, thread) == set(ids[1:]), "contract: a sweep keeps the keep_last newest"
+        clock.advance(1)
+        await sweep_all(saver, RetentionPolicy(keep_last=1), thread_ids=[thread], rescan=True)
+        left = await _ids(saver, thread)
+        assert left == {ids[-1]}, named(
+            f"{len(left)} checkpoints left, 1 expected (contract: rescan=True sweeps threads already "
+            "swept, under the changed policy, with no write since)"
+        )
+        await saver.adelete_thread(thread)
+
+    saver_target.run(body)

@@ -267,6 +267,42 @@ def test_generated_run_ids(runs_target: Any) -> None:
     runs_target.run(body)
 
 
+def test_records_are_copies(runs_target: Any) -> None:
+    """What a caller passed in or got back is its own: mutating the metadata given to
+    ``create`` or a returned record (its metadata included) never changes what is stored."""
+
+    async def body(store: RunStore) -> None:
+        thread = fresh_id("copies")
+        try:
+            metadata: dict[str, Any] = {"tags": ["a"], "nested": {"n": 1}}
+            created = await store.create(thread, metadata=metadata)
+            run_id = created.run["run_id"]
+            metadata["tags"].append("caller")
+            metadata["nested"]["n"] = 2
+            metadata["added"] = True
+            got = await store.get(run_id)
+            assert got is not None and got["metadata"] == {"tags": ["a"], "nested": {"n": 1}}, (
+                "contract: a run store keeps its own copy of the metadata given to create: mutating "
+                f"the caller's dict afterwards changed the stored run; got {got and got['metadata']}"
+            )
+            for returned, how in ((created.run, "create"), (got, "get"),
+                                  ((await store.list_by_thread(thread))[0], "list_by_thread")):
+                returned["metadata"]["tags"].append(how)
+                returned["metadata"]["nested"]["n"] = how
+                returned["status"] = "success"
+                again = await store.get(run_id)
+                assert again is not None and again["metadata"] == {"tags": ["a"], "nested": {"n": 1}} and (
+                    again["status"] == "pending"
+                ), (
+                    f"contract: records are copies: mutating the record {how} returned changed the "
+                    f"stored run; got {again}"
+                )
+        finally:
+            await _delete_all(store, [thread])
+
+    runs_target.run(body)
+
+
 @pytest.mark.requires("durable")
 def test_durable(runs_target: Any) -> None:
     """Runs, leases and each thread's fencing counter survive reopening the store."""

@@ -96,6 +96,37 @@ def test_put_get_delete(store_target: BackendTarget[Any]) -> None:
     run(store_target, body)
 
 
+@pytest.mark.requires("checked_store_input")
+def test_values_are_copies(store_target: BackendTarget[Any]) -> None:
+    """A stored value is a copy of what was put, and every read returns a fresh copy:
+    mutating the caller's dict or a returned item's value never changes the stored item."""
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        ns = (*root, "copies")
+        value: dict[str, Any] = {"tags": ["a"], "nested": {"n": 1}}
+        await store.aput(ns, "k", value)
+        value["tags"].append("caller")
+        value["nested"]["n"] = 2
+        value["added"] = True
+        expected = {"tags": ["a"], "nested": {"n": 1}}
+        got = await store.aget(ns, "k")
+        assert got is not None and got.value == expected, (
+            f"contract: a stored value is a copy: mutating the dict after the put changed the item; got {got}"
+        )
+        for how in ("get", "search"):
+            item = got if how == "get" else (await store.asearch(ns))[0]
+            item.value["tags"].append(how)
+            item.value["nested"]["n"] = how
+            item.value["added"] = how
+            again = await store.aget(ns, "k")
+            assert again is not None and again.value == expected, (
+                f"contract: a read returns a fresh copy: mutating the value {how} returned changed "
+                f"the stored item; got {again.value if again else None}"
+            )
+
+    run(store_target, body)
+
+
 def test_search_prefix_is_by_label(store_target: BackendTarget[Any]) -> None:
     async def body(store: Any, root: tuple[str, ...]) -> None:
         await store.aput((*root, "a", "b"), "k", {"v": 1})
@@ -286,6 +317,38 @@ def test_ttl_expiry_refresh_and_sweep(store_target: BackendTarget[Any]) -> None:
     run(store_target, body)
 
 
+@pytest.mark.requires("store_ttl", "store_clock")
+def test_ttl_config_default_ttl_and_refresh_on_read(store_target: BackendTarget[Any]) -> None:
+    """The store's ``TTLConfig``: a put without ``ttl`` lives ``default_ttl`` minutes
+    (``ttl=None`` never expires); with ``refresh_on_read=False`` a plain get or search
+    leaves the TTL running, and a call's ``refresh_ttl=True`` still restarts it (store.md "TTL")."""
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        clock = clocked(store)
+        for key in ("default", "get", "search", "asked"):
+            await store.aput(root, key, {"k": key})
+        await store.aput(root, "forever", {"k": "forever"}, ttl=None)
+        clock.advance(30 * 60)
+        await store.aget(root, "get")
+        assert [i.key for i in await store.asearch(root, filter={"k": "search"})] == ["search"]
+        await store.aget(root, "asked", refresh_ttl=True)
+        clock.advance(30 * 60 - 1)
+        assert await store.aget(root, "default", refresh_ttl=False) is not None, (
+            "contract: an item put without a ttl lives default_ttl minutes"
+        )
+        clock.advance(1)
+        gone = {key: await store.aget(root, key, refresh_ttl=False) is None
+                for key in ("default", "get", "search", "asked", "forever")}
+        assert gone["default"], "contract: an item put without a ttl is gone default_ttl minutes after its put"
+        assert gone["get"] and gone["search"], (
+            f"contract: with refresh_on_read=False a plain get or search leaves the ttl running (gone: {gone})"
+        )
+        assert not gone["asked"], "contract: a call's refresh_ttl=True restarts the ttl even with refresh_on_read=False"
+        assert not gone["forever"], "contract: put(ttl=None) never expires, whatever default_ttl says"
+
+    run(store_target, body, provided={STORE_CONFIG_KEY: (None, {"default_ttl": 60, "refresh_on_read": False})})
+
+
 @pytest.mark.requires("store_vector_search")
 def test_semantic_search(store_target: BackendTarget[Any]) -> None:
     async def body(store: Any, root: tuple[str, ...]) -> None:
@@ -368,6 +431,30 @@ BAD_CALLS: list[tuple[str, Callable[[Any, tuple[str, ...]], Awaitable[Any]]]] = 
     ("negative ttl", lambda s, r: s.aput(r, "k", {"v": 1}, ttl=-1)),
     ("negative limit", lambda s, r: s.asearch(r, limit=-1)),
 ]
+
+
+@pytest.mark.requires("checked_store_input")
+def test_a_batch_with_one_bad_op_writes_nothing(store_target: BackendTarget[Any]) -> None:
+    """The whole batch is checked before any op runs: puts and deletes ahead of a bad op
+    are not applied (store.md "Batches")."""
+    from langgraph.store.base import PutOp
+
+    async def body(store: Any, root: tuple[str, ...]) -> None:
+        await store.aput(root, "kept", {"v": 0})
+        ops = [PutOp(root, "good", {"v": 1}), PutOp(root, "kept", None), PutOp(root, "bad", {"v": float("nan")})]
+        try:
+            await store.abatch(ops)
+        except InvalidStoreInputError:
+            pass
+        else:
+            raise AssertionError("contract: a batch holding a bad op is refused with InvalidStoreInputError")
+        good, kept = await store.aget(root, "good"), await store.aget(root, "kept")
+        assert good is None and kept is not None and kept.value == {"v": 0}, (
+            "contract: a batch with one bad op writes nothing (the whole batch is checked before any op "
+            f"runs); after it: good={good}, kept={kept}"
+        )
+
+    run(store_target, body)
 
 
 @pytest.mark.requires("checked_store_input")

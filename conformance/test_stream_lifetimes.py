@@ -1,5 +1,6 @@
 """Stream lifetimes and heartbeats, the stream bridge rules on their time boundaries:
-a heartbeat only fills a silence of one interval, a removed stream frees its run id
+a subscription takes its position when it is first iterated, a heartbeat only fills a
+silence of one interval, a removed stream frees its run id
 (after ``cleanup``, the late-subscriber window, or expiry), and a run that dies without
 END expires ``stream_ttl_seconds`` after its last publish, not after its first
 (docs/streams.md). Bridges take time from their event loop and their server, so these
@@ -12,9 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from runstore.streams.protocol import END, HEARTBEAT, StreamBridge, StreamEvent
 
-from .test_streams import WAIT, assert_events, drain, new_run, next_item
+from .test_streams import QUIET, WAIT, assert_events, drain, new_run, next_item, publish_many
 
 
 async def _gone(bridge: StreamBridge, run_id: str, contract: str) -> None:
@@ -188,3 +191,21 @@ def test_close_ends_followers_and_is_idempotent(streams_target: Any) -> None:
         await bridge.close()
 
     streams_target.run(body)
+
+
+@pytest.mark.requires("replay")
+def test_a_subscription_takes_its_position_when_first_iterated(streams_target: Any) -> None:
+    """``subscribe`` only describes a subscription: it starts where the stream is when it
+    is first iterated, so events published (and evicted) in between are replayed from
+    what is retained then, without a gap (docs/streams.md "Cursors")."""
+
+    async def body(bridge: StreamBridge) -> None:
+        run_id = new_run()
+        sub = bridge.subscribe(run_id)
+        events = await publish_many(bridge, run_id, 10)  # retained: events[6:]
+        await bridge.publish_end(run_id)
+        got = await drain(sub, "a subscription made before the publishes replays what is retained")
+        assert_events(got, [*events[6:], END], "a subscription takes its position when it is first "
+                      "iterated, not when subscribe is called: it replays what is retained then, no gap")
+
+    streams_target.run(body, settings={"stream_bridge": {**QUIET, "queue_maxsize": 4}})

@@ -488,6 +488,47 @@ def test_deleted_thread_keeps_a_tombstone(saver_target: Any) -> None:
     saver_target.run(body)
 
 
+@pytest.mark.requires("copy_thread")
+def test_a_copy_into_a_deleted_thread_starts_it_again(saver_target: Any) -> None:
+    """``copy_thread`` into a deleted thread starts it again, like a put without a parent:
+    the copy is read, indexed (new ``created_at``, counts of the copy) and listed, and
+    writes continuing it are accepted (docs/threads.md "Deletion and the tombstone")."""
+
+    async def body(saver: Saver) -> None:
+        clock = _clock(saver)
+        src, dst = new_thread_id(), new_thread_id()
+        tag = new_thread_id("tag")
+        ids = await _chain(saver, src, [{"tag": tag}, {"tag": tag}], clock)
+        await _chain(saver, dst, [{"n": 1}], clock)
+        await saver.adelete_thread(dst)
+        clock.advance(100)
+        await saver.acopy_thread(src, dst)
+        got = await saver.aget_tuple(config_for(dst))
+        assert got is not None and got.config["configurable"]["checkpoint_id"] == ids[-1], (
+            f"contract: copy_thread into a deleted thread starts it again with the copy; get_tuple gave {got}"
+        )
+        info = await saver.aget_thread(dst)  # type: ignore[attr-defined]
+        assert info is not None and info.checkpoints == 2 and info.latest_checkpoint_id == ids[-1], (
+            f"contract: copy_thread into a deleted thread starts its record again, counting the copy: {info}"
+        )
+        assert info.created_at == START + timedelta(seconds=103), (
+            f"contract: a thread started again by a copy has a new created_at: {info.created_at}"
+        )
+        listed = [t.thread_id for t in await _all_pages(saver, filter={"tag": tag})]
+        assert sorted(listed) == sorted([src, dst]), (
+            f"contract: a thread started again by a copy is listed again: {listed}"
+        )
+        late = new_checkpoint_id()
+        await saver.aput(config_for(dst, ids[-1]), make_checkpoint(late, {}, {}), as_metadata({"tag": tag}), {})
+        await saver.aput_writes(config_for(dst, late), [("a", 1)], "t", "")
+        head = await saver.aget_tuple(config_for(dst))
+        assert head is not None and head.config["configurable"]["checkpoint_id"] == late, (
+            "contract: writes continuing a copied-into thread are accepted (its tombstone is gone)"
+        )
+
+    saver_target.run(body)
+
+
 def test_delete_racing_writes_never_resurrects(saver_target: Any) -> None:
     """delete_thread races a chain of puts and writes continuing the thread: afterwards the
     thread has no checkpoint, each racing write either landed before the delete or

@@ -42,8 +42,8 @@ CAPABILITIES: dict[str, str] = {
     "matches an absent key",
     "global_list_order": "saver's list() without a thread_id spans every thread in one order, "
     "(checkpoint_id, thread_id, checkpoint_ns) descending, with before and limit on that order",
-    "checked_ids": "saver refuses ids, namespaces, task ids and channels no backend can store "
-    "(a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
+    "checked_ids": "saver refuses ids, namespaces, task ids, channels and metadata no backend can "
+    "store (a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
     "replay": "stream bridge replays retained events to late subscribers",
     "store_clock": "store reads time from its `clock` attribute (a runstore.clock Clock): "
     "created_at kept across updates, updated_at set by each put",

@@ -19,6 +19,8 @@ SUITES: dict[str, list[Case]] = {
              "contract: a refused write leaves the thread record as it was"),
         Case("broken-tombstone-listed", S, "deleted_thread_is_in_no_listing",
              "contract: a deleted thread is in no listing"),
+        Case("broken-copy-keeps-tombstone", S, "copy_into_a_deleted_thread",
+             "contract: copy_thread into a deleted thread starts its record again"),
     ],
     "test_fencing": [
         Case("broken-fence-root-only", S, "every_namespace",
@@ -29,6 +31,8 @@ SUITES: dict[str, list[Case]] = {
              "retention keeps the whole reconstruction closure"),
         Case("broken-sweep-once", S, "swept_again",
              "an idle thread is swept again as max_age passes"),
+        Case("broken-rescan-ignored", S, "rescan",
+             "contract: rescan=True sweeps threads already swept"),
     ],
     "test_retention_claims": [
         Case("broken-sweep-claims", "saver_sweep_claims.py", "claim_holds",
@@ -37,6 +41,8 @@ SUITES: dict[str, list[Case]] = {
     "test_savers": [
         Case("broken-prefix-delete", S, "prefix_ids",
              "ids that are prefixes of other ids (or hold LIKE wildcards) name exactly one"),
+        Case("broken-lenient-metadata", S, "unstorable_metadata",
+             "contract: metadata no saver can store alike"),
     ],
     "test_events": [
         Case("broken-events-prefix-delete", "events_rules.py", "prefix_ids",
@@ -51,6 +57,12 @@ SUITES: dict[str, list[Case]] = {
              "contract: a removed stream frees its run id"),
         Case("broken-ttl-from-first", "streams_lifetimes.py", "expires_after_stream_ttl",
              "stream_ttl_seconds counts from the last publish"),
+        Case("broken-eager-position", "streams_lifetimes.py", "first_iterated",
+             "contract: a subscription takes its position when it is first iterated"),
+    ],
+    "test_stream_data": [
+        Case("broken-raw-data", "streams_raw_data.py", "one_json_form",
+             "contract: stream data arrives in one JSON form on every bridge"),
     ],
 }
 CASES = [(suite, case) for suite, cases in SUITES.items() for case in cases]

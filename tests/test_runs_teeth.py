@@ -51,6 +51,8 @@ RULE_CASES = [
          "at most limit of them (filter first)"),
     Case("broken-list-first-status", R, "list_by_thread_arguments",
          "contract: list_by_thread({'status': ['pending', 'success']})"),
+    Case("broken-shared-metadata", R, "records_are_copies",
+         "contract: a run store keeps its own copy of the metadata given to create"),
 ]
 
 #: A correct store that claims equal expiry times in another order: the suite must pass it.

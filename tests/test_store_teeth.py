@@ -26,6 +26,12 @@ CASES = [
          "never repeat an item"),
     Case("broken-store-process-local", "store_process_local.py", "store_across_processes",
          "a read sees the last write acknowledged in another process"),
+    Case("broken-store-shared-values", "store_shared_values.py", "values_are_copies",
+         "contract: a read returns a fresh copy"),
+    Case("broken-store-ttl-config-ignored", "store_ttl_config_ignored.py", "ttl_config",
+         "contract: an item put without a ttl is gone default_ttl minutes after its put"),
+    Case("broken-store-batch-op-by-op", "store_batch_op_by_op.py", "one_bad_op",
+         "contract: a batch with one bad op writes nothing"),
 ]
 
 

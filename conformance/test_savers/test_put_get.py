@@ -389,3 +389,45 @@ def test_unstorable_ids_are_refused_by_name_and_nothing_is_written(saver_target:
         )
 
     saver_target.run(body)
+
+
+#: Metadata no saver can store alike: a lone surrogate anywhere (no JSON encoder takes it),
+#: a NUL in a nested string or key (PostgreSQL JSON refuses it).
+_UNSTORABLE_METADATA: dict[str, dict[str, Any]] = {
+    "a lone surrogate": {"note": "bad\ud800"},
+    "a NUL in a nested string": {"nested": {"note": "bad\x00text"}},
+    "a NUL in a nested key": {"nested": {"bad\x00key": 1}},
+}
+
+
+@pytest.mark.requires("checked_ids")
+def test_unstorable_metadata_is_refused_and_nothing_is_written(saver_target: Any) -> None:
+    """Metadata no saver can store alike raises InvalidSaverInputError naming the metadata,
+    before anything is written (savers.md "Rows": the memory saver too)."""
+    from runstore.errors import InvalidSaverInputError
+
+    async def body(saver: Saver) -> None:
+        tag = new_thread_id("tag")
+        thread = new_thread_id()
+        [cid] = await put_chain_with_metadata(saver, thread, [{"tag": tag}])
+        for label, bad in _UNSTORABLE_METADATA.items():
+            try:
+                await saver.aput(
+                    config_for(thread, cid), make_checkpoint(new_checkpoint_id(), {}, {}),
+                    as_metadata({"tag": tag, **bad}), {},
+                )
+            except InvalidSaverInputError as exc:
+                assert "metadata" in str(exc), (
+                    f"contract: unstorable metadata ({label}) is refused naming the metadata: {exc}"
+                )
+            else:
+                raise AssertionError(
+                    f"contract: metadata no saver can store alike ({label}) is refused with "
+                    "InvalidSaverInputError (it was stored)"
+                )
+        stored = await collect(saver, None, filter={"tag": tag})
+        assert checkpoint_ids(stored) == [cid], (
+            f"contract: a put refused for its metadata writes nothing; the thread holds {checkpoint_ids(stored)}"
+        )
+
+    saver_target.run(body)

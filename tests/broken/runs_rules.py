@@ -129,6 +129,34 @@ class RefinalizeRefuses(MemoryRunStore):
         return await super().finalize(run_id, owner, status, **kw)
 
 
+class SharedMetadata(MemoryRunStore):
+    """Keeps the caller's metadata dict and hands it out in every record (a dict-backed store
+    that stores and returns its own objects)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: dict[str, dict[str, Any]] = {}
+
+    def _share(self, run: RunRecord) -> RunRecord:
+        if run["run_id"] in self._kept:
+            run["metadata"] = self._kept[run["run_id"]]  # BUG (on purpose): no copy in or out
+        return run
+
+    async def create(self, thread_id: str, **kw: Any) -> Any:  # type: ignore[override]
+        result = await super().create(thread_id, **kw)
+        if kw.get("metadata") is not None:
+            self._kept.setdefault(result.run["run_id"], kw["metadata"])
+        self._share(result.run)
+        return result
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        run = await super().get(run_id)
+        return None if run is None else self._share(run)
+
+    async def list_by_thread(self, thread_id: str, *, status: Any = None, limit: int | None = None) -> list[RunRecord]:
+        return [self._share(r) for r in await super().list_by_thread(thread_id, status=status, limit=limit)]
+
+
 BROKEN: dict[str, type[MemoryRunStore]] = {
     "broken-renew-at-expiry": RenewAtExpiry,
     "broken-claim-strict-cutoff": ClaimStrictCutoff,
@@ -140,6 +168,7 @@ BROKEN: dict[str, type[MemoryRunStore]] = {
     "broken-restart-regrants": RestartRegrants,
     "broken-heartbeat-noop": HeartbeatNoop,
     "broken-refinalize-refuses": RefinalizeRefuses,
+    "broken-shared-metadata": SharedMetadata,
 }
 
 

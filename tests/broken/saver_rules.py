@@ -11,7 +11,13 @@ way a careful author might. The suite must fail each by the rule's name:
   what those ancestors read in turn;
 - ``broken-sweep-once``: a sweep forgets when the thread is due again, so an idle
   thread is never swept again as ``max_age`` passes;
-- ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match).
+- ``broken-prefix-delete``: ``delete_thread("t1")`` also deletes ``t10`` (a prefix match);
+- ``broken-copy-keeps-tombstone``: ``copy_thread`` into a deleted thread copies the rows
+  but leaves the tombstone standing, so the copy is neither indexed nor writable;
+- ``broken-rescan-ignored``: a sweep takes ``rescan=True`` and ignores it, so a changed
+  policy reaches a thread already swept only at its next write;
+- ``broken-lenient-metadata``: metadata no saver can store alike (a lone surrogate, a
+  nested NUL) is cleaned up and stored instead of refused.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept
 from runstore.checkpoint.rules import FENCE_KEY
 from runstore.checkpoint.threads import Removed, ThreadPage
+from runstore.errors import InvalidSaverInputError
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
 from runstore.plugins.memory.layout import footprint
@@ -128,6 +135,45 @@ class PrefixDeleteSaver(MemorySaver):
             super().delete_thread(other)
 
 
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_cleaned(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cleaned(v) for v in value]
+    return value
+
+
+class LenientMetadataSaver(MemorySaver):
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        try:
+            return super().put(config, checkpoint, metadata, new_versions)
+        except InvalidSaverInputError as exc:
+            if "metadata" not in str(exc):
+                raise
+            # BUG (on purpose): what no saver can store is cleaned up and stored, not refused.
+            return super().put(config, checkpoint, _cleaned(metadata), new_versions)
+
+
+class CopyKeepsTombstoneSaver(MemorySaver):
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        before = self._records.get(target_thread_id)
+        deleted_at = None if before is None else before.deleted_at
+        super().copy_thread(source_thread_id, target_thread_id)
+        if deleted_at is not None and target_thread_id in self._records:
+            self._records[target_thread_id].deleted_at = deleted_at  # BUG (on purpose): tombstone kept
+
+
+class RescanIgnoredSaver(MemorySaver):
+    async def asweep(self, policy: RetentionPolicy, **kwargs: Any) -> Any:
+        kwargs["rescan"] = False  # BUG (on purpose): the changed policy waits for a write
+        return await super().asweep(policy, **kwargs)
+
+
 SAVERS: dict[str, type[MemorySaver]] = {
     "broken-refusal-touches": RefusalTouchesSaver,
     "broken-tombstone-listed": TombstoneListedSaver,
@@ -135,6 +181,9 @@ SAVERS: dict[str, type[MemorySaver]] = {
     "broken-closure-one-level": ClosureOneLevelSaver,
     "broken-sweep-once": SweepOnceSaver,
     "broken-prefix-delete": PrefixDeleteSaver,
+    "broken-lenient-metadata": LenientMetadataSaver,
+    "broken-rescan-ignored": RescanIgnoredSaver,
+    "broken-copy-keeps-tombstone": CopyKeepsTombstoneSaver,
 }
 
 

@@ -6,7 +6,9 @@ author might. The stream lifetime suite must fail each by the rule's name:
 - ``broken-run-id-stays-ended``: a run id that published END stays ended after its
   stream was removed, so a new run under that id cannot publish;
 - ``broken-ttl-from-first``: the expiry is set by a run's first publish and never moved,
-  so a long run that never ends is cut off while it still publishes.
+  so a long run that never ends is cut off while it still publishes;
+- ``broken-eager-position``: a subscription without a cursor takes its position when
+  ``subscribe`` is called, so events evicted before it is first iterated become a gap.
 """
 
 from __future__ import annotations
@@ -77,10 +79,21 @@ class TtlFromFirstBridge(MemoryStreamBridge):
         return event_id
 
 
+class EagerPositionBridge(MemoryStreamBridge):
+    def subscribe(self, run_id: str, *, last_event_id: str | None = None,
+                  heartbeat_interval: float | None = None) -> AsyncGenerator[StreamItem, None]:
+        run = self._runs.get(run_id) if isinstance(run_id, str) else None
+        if last_event_id is None:
+            # BUG (on purpose): the position is taken now, not at the first iteration.
+            last_event_id = f"0-{(run.first_seq if run is not None else 1) - 1}"
+        return super().subscribe(run_id, last_event_id=last_event_id, heartbeat_interval=heartbeat_interval)
+
+
 BRIDGES: dict[str, type[MemoryStreamBridge]] = {
     "broken-heartbeat-cadence": CadenceBridge,
     "broken-run-id-stays-ended": StaysEndedBridge,
     "broken-ttl-from-first": TtlFromFirstBridge,
+    "broken-eager-position": EagerPositionBridge,
 }
 
 
