@@ -25,6 +25,16 @@ def _mode(value: str | None) -> str:
     return str(Settings.load().checkpoint_channel_mode)
 
 
+def _store_index(ref: str | None) -> Any:
+    """The index config the ``--store-index`` function returns (`PluginError` naming what
+    could not be imported or called)."""
+    if ref is None:
+        return None
+    from runstore.registry import resolve_factory
+
+    return resolve_factory(ref, where="--store-index")()
+
+
 def _copy_options(fn: Any) -> Any:
     for option in reversed(
         [
@@ -40,6 +50,9 @@ def _copy_options(fn: Any) -> Any:
                          help="The progress ledger (default: beside a sqlite destination, else .runstore/migrations/)."),
             click.option("--include-active", is_flag=True,
                          help="Copy running (leased) runs as orphaned, for the destination's recovery to end them."),
+            click.option("--store-index", metavar="MODULE:FUNCTION",
+                         help="A function returning the destination store's index config (LangGraph IndexConfig: "
+                              "dims, embed, fields): copied items are embedded with it. Without it they carry no vectors."),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
         ]
     ):
@@ -146,7 +159,8 @@ def _print_report(report: Any) -> None:
 @click.argument("destination")
 @_copy_options
 def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
-                mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
+                mode: str | None, ledger: Path | None, include_active: bool, store_index: str | None,
+                as_json: bool) -> None:  # fmt: skip
     """Copy every thread with its history, event feed and runs, and every store item, from
     SOURCE to DESTINATION.
 
@@ -159,7 +173,8 @@ def migrate_cmd(source: str, destination: str, kinds: str | None, dry_run: bool,
     from runstore.migrate.transfer import run_migrate
 
     options = MigrateOptions(kinds=(), dry_run=dry_run, on_conflict=on_conflict, verify=verify,  # type: ignore[arg-type]
-                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active)  # fmt: skip
+                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active,
+                             store_index=_store_index(store_index))  # fmt: skip
     _run_copy(lambda: run_migrate(source, destination, options, _kinds(kinds)), as_json, options)
 
 
@@ -187,12 +202,14 @@ def export_cmd(url: str, output: Path, kinds: str | None, as_json: bool) -> None
 @click.argument("url")
 @_copy_options
 def import_cmd(archive: Path, url: str, kinds: str | None, dry_run: bool, on_conflict: str, verify: bool,
-               mode: str | None, ledger: Path | None, include_active: bool, as_json: bool) -> None:  # fmt: skip
+               mode: str | None, ledger: Path | None, include_active: bool, store_index: str | None,
+               as_json: bool) -> None:  # fmt: skip
     """Load an ARCHIVE written by ``runstore export`` into the backend at URL, then verify
     the backend against the archive. Resumable like ``runstore migrate``."""
     from runstore.migrate.engine import MigrateOptions
     from runstore.migrate.transfer import run_import
 
     options = MigrateOptions(kinds=(), dry_run=dry_run, on_conflict=on_conflict, verify=verify,  # type: ignore[arg-type]
-                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active)  # fmt: skip
+                             destination_mode=_mode(mode), ledger=ledger, include_active=include_active,
+                             store_index=_store_index(store_index))  # fmt: skip
     _run_copy(lambda: run_import(archive.resolve(), url, options, _kinds(kinds)), as_json, options)

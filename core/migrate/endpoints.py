@@ -77,8 +77,10 @@ def served_kinds(url: str) -> tuple[str, ...]:
 
 
 @contextlib.asynccontextmanager
-async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) -> AsyncIterator[Endpoint]:
-    """Open ``url`` for ``kinds`` (`KindNotServedError` naming a kind it lacks)."""
+async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True,
+                        store_index: Any = None) -> AsyncIterator[Endpoint]:  # fmt: skip
+    """Open ``url`` for ``kinds`` (`KindNotServedError` naming a kind it lacks); its store
+    with ``store_index`` (LangGraph ``IndexConfig``) when given."""
     if url.startswith(STOCK_PREFIX):
         unwanted = [kind for kind in kinds if kind not in STOCK_KINDS]
         if unwanted:
@@ -117,6 +119,10 @@ async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True) 
     # Full-mode settings: the saver opens unwrapped, so checkpoints are copied as stored.
     async with BackendOptions.scope(Settings.load({"checkpoint_channel_mode": "full"})) as options:
         options.migrate = create
+        if store_index is not None:
+            from runstore.store.base import STORE_CONFIG_KEY
+
+            options.provide(STORE_CONFIG_KEY, (store_index, None))
         endpoint = Endpoint(url)
         for kind, spec in specs.items():
             # Each backend's open registers its own close with the options.

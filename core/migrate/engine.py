@@ -93,6 +93,9 @@ class MigrateOptions:
     concurrency: int = 8
     #: How far before the last pass's start a catch-up looks (the writers' clock skew).
     watermark_margin: timedelta = WATERMARK_MARGIN
+    #: The destination store's index config (LangGraph ``IndexConfig``): copied items are
+    #: embedded with it as they are written. ``None``: they carry no vectors.
+    store_index: Any = None
 
 
 def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:

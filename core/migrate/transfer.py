@@ -61,7 +61,8 @@ async def run_migrate(source: str, destination: str, options: MigrateOptions, ki
         # A dry run against a sqlite file that does not exist yet compares with an empty
         # store instead of creating the file.
         target = "memory://" if options.dry_run and _missing_file(destination) else destination
-        async with open_endpoint(target, options.kinds, create=not options.dry_run or target != destination) as dst:
+        async with open_endpoint(target, options.kinds, create=not options.dry_run or target != destination,
+                                 store_index=options.store_index) as dst:  # fmt: skip
             dst.label = destination
             return await migrate(LiveSource(src), dst, options)
 
@@ -123,7 +124,7 @@ async def run_import(path: Path, url: str, options: MigrateOptions, kinds: Seque
     if options.ledger is None:
         options.ledger = default_path(str(path), url)
     await check_mode(archive, options)
-    async with open_endpoint(url, options.kinds) as dst:
+    async with open_endpoint(url, options.kinds, store_index=options.store_index) as dst:
         if dst.saver is not None:
             archive.serde = dst.saver.serde
         return await migrate(archive, dst, options)

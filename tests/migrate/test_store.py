@@ -282,3 +282,40 @@ async def test_the_destination_embeds_with_its_own_index(tmp_path: Path, postgre
             theirs = [(i.key, i.score) for i in await reference.asearch(("docs",), query=query, limit=4)]
             assert [k for k, _ in mine] == [k for k, _ in theirs]
             assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], abs=1e-5)
+
+
+def letters_index() -> dict[str, Any]:
+    """The index config ``--store-index tests.migrate.test_store:letters_index`` names."""
+    return {"dims": 8, "embed": _letters, "fields": ["text"]}
+
+
+def test_cli_store_index_embeds_what_it_copies(tmp_path: Path) -> None:
+    """``--store-index MODULE:FUNCTION`` opens the destination store with the index config the
+    function returns, so copied items rank in semantic search there; a name that does not
+    import is refused by name, nothing written."""
+    from runstore.cli.main import main
+    from runstore.errors import PluginError
+    from runstore.plugins.sqlite.store import SqliteStore
+
+    a, b = url(tmp_path, "a.db"), url(tmp_path, "b.db")
+
+    async def write() -> None:
+        async with open_endpoint(a, ["store"]) as side:
+            for key, text in {"k1": "aaa bbb", "k2": "ccc", "k3": "hhh"}.items():
+                await side.store.aput(("docs",), key, {"text": text})
+
+    asyncio.run(write())
+    runner = CliRunner()
+    result = runner.invoke(main, ["migrate", a, b, "--kinds", "store", "--store-index", "tests.migrate.no_such:thing"])
+    assert isinstance(result.exception, PluginError), result.output
+    assert "--store-index" in str(result.exception) and "tests.migrate.no_such" in str(result.exception)
+    assert not (tmp_path / "b.db").exists()
+    ref = f"{__name__}:letters_index"
+    result = runner.invoke(main, ["migrate", a, b, "--kinds", "store", "--store-index", ref, "--json"])
+    assert result.exit_code == 0, result.output
+
+    async def search() -> list[str]:
+        async with SqliteStore.from_conn_string(b, index=letters_index()) as store:
+            return [item.key for item in await store.asearch(("docs",), query="cc", limit=3)]
+
+    assert asyncio.run(search())[0] == "k2"
