@@ -251,14 +251,14 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
         await _dry_counts(source, destination, options, ledger, counts, updated_after)
         report.seconds = time.monotonic() - started
         return report
-    conflicted = {} if options.on_conflict == "fail" else await _paged_conflicts(source, destination, options, ledger)
+    decided = {} if options.on_conflict == "fail" else await _paged_conflicts(source, destination, options, ledger)
     pass_start = datetime.now(UTC)
     ledger.start_pass(pass_start)
     try:
         if "saver" in options.kinds:
             await _copy_saver(source, destination, options, ledger, counts["saver"], updated_after)
         if "events" in options.kinds:
-            await _copy_events(source, destination, options, ledger, counts["events"], conflicted.get("events"))
+            await _copy_events(source, destination, options, ledger, counts["events"], decided.get("events"))
         if "runs" in options.kinds:
             await _copy_runs(source, destination, options, ledger, counts["runs"])
         if "store" in options.kinds:
@@ -266,7 +266,7 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
 
             await stores.copy(source.store_pages(ledger.done.get("store")), stores.StoreSide(destination.store),
                               options.on_conflict, ledger, counts["store"], options.progress,
-                              conflicted=conflicted.get("store", set()))  # fmt: skip
+                              conflicted=decided.get("store"))  # fmt: skip
         ledger.end_pass(datetime.now(UTC), pass_start)
     finally:
         ledger.close()
