@@ -12,13 +12,13 @@ from typing import Any, ClassVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runstore.batching import BatchQueue, Outcome
+from runstore.fencing import is_stale
 from runstore.errors import BackendUnavailableError, StaleFenceError
 from runstore.events.protocol import HIDDEN_CALLER_PREFIX
-from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
+from runstore.events.schema import AI_TYPES_SQL, FENCES, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.events.sql import (
     EXISTING_SQL,
     FENCE_OF_SQL,
-    FENCE_SQL,
     Params,
     Row,
     SqlEventDriver,
@@ -116,7 +116,27 @@ class PostgresEventDriver(SqlEventDriver):
         "ON CONFLICT (thread_id, seq) DO NOTHING"
     )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
-    _FENCE = POSTGRES.placeholders(FENCE_SQL)
+    # A fenced append's check, after its threads' advisory locks (which every writer of
+    # the fence table holds, so the statement reads the fence as it is): the thread's
+    # fence before the call (0: none), raised to $2 only when $2 is newer. A call with
+    # the fence's own token, every append of a lease but its first, writes nothing.
+    _CHECK_FENCE = (
+        f"WITH cur AS (SELECT fence FROM {FENCES} WHERE thread_id = $1), "
+        f"up AS (INSERT INTO {FENCES} AS f (thread_id, fence) "
+        "SELECT $1, $2 WHERE coalesce((SELECT fence FROM cur), 0) < $2 "
+        "ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence) "
+        "SELECT coalesce((SELECT fence FROM cur), 0)"
+    )
+    # `fence` alone: `FENCE_SQL` after the thread's advisory lock, in one autocommit
+    # statement (the lock is the statement's source row, so it is held first and kept
+    # to the commit: an append in flight commits before the fence rises, a later one
+    # sees it). No row: the thread's fence is newer.
+    _RAISE_FENCE = (
+        f"WITH l AS (SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, hashtext($1))) "
+        f"INSERT INTO {FENCES} AS f (thread_id, fence) SELECT $1, $2::bigint FROM l "
+        "ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence <= EXCLUDED.fence "
+        "RETURNING fence"
+    )
     _FENCE_OF = POSTGRES.placeholders(FENCE_OF_SQL)
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts) -> None:
@@ -166,9 +186,9 @@ class PostgresEventDriver(SqlEventDriver):
         if fence is None:
             return
         for thread_id in sorted(threads):
-            if await raw.fetchval(self._FENCE, thread_id, fence) is None:
-                current = await raw.fetchval(self._FENCE_OF, thread_id)
-                raise StaleFenceError(thread_id, fence, int(current))
+            current = int(await raw.fetchval(self._CHECK_FENCE, thread_id, fence))
+            if is_stale(fence, current):
+                raise StaleFenceError(thread_id, fence, current)
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
         seqs: list[int] = await self._appends.submit((rows, fence))
@@ -255,13 +275,13 @@ class PostgresEventDriver(SqlEventDriver):
         )
 
     async def fence(self, thread_id: str, fence: int) -> None:
-        async def work(raw: Any) -> None:
-            await self._fenced(raw, [thread_id], fence)
-
         # Raising a fence twice to one token is the same as once: safe to resend.
-        await self._leases.run(
-            work, operation="fence_thread", write=True, idempotent=True, begin=self.begin_locked([thread_id])
+        raised = await self._leases.query(
+            "fetchval", (self._RAISE_FENCE, thread_id, fence), operation="fence_thread", write=True, idempotent=True
         )
+        if raised is None:
+            current = await self._leases.query("fetchval", (self._FENCE_OF, thread_id), operation="fence_thread")
+            raise StaleFenceError(thread_id, fence, int(current))
 
     async def import_rows(self, rows: list[list[Any]]) -> int:
         columns = [list(column) for column in zip(*rows, strict=True)]
