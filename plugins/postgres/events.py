@@ -190,7 +190,7 @@ class PostgresEventDriver(SqlEventDriver):
     async def _fenced(self, raw: Any, calls: Sequence[tuple[Sequence[str], int | None]]) -> None:
         """The fence checks of ``calls`` (their threads and tokens, in arrival order) in
         one statement (`_CHECK_FENCES`), after the threads' advisory locks."""
-        pairs = [(t, fence) for threads, fence in calls if fence is not None for t in sorted(threads)]
+        pairs = [(t, fence) for threads, fence in calls if fence is not None for t in threads]
         if not pairs:
             return
         threads, fences = zip(*pairs, strict=True)
@@ -233,7 +233,7 @@ class PostgresEventDriver(SqlEventDriver):
         order (`SqlEventDriver.insert`); the seqs in the calls' row order."""
         rows = [row for call_rows, _, _ in calls for row in call_rows]
         columns = list(zip(*rows, strict=True))
-        fences = [({r[0] for r in call_rows} | set(only), fence) for call_rows, fence, only in calls]
+        fences = [(sorted({r[0] for r in call_rows} | set(only)), fence) for call_rows, fence, only in calls]
         threads = list({t for call_threads, _ in fences for t in call_threads})
 
         async def work(raw: Any) -> list[Any]:
