@@ -125,11 +125,12 @@ class PostgresEventDriver(SqlEventDriver):
     # appends of a lease after its grant write no fence row.
     _CHECK_FENCES = (
         "WITH c AS (SELECT * FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(thread_id, fence, ord)), "
-        "cur AS (SELECT c.thread_id, c.fence, c.ord, greatest(coalesce(f.fence, 0), coalesce(max(c.fence) "
-        "OVER (PARTITION BY c.thread_id ORDER BY c.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) "
-        f"AS current FROM c LEFT JOIN {FENCES} f ON f.thread_id = c.thread_id), "
+        "cur AS (SELECT c.thread_id, c.fence, c.ord, coalesce(f.fence, 0) AS stored, "
+        "greatest(coalesce(f.fence, 0), coalesce(max(c.fence) OVER (PARTITION BY c.thread_id ORDER BY c.ord "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS current "
+        f"FROM c LEFT JOIN {FENCES} f ON f.thread_id = c.thread_id), "
         f"up AS (INSERT INTO {FENCES} AS f (thread_id, fence) "
-        "SELECT thread_id, max(fence) FROM cur GROUP BY thread_id HAVING max(fence) > max(current) "
+        "SELECT thread_id, max(fence) FROM cur GROUP BY thread_id HAVING max(fence) > max(stored) "
         "ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence) "
         "SELECT thread_id, fence, current FROM cur WHERE fence < current ORDER BY ord LIMIT 1"
     )

@@ -612,6 +612,10 @@ async def test_grant_fences_join_the_appends_transaction_and_a_leases_appends_le
     )
     assert not any(isinstance(r, BaseException) for r in results), results
     assert transactions == 1, "grants and appends queued together share one transaction"
+    for thread, token in ((a, 3), (b, 2)):
+        with pytest.raises(StaleFenceError) as refused:
+            await store.put_batch(_events(thread, "stale", 1), user_id=None, fence=token - 1)
+        assert refused.value.current == token, "the shared transaction raised each thread's fence"
     transactions = 0
     results = await asyncio.gather(
         store.put_batch(_events(b, "plain2", 1), user_id=None),
