@@ -12,6 +12,7 @@ worker that lost the run is refused on its very first write to any store.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,17 +80,26 @@ def fence_method(store: Any) -> tuple[str, str] | None:
 
 
 async def fence_stores(grant: FenceGrant, stores: Iterable[Any]) -> None:
-    """Raise the fence of each store (``None`` entries skipped) to the grant's token, in order.
+    """Raise the fence of each store (``None`` entries skipped) to the grant's token, all at
+    once; returns when every store's fence call has ended.
 
     A store without a fence method (e.g. a stock LangGraph saver) is left alone; one
     whose fence is already newer raises `StaleFenceError` (the grant is outdated: its
-    holder must not write)."""
+    holder must not write). If several calls fail, the first store's error is raised."""
+    calls = []
     for store in stores:
         found = None if store is None else fence_method(store)
-        if found is None:
-            continue
-        name, key = found
-        await getattr(store, name)(getattr(grant, key), grant.fence)
+        if found is not None:
+            name, key = found
+            calls.append(getattr(store, name)(getattr(grant, key), grant.fence))
+    # Concurrently: the stores are independent, so a grant costs the slowest one's round
+    # trip, not their sum. Every call is waited out before an error is raised (none is
+    # left running); raising one store's fence while another refused is harmless, the
+    # outdated token being older than the grant that refused it.
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 __all__ = [

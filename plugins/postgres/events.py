@@ -14,11 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from runstore.batching import BatchQueue, Outcome
 from runstore.errors import BackendUnavailableError, StaleFenceError
 from runstore.events.protocol import HIDDEN_CALLER_PREFIX
-from runstore.events.schema import AI_TYPES_SQL, INSERT_COLUMNS, TABLE, events_migrations
+from runstore.events.schema import AI_TYPES_SQL, FENCES, INSERT_COLUMNS, TABLE, events_migrations
 from runstore.events.sql import (
     EXISTING_SQL,
     FENCE_OF_SQL,
-    FENCE_SQL,
     Params,
     Row,
     SqlEventDriver,
@@ -58,8 +57,9 @@ def text_literal(value: str) -> str:
     return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-#: One append call: its rows and its fencing token (``None``: unfenced).
-_Append = tuple[list[list[Any]], int | None]
+#: One call of the appends' group commit: its rows, its fencing token (``None``:
+#: unfenced) and the threads it fences without rows (`PostgresEventDriver.fence`).
+_Append = tuple[list[list[Any]], int | None, tuple[str, ...]]
 
 
 class PostgresEventDriver(SqlEventDriver):
@@ -116,7 +116,34 @@ class PostgresEventDriver(SqlEventDriver):
         "ON CONFLICT (thread_id, seq) DO NOTHING"
     )
     _EXISTING = POSTGRES.placeholders(EXISTING_SQL)
-    _FENCE = POSTGRES.placeholders(FENCE_SQL)
+    # The fence checks of a transaction's calls in one statement, after their threads'
+    # advisory locks (which every writer of the fence table holds, so it reads the fences
+    # as they are): $1/$2 the (thread, token) of each fenced call's threads in arrival
+    # order. A token is stale when older than its thread's fence or an earlier call's
+    # token; the first stale one is returned (the transaction then rolls back). Else each
+    # thread's fence rises to its newest token; one already there is not written, so the
+    # appends of a lease after its grant write no fence row.
+    _CHECK_FENCES = (
+        "WITH c AS (SELECT * FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(thread_id, fence, ord)), "
+        "cur AS (SELECT c.thread_id, c.fence, c.ord, coalesce(f.fence, 0) AS stored, "
+        "greatest(coalesce(f.fence, 0), coalesce(max(c.fence) OVER (PARTITION BY c.thread_id ORDER BY c.ord "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS current "
+        f"FROM c LEFT JOIN {FENCES} f ON f.thread_id = c.thread_id), "
+        f"up AS (INSERT INTO {FENCES} AS f (thread_id, fence) "
+        "SELECT thread_id, max(fence) FROM cur GROUP BY thread_id HAVING max(fence) > max(stored) "
+        "ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence) "
+        "SELECT thread_id, fence, current FROM cur WHERE fence < current ORDER BY ord LIMIT 1"
+    )
+    # A lone `fence` call: `FENCE_SQL` after the thread's advisory lock, in one autocommit
+    # statement (the lock is the statement's source row, so it is held first and kept
+    # to the commit: an append in flight commits before the fence rises, a later one
+    # sees it). No row: the thread's fence is newer.
+    _RAISE_FENCE = (
+        f"WITH l AS (SELECT pg_advisory_xact_lock({PG_LOCK_NAMESPACE}, hashtext($1))) "
+        f"INSERT INTO {FENCES} AS f (thread_id, fence) SELECT $1, $2::bigint FROM l "
+        "ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence <= EXCLUDED.fence "
+        "RETURNING fence"
+    )
     _FENCE_OF = POSTGRES.placeholders(FENCE_OF_SQL)
 
     def __init__(self, engine: AsyncEngine, timeouts: PostgresTimeouts) -> None:
@@ -161,22 +188,32 @@ class PostgresEventDriver(SqlEventDriver):
         array = "ARRAY[" + ", ".join(text_literal(t) for t in threads) + "]"
         return "BEGIN; " + self._LOCK.replace("{threads}", array)
 
-    async def _fenced(self, raw: Any, threads: Sequence[str], fence: int | None) -> None:
-        """The fence compare-and-set of each thread, after the threads' advisory locks."""
-        if fence is None:
+    async def _fenced(self, raw: Any, calls: Sequence[tuple[Sequence[str], int | None]]) -> None:
+        """The fence checks of ``calls`` (their threads and tokens, in arrival order) in
+        one statement (`_CHECK_FENCES`), after the threads' advisory locks."""
+        pairs = [(t, fence) for threads, fence in calls if fence is not None for t in threads]
+        if not pairs:
             return
-        for thread_id in sorted(threads):
-            if await raw.fetchval(self._FENCE, thread_id, fence) is None:
-                current = await raw.fetchval(self._FENCE_OF, thread_id)
-                raise StaleFenceError(thread_id, fence, int(current))
+        threads, fences = zip(*pairs, strict=True)
+        stale = await raw.fetchrow(self._CHECK_FENCES, list(threads), list(fences))
+        if stale is not None:
+            raise StaleFenceError(stale[0], int(stale[1]), int(stale[2]))
 
     async def insert(self, rows: list[list[Any]], fence: int | None = None) -> list[int]:
-        seqs: list[int] = await self._appends.submit((rows, fence))
+        seqs: list[int] = await self._appends.submit((rows, fence, ()))
         return seqs
 
     async def _append_batch(self, batch: list[_Append]) -> list[Outcome]:
         """Insert the rows of several calls in one transaction; one outcome per call (the
         group-commit callback; module docstring of `runstore.batching`)."""
+        if len(batch) == 1 and not batch[0][0]:
+            _, fence, (thread_id,) = batch[0]
+            assert fence is not None
+            try:
+                await self._raise_fence(thread_id, fence)
+            except Exception as exc:
+                return [(False, exc)]
+            return [(True, [])]
         if len(batch) > 1:
             try:
                 seqs = await self._insert(batch)
@@ -186,7 +223,7 @@ class PostgresEventDriver(SqlEventDriver):
                 pass
             else:
                 outcomes: list[Outcome] = []
-                for rows, _ in batch:
+                for rows, _, _ in batch:
                     outcomes.append((True, seqs[: len(rows)]))
                     seqs = seqs[len(rows) :]
                 return outcomes
@@ -195,14 +232,15 @@ class PostgresEventDriver(SqlEventDriver):
     async def _insert(self, calls: Sequence[_Append]) -> list[int]:
         """Insert the rows of ``calls`` in one transaction, after each call's fence check in
         order (`SqlEventDriver.insert`); the seqs in the calls' row order."""
-        rows = [row for call_rows, _ in calls for row in call_rows]
+        rows = [row for call_rows, _, _ in calls for row in call_rows]
         columns = list(zip(*rows, strict=True))
-        threads = list({r[0] for r in rows})
-        fences = [({r[0] for r in call_rows}, fence) for call_rows, fence in calls if fence is not None]
+        fences = [(sorted({r[0] for r in call_rows} | set(only)), fence) for call_rows, fence, only in calls]
+        threads = list({t for call_threads, _ in fences for t in call_threads})
 
         async def work(raw: Any) -> list[Any]:
-            for call_threads, fence in fences:
-                await self._fenced(raw, list(call_threads), fence)
+            await self._fenced(raw, fences)
+            if not rows:  # fence calls only
+                return []
             return list(
                 await raw.fetch(
                     self._INSERT,
@@ -239,7 +277,7 @@ class PostgresEventDriver(SqlEventDriver):
         self, key: tuple[str, str, str], row: list[Any], fence: int | None = None
     ) -> tuple[Row | None, int]:
         async def work(raw: Any) -> tuple[Row | None, int]:
-            await self._fenced(raw, [row[0]], fence)
+            await self._fenced(raw, [([row[0]], fence)])
             found = await raw.fetchrow(self._EXISTING, *key)
             if found is not None:
                 return tuple(found), 0
@@ -255,13 +293,19 @@ class PostgresEventDriver(SqlEventDriver):
         )
 
     async def fence(self, thread_id: str, fence: int) -> None:
-        async def work(raw: Any) -> None:
-            await self._fenced(raw, [thread_id], fence)
+        # A call of the appends' group commit without rows: concurrent grants (and
+        # appends) share its transaction, each token checked in arrival order.
+        await self._appends.submit(([], fence, (thread_id,)))
 
+    async def _raise_fence(self, thread_id: str, fence: int) -> None:
+        """`fence` when its transaction would hold it alone: one autocommit statement."""
         # Raising a fence twice to one token is the same as once: safe to resend.
-        await self._leases.run(
-            work, operation="fence_thread", write=True, idempotent=True, begin=self.begin_locked([thread_id])
+        raised = await self._leases.query(
+            "fetchval", (self._RAISE_FENCE, thread_id, fence), operation="fence_thread", write=True, idempotent=True
         )
+        if raised is None:
+            current = await self._leases.query("fetchval", (self._FENCE_OF, thread_id), operation="fence_thread")
+            raise StaleFenceError(thread_id, fence, int(current))
 
     async def import_rows(self, rows: list[list[Any]]) -> int:
         columns = [list(column) for column in zip(*rows, strict=True)]

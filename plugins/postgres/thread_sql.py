@@ -52,6 +52,18 @@ ON CONFLICT (thread_id) DO UPDATE SET fence = EXCLUDED.fence WHERE t.fence <= EX
 RETURNING fence
 """
 FENCE_OF_SQL = f"SELECT fence FROM {THREADS} WHERE thread_id = $1"
+# `afence_thread` as one autocommit statement (it goes through the saver's group commit):
+# the fence rises to $3; a higher fence fails the statement with `runstore_stale_fence`
+# (SQLSTATE RS409, DETAIL the current fence), as a fenced put does. An equal fence
+# writes nothing. The upsert locks the record, so it waits for writes that locked it
+# first (a put locks it as its first step) and later ones see the new fence.
+RAISE_FENCE_SQL = f"""
+INSERT INTO {THREADS} AS t (thread_id, created_at, updated_at, touched_at, fence)
+VALUES ($1, $2, $2, $2, $3)
+ON CONFLICT (thread_id) DO UPDATE SET fence = CASE WHEN t.fence > EXCLUDED.fence
+    THEN runstore_stale_fence($1, t.fence, EXCLUDED.fence) ELSE EXCLUDED.fence END
+WHERE t.fence <> EXCLUDED.fence
+"""
 # The deletion tombstone: the record stays (keeping `fence`) so late writes are refused.
 TOMBSTONE_THREAD_SQL = f"""
 UPDATE {THREADS} SET deleted_at = $2, updated_at = $2, touched_at = $2,

@@ -68,6 +68,8 @@ class ThreadRecords:
     _leases: PostgresCalls
     _prefetch: PrefetchStore
     _known: OrderedDict[tuple[str, str, str, str], None]
+    #: One write statement through the saver's group commit (`PostgresSaver._write`).
+    _write: Callable[[str, tuple[Any, ...], str, int | None], Coroutine[Any, Any, None]]
 
     async def _delete(
         self, fn: Callable[[Any], Coroutine[Any, Any, R]], operation: str, begin: str | None = None
@@ -95,12 +97,10 @@ class ThreadRecords:
         """Raise the thread's fence to ``fence`` without writing anything else: from now on
         writes carrying an older token are refused. `StaleFenceError` if it holds a newer one."""
         thread_id, fence = checked_text(thread_id, "thread_id"), check_fence(fence)
-        now = clock_micros(self.clock)
-
-        async def go(conn: Any) -> None:
-            await _fence(conn, thread_id, now, fence)
-
-        await self._leases.run(go, operation="fence_thread", write=True, idempotent=True, begin="BEGIN")
+        # One idempotent statement in the group commit: concurrent grants share its round
+        # trip and commit with each other's (and their runs') checkpoint writes.
+        args = (thread_id, clock_micros(self.clock), fence)
+        await self._write(thread_sql.RAISE_FENCE_SQL, args, thread_id, fence)
 
     async def _purge(
         self, thread_ids: Sequence[str], *, dry_run: bool, fence: int | None = None

@@ -969,3 +969,42 @@ async def test_reads_run_alone_stop_at_an_unavailable_database(
     )
     assert all(isinstance(g, BackendUnavailableError) for g in got), got
     assert trips.calls == 2, "the shared read, then the first read alone"
+
+
+async def test_grant_fences_share_the_group_commit_and_an_equal_token_writes_nothing(
+    opened: PostgresSaver, postgres_url: str
+) -> None:
+    """`afence_thread` is one statement through the saver's group commit: grants queued
+    together go out as one ``executemany`` (one round trip, one commit). It raises the
+    thread's fence (creating a record for a new thread), refuses an older token with the
+    current one, and leaves the record unwritten for the fence's own token."""
+    from runstore.errors import StaleFenceError
+    from runstore.plugins.postgres.thread_sql import FENCE_OF_SQL
+
+    calls: list[str] = []
+    real = opened._leases.query
+
+    async def counting(method: str, args: Any, **kw: Any) -> Any:
+        calls.append(method)
+        return await real(method, args, **kw)
+
+    opened._leases.query = counting  # type: ignore[method-assign]
+    threads = [f"t-fence-{i}" for i in range(4)]
+    await opened.afence_thread("t-fence-first", 1)
+    calls.clear()
+    await asyncio.gather(*(opened.afence_thread(t, 7) for t in threads))
+    assert calls == ["executemany"], calls
+    conn = await raw_conn(postgres_url)
+    try:
+        row = "SELECT fence, checkpoints, xmin::text AS x FROM runstore_threads WHERE thread_id = $1"
+        before = await conn.fetchrow(row, threads[0])
+        assert (before["fence"], before["checkpoints"]) == (7, 0)
+        await opened.afence_thread(threads[0], 7)
+        assert await conn.fetchrow(row, threads[0]) == before, "an equal token rewrote the record"
+        with pytest.raises(StaleFenceError) as refused:
+            await opened.afence_thread(threads[0], 6)
+        assert (refused.value.thread_id, refused.value.fence, refused.value.current) == (threads[0], 6, 7)
+        await opened.afence_thread(threads[0], 8)
+        assert await conn.fetchval(FENCE_OF_SQL, threads[0]) == 8
+    finally:
+        await conn.close()

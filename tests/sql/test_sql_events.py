@@ -574,6 +574,77 @@ async def test_fenced_appends_share_one_transaction_and_a_stale_one_fails_alone(
 
 
 @pytest.mark.postgres
+async def test_grant_fences_join_the_appends_transaction_and_a_leases_appends_leave_the_fence_row(
+    open_store: Opener, db_url: str
+) -> None:
+    """A grant's `fence_thread` is a call of the appends' group commit: grants and appends
+    queued together share one transaction, a stale grant fails alone. An append carrying
+    its thread's current token compares without rewriting the fence row."""
+    import asyncio
+
+    from runstore.errors import StaleFenceError
+
+    if not db_url.startswith("postgres"):
+        pytest.skip("the PostgreSQL driver groups appends")
+    store = await open_store()
+    driver: Any = store._driver
+    transactions = 0
+    real = driver._insert
+
+    async def counting(calls: Any) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real(calls)
+
+    driver._insert = counting
+    a, b = ids()
+    c = f"{a}-c"
+    await store.fence_thread(c, 5)
+    with pytest.raises(StaleFenceError):
+        await store.fence_thread(c, 4)
+    assert transactions == 0, "a grant alone is one autocommit statement, no transaction"
+    results = await asyncio.gather(
+        store.put_batch(_events(b, "plain", 1), user_id=None),
+        store.fence_thread(a, 3),
+        store.fence_thread(b, 2),
+        store.put_batch(_events(a, "r3", 2), user_id=None, fence=3),
+        return_exceptions=True,
+    )
+    assert not any(isinstance(r, BaseException) for r in results), results
+    assert transactions == 1, "grants and appends queued together share one transaction"
+    for thread, token in ((a, 3), (b, 2)):
+        with pytest.raises(StaleFenceError) as refused:
+            await store.put_batch(_events(thread, "stale", 1), user_id=None, fence=token - 1)
+        assert refused.value.current == token, "the shared transaction raised each thread's fence"
+    transactions = 0
+    results = await asyncio.gather(
+        store.put_batch(_events(b, "plain2", 1), user_id=None),
+        store.fence_thread(a, 4),
+        store.fence_thread(c, 4),
+        return_exceptions=True,
+    )
+    assert isinstance(results[2], StaleFenceError) and results[2].current == 5, results
+    assert not any(isinstance(r, BaseException) for r in results[:2]), results
+    assert transactions == 1 + 3, "one shared transaction, then each call on its own after the refusal"
+    with pytest.raises(StaleFenceError):
+        await store.put_batch(_events(a, "stale", 1), user_id=None, fence=3)
+    conn = await _raw(db_url)
+    try:
+        row = "SELECT fence, xmin::text FROM runstore_event_fences WHERE thread_id = $1"
+        before = await conn.fetchrow(row, a)
+        assert before["fence"] == 4
+        for i in range(3):
+            await store.put_batch(_events(a, f"r4-{i}", 1), user_id=None, fence=4)
+        assert await conn.fetchrow(row, a) == before, "an append with the current token wrote the fence row"
+        await store.put_batch(_events(a, "r5", 1), user_id=None, fence=5)
+        assert (await conn.fetchrow(row, a))["fence"] == 5, "a newer token raises the fence"
+    finally:
+        await conn.close()
+    stored = await store.list_messages(a, limit=100, user_id=None)
+    assert [r["content"] for r in stored] == ["r3-0", "r3-1", "r4-0-0", "r4-1-0", "r4-2-0", "r5-0"]
+
+
+@pytest.mark.postgres
 async def test_an_append_the_database_refuses_fails_alone(open_store: Opener, db_url: str) -> None:
     """One call of a shared transaction refused by the server: the others commit, the
     refused one raises and wrote nothing."""
