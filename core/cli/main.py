@@ -362,7 +362,7 @@ _SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs", "sto
 
 @main.command("new-plugin")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs", "store"]),
+@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs", "store", "history_cache"]),
               default="events", show_default=True,
               help="Which kind of backend the skeleton implements.")
 @click.option("--directory", type=click.Path(file_okay=False), default=".", show_default=True,
