@@ -4,8 +4,8 @@ each edge rule on its own.
 
 A cache may forget an entry (an LRU bound, a TTL, a server restart), never answer with a
 wrong one: `CachedHistorySaver` trusts every hit. Every test works under fresh thread
-ids, so tests share one provisioned cache; ``clear`` empties it, so the tests that call
-it run one at a time anyway. Rules not every cache keeps are gated by capability:
+ids on one provisioned cache (``clear`` empties all of it: the suite's tests run one at a
+time). Rules not every cache keeps are gated by capability:
 ``cache_max_entries`` (an LRU bound), ``cross_process`` (workers in
 `runstore.conformance.history_cache_workers`).
 """
