@@ -7,7 +7,8 @@ and the whole store after every step, against a plain-dict model:
   `ThreadIndexSaverMachine` (the same, plus the thread index, for savers declaring it),
 - `EventStoreMachine` (run event stores),
 - `RunStoreMachine` (run stores),
-- `StoreMachine` (long-term memory stores).
+- `StoreMachine` (long-term memory stores),
+- `HistoryCacheMachine` (delta-history cache backends; its backend is ``self.cache``).
 
 A machine is built with a `runstore.conformance.harness.BackendSession` (from
 ``target.session()``); its backend is ``self.saver`` or ``self.store``, the target
@@ -49,12 +50,13 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from .events_machine import EventStoreMachine
 from .harness import BackendSession, BackendTarget
+from .history_cache_machine import HistoryCacheMachine
 from .runs_machine import RunStoreMachine
 from .savers_machine import SaverMachine, ThreadIndexSaverMachine
 from .store_machine import StoreMachine
 
 __all__ = [
-    "EventStoreMachine", "RunStoreMachine", "SaverMachine", "StoreMachine", "ThreadIndexSaverMachine", "run_machine",
+    "EventStoreMachine", "HistoryCacheMachine", "RunStoreMachine", "SaverMachine", "StoreMachine", "ThreadIndexSaverMachine", "run_machine",
 ]
 
 

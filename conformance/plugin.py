@@ -1,8 +1,8 @@
 """The pytest plugin (entry point ``pytest11``): inert unless a runstore backend is named.
 
 ``--runstore-backend URL`` (repeatable) names backends; each suite test that takes
-``saver_target``, ``events_target``, ``streams_target``, ``runs_target`` or ``store_target`` runs once per named backend
-of that kind. ``--runstore-plugin MODULE_OR_FILE`` loads a runstore plugin that is
+``saver_target``, ``events_target``, ``streams_target``, ``runs_target``, ``store_target`` or
+``history_cache_target`` runs once per named backend of that kind. ``--runstore-plugin MODULE_OR_FILE`` loads a runstore plugin that is
 not installed (handy while writing one); ``--runstore-timeout SECONDS`` bounds each
 phase of every suite test (`runstore.conformance.bounds`).
 """
@@ -213,6 +213,12 @@ def runs_target(request: pytest.FixtureRequest, runstore_provisions: Provisions)
 def store_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
     """The long-term memory store under test (a `BackendTarget`)."""
     return _target(request, "store", runstore_provisions)
+
+
+@pytest.fixture(scope="session")
+def history_cache_target(request: pytest.FixtureRequest, runstore_provisions: Provisions) -> Any:
+    """The delta-history cache backend under test (a `BackendTarget`)."""
+    return _target(request, "history_cache", runstore_provisions)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

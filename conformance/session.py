@@ -28,6 +28,7 @@ TARGET_FIXTURES = {
     "streams": "streams_target",
     "runs": "runs_target",
     "store": "store_target",
+    "history_cache": "history_cache_target",
 }
 
 

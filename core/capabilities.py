@@ -61,6 +61,8 @@ CAPABILITIES: dict[str, str] = {
     "live item: reads and deletes never create one, deleting its last item removes it",
     "checked_store_input": "store refuses invalid namespaces, keys, values, filters, ttl and "
     "index fields with InvalidStoreInputError naming the problem, writing nothing",
+    "cache_max_entries": "history cache holds at most checkpoint_cache.max_entries entries and evicts "
+    "the least recently used first (a get is a use)",
     "bulk_import": "event store lists its threads, reads a feed across owners and writes records "
     "back under their original seq, created_at and owner (runstore.events.bulk.BulkEventStore); run "
     "store lists its threads, exports a thread's runs as stored and imports them with their statuses, "
@@ -99,6 +101,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "store_namespace_cleanup": _STORE,
     "checked_store_input": _STORE,
     "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS, Kind.STORE}),
+    "cache_max_entries": frozenset({Kind.HISTORY_CACHE}),
 }
 
 

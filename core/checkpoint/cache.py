@@ -25,7 +25,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -40,6 +40,9 @@ from langgraph.checkpoint.base import (
 )
 
 from runstore.checkpoint.forwarding import ForwardingSaver
+
+if TYPE_CHECKING:
+    from runstore.urls import BackendURL
 
 log = logging.getLogger("runstore.checkpoint.cache")
 
@@ -610,27 +613,34 @@ class CachedHistorySaver(ForwardingSaver):
         self._purge_sync(None)
 
 
-async def open_history_cache(
-    settings: Any, options: Any, registry: Any
-) -> HistoryCacheBackend | None:
-    """Open the ``checkpoint_cache`` backend named by the settings, or ``None`` when disabled."""
+def history_cache_url(settings: Any, registry: Any) -> BackendURL | None:
+    """The URL of the ``checkpoint_cache`` backend the settings name, or ``None`` when disabled.
+
+    ``checkpoint_cache.url`` when set; else a cache of the stream bridge's scheme (redis)
+    shares the bridge's server; else the named type's first scheme (``memory://``).
+    """
     from runstore.urls import BackendURL
 
     cfg = settings.checkpoint_cache
     if cfg.max_entries <= 0:
         return None
     if cfg.url:
-        url = BackendURL.parse(cfg.url)
-        spec = registry.history_caches.for_url(url)
-    else:
-        spec = registry.history_caches.get(cfg.type)
-        # A redis cache without its own URL shares the stream bridge's server.
-        streams = BackendURL.parse(settings.streams)
-        if streams.scheme in spec.schemes:
-            url = streams
-        else:
-            url = BackendURL.parse(f"{spec.schemes[0]}://")
-    cache = await spec.open(url, options)
+        return BackendURL.parse(cfg.url)
+    spec = registry.history_caches.get(cfg.type)
+    streams = BackendURL.parse(settings.streams)
+    if streams.scheme in spec.schemes:
+        return streams
+    return BackendURL.parse(f"{spec.schemes[0]}://")
+
+
+async def open_history_cache(
+    settings: Any, options: Any, registry: Any
+) -> HistoryCacheBackend | None:
+    """Open the ``checkpoint_cache`` backend named by the settings, or ``None`` when disabled."""
+    url = history_cache_url(settings, registry)
+    if url is None:
+        return None
+    cache = await registry.history_caches.for_url(url).open(url, options)
     return cache
 
 
@@ -639,5 +649,6 @@ __all__ = [
     "CachedHistorySaver",
     "HistoryCacheBackend",
     "entry_key",
+    "history_cache_url",
     "open_history_cache",
 ]

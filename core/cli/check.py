@@ -28,7 +28,7 @@ from runstore.redaction import redact
 from runstore.urls import BackendURL
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
-SUITE_KINDS = ("saver", "events", "streams", "runs", "store")
+SUITE_KINDS = ("saver", "events", "streams", "runs", "store", "history_cache")
 #: The keys ``[tool.runstore.conformance]`` accepts.
 PROJECT_KEYS = ("backends", "presets", "plugins", "xfail", "timeout")
 

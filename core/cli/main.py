@@ -118,13 +118,19 @@ def _section_row(section: Any) -> dict[str, Any]:
 
 def _default_urls() -> list[str]:
     """The configured backends, each limited to the kinds it is configured for."""
-    from runstore.cli.check import SUITE_KINDS
+    from runstore.checkpoint.cache import history_cache_url
+    from runstore.loader import get_backends
     from runstore.settings import Settings
 
     settings = Settings.load()
     kinds_by_url: dict[str, list[str]] = {}
-    for setting, kind in zip(("checkpointer", "events", "streams", "runs", "store"), SUITE_KINDS, strict=True):
+    for setting, kind in (("checkpointer", "saver"), ("events", "events"), ("streams", "streams"),
+                          ("runs", "runs"), ("store", "store")):
         kinds_by_url.setdefault(getattr(settings, setting), []).append(kind)
+    # The history cache only where one would be opened (docs/checkpoint-modes.md).
+    cache = history_cache_url(settings, get_backends()) if settings.checkpoint_cache.enabled != "off" else None
+    if cache is not None:
+        kinds_by_url.setdefault(cache.render(hide_password=False), []).append("history_cache")
     return [f"{','.join(kinds)}={url}" for url, kinds in kinds_by_url.items()]
 
 
@@ -356,7 +362,7 @@ _SUITE_KIND = {"checkpointer": "saver", "events": "events", "runs": "runs", "sto
 
 @main.command("new-plugin")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs", "store"]),
+@click.option("--kind", type=click.Choice(["saver", "events", "streams", "runs", "store", "history_cache"]),
               default="events", show_default=True,
               help="Which kind of backend the skeleton implements.")
 @click.option("--directory", type=click.Path(file_okay=False), default=".", show_default=True,

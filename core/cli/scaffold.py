@@ -21,6 +21,7 @@ KINDS = {
     "streams": ("streams", "StreamBridge", "runstore_register_stream_bridges", "StreamBridgeRegistry"),
     "runs": ("runs", "RunStore", "runstore_register_run_stores", "RunStoreRegistry"),
     "store": ("store", "StoreBase", "runstore_register_stores", "StoreRegistry"),
+    "history_cache": ("cache", "HistoryCacheBackend", "runstore_register_history_caches", "HistoryCacheRegistry"),
 }
 #: The generated class is named ``<Name><suffix>`` (``AcmeSaver``, ``AcmeEventStore``, ...).
 CLASS_SUFFIX = {
@@ -29,6 +30,7 @@ CLASS_SUFFIX = {
     "streams": "StreamBridge",
     "runs": "RunStore",
     "store": "Store",
+    "history_cache": "HistoryCache",
 }
 #: The suite module that checks each kind.
 SUITES = {
@@ -37,6 +39,7 @@ SUITES = {
     "streams": "test_streams",
     "runs": "test_runs",
     "store": "test_store",
+    "history_cache": "test_history_cache",
 }
 #: A saver's contract is the async API of LangGraph's BaseCheckpointSaver, whose methods
 #: are not abstract (they raise NotImplementedError): the ones a saver must write.
@@ -45,6 +48,17 @@ SAVER_METHODS = ("aget_tuple", "alist", "aput", "aput_writes", "adelete_thread")
 #: through ``batch``/``abatch`` after runstore's input checks: a store writes the two
 #: batch methods, and ``asweep_expired`` (the retention sweeper calls it on every pass).
 STORE_METHODS = ("abatch", "batch", "asweep_expired")
+#: A history cache's protocol is a `typing.Protocol`, whose methods are not abstract: the ones
+#: to write (``close`` is written, empty: runstore calls it on every open's exit).
+HISTORY_CACHE_METHODS = ("clear", "get", "purge_thread", "set")
+#: Methods written for the kind, after ``open``.
+_WRITTEN = {
+    "history_cache": [
+        "",
+        "async def close(self) -> None:",
+        '    """Release what ``open`` acquired (connections); nothing yet."""',
+    ],
+}
 
 _HEADER = {
     "saver": (
@@ -91,6 +105,12 @@ _HEADER = {
         "from runstore.store.base import store_config\n"
         "from runstore.urls import BackendURL\n"
     ),
+    "history_cache": (
+        "from langgraph.checkpoint.base import DeltaChannelHistory\n\n"
+        "from runstore.checkpoint.cache import HistoryCacheBackend\n"
+        "from runstore.options import BackendOptions\n"
+        "from runstore.urls import BackendURL\n"
+    ),
     "streams": (
         "from collections.abc import AsyncGenerator\n"
         "from typing import Any\n\n"
@@ -103,6 +123,13 @@ _HEADER = {
 
 #: A class docstring that says more than the protocol's name.
 _CLASS_DOC = {
+    "history_cache": (
+        '    """A runstore delta-history cache (``checkpoint_cache.type``).\n\n'
+        "    ``get`` returns ``None`` on a miss and otherwise a copy equal to the entry last\n"
+        "    ``set`` at (thread_id, key); ``purge_thread`` removes exactly that thread's entries.\n"
+        "    It may forget an entry, never answer with another one (docs/checkpoint-modes.md).\n"
+        '    """\n'
+    ),
     "store": (
         '    """A runstore long-term memory store (LangGraph ``BaseStore``), built on `StoreBase`.\n\n'
         "    `StoreBase` turns get/put/search/delete/list_namespaces, sync and async, into ops\n"
@@ -119,6 +146,7 @@ def _protocol(kind: str) -> type[Any]:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from runstore import events, runs, streams
+    from runstore.checkpoint.cache import HistoryCacheBackend
     from runstore.store import StoreBase
 
     return {
@@ -127,6 +155,7 @@ def _protocol(kind: str) -> type[Any]:
         "streams": streams.StreamBridge,
         "runs": runs.RunStore,
         "store": StoreBase,
+        "history_cache": HistoryCacheBackend,
     }[kind]
 
 
@@ -136,6 +165,8 @@ def _contract_methods(kind: str) -> list[str]:
         return sorted(SAVER_METHODS)
     if kind == "store":
         return sorted(STORE_METHODS)
+    if kind == "history_cache":
+        return sorted(HISTORY_CACHE_METHODS)
     return sorted(getattr(_protocol(kind), "__abstractmethods__", ()))
 
 
@@ -192,6 +223,7 @@ def backend_skeleton(kind: str, class_name: str) -> str:
             '    """Open the backend for ``url``; runstore calls this through the registry."""',
             "    url.check_options(set())",
             *(f"    {line}" for line in construct),
+            *_WRITTEN.get(kind, []),
         ]
     )
     return (

@@ -83,6 +83,7 @@ def runstore_register_history_caches(registry: HistoryCacheRegistry) -> None:
         "memory",
         schemes=["memory"],
         factory="runstore.plugins.memory.cache:MemoryHistoryCache.open",
+        capabilities=["cache_max_entries"],
         description="in-process LRU cache of delta history",
     )
 

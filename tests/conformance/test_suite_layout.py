@@ -81,6 +81,7 @@ def test_machines_exports_every_state_machine_of_the_suite() -> None:
     )
     assert {c.__name__ for c in exported} == {
         "SaverMachine", "ThreadIndexSaverMachine", "EventStoreMachine", "RunStoreMachine", "StoreMachine",
+        "HistoryCacheMachine",
     }
 
 
