@@ -53,6 +53,16 @@ def test_backends_tables_fit_the_width_when_piped(tmp_path: Path, columns: int |
     assert "…" not in text and "runstore backends" in text, text  # long cells wrap, never cut
 
 
+#: Every suite of a run over all kinds (each its own column once: far wider than a terminal).
+SUITES = [
+    ("saver", "savers"), ("saver", "threads"), ("saver", "retention"), ("saver", "retention_claims"),
+    ("saver", "fencing"), ("saver", "portability"), ("events", "events"), ("events", "event_fencing"),
+    ("events", "portability"), ("streams", "streams"), ("streams", "stream_fencing"), ("streams", "stream_data"),
+    ("streams", "stream_lifetimes"), ("runs", "runs"), ("runs", "runs_rules"), ("store", "store"),
+    ("history_cache", "history_cache"),
+]
+
+
 @pytest.mark.parametrize("columns", [80, 120])
 def test_check_matrix_fits_and_keeps_names_whole(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
@@ -62,8 +72,7 @@ def test_check_matrix_fits_and_keeps_names_whole(columns: int, monkeypatch: pyte
     records = [
         {"type": "result", "nodeid": f"t.py::test_{suite}[sqlite-with-a-long-name]", "name": f"test_{suite}",
          "kind": kind, "backend": "sqlite-with-a-long-name", "suite": suite, "outcome": "passed", "requires": []}
-        for kind, suite in [("saver", "savers"), ("saver", "threads"), ("saver", "retention"), ("saver", "fencing"),
-                            ("events", "events"), ("events", "event_fencing"), ("streams", "streams"), ("runs", "runs")]
+        for kind, suite in SUITES
     ]
     result = CheckResult(records=records, returncode=0, collected=len(records), log="",
                          session={"backends": {}})
@@ -75,6 +84,8 @@ def test_check_matrix_fits_and_keeps_names_whole(columns: int, monkeypatch: pyte
     assert "…" not in text, text
     first_column = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│"))
     assert "events:sqlite-with-a-long-name" in first_column, text
+    for _, suite in SUITES:  # every suite's counts on a line of their own, whole
+        assert f"{suite} 1/0/0" in text, text
 
 
 @pytest.mark.parametrize("args", [("check", "--help"), ("bench", "--help"), ("retention", "run", "--help"),
