@@ -20,7 +20,7 @@ from runstore.urls import BackendURL
 
 from .data import event_view, saver_view
 
-THREADS = 40
+THREADS = 200
 
 
 def kill_part_way(command: list[str], ledger: Path, cwd: Path) -> tuple[int, str]:
