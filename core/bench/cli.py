@@ -714,7 +714,7 @@ def load_cmd(
 
 
 def _attach_migrate() -> None:
-    from runstore.bench.migrate import migrate_bench_cmd
+    from runstore.bench.migrate_cli import migrate_bench_cmd
 
     bench_group.add_command(migrate_bench_cmd)
 
