@@ -23,13 +23,13 @@ from .data import event_view, saver_view
 THREADS = 200
 
 
-def kill_part_way(command: list[str], ledger: Path, cwd: Path) -> tuple[int, str]:
-    """Run ``command``; SIGKILL it once the ledger records 3 threads done (mid-thread, as it happens)."""
+def kill_part_way(command: list[str], ledger: Path, cwd: Path, *, done: int = 3) -> tuple[int, str]:
+    """Run ``command``; SIGKILL it once the ledger records ``done`` threads done (mid-thread, as it happens)."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
-            if ledger.exists() and ledger.read_text().count('"done": "saver"') >= 3:
+            if ledger.exists() and ledger.read_text().count('"done": "saver"') >= done:
                 os.kill(child.pid, signal.SIGKILL)
                 break
             time.sleep(0.005)
