@@ -138,12 +138,12 @@ async def _row_keys(url: str) -> tuple[set[tuple[Any, ...]], dict[str, int]]:
     async with open_endpoint(url, ["saver"], create=False) as side:
         ids = [t async for t in thread_ids(side.saver)]
         for start in range(0, len(ids), 64):
-            for rows in await side.saver.aexport_thread_rows(ids[start : start + 64]):  # type: ignore[attr-defined]
+            for rows in await side.saver.aexport_thread_rows(ids[start : start + 64]):
                 keys.update(("c", *row[:3]) for row in rows.checkpoints)
                 keys.update(("b", *row[:4]) for row in rows.blobs)
                 keys.update(("w", *row[:5]) for row in rows.writes)
         for thread_id in ids:
-            info = await side.saver.aget_thread(thread_id)  # type: ignore[attr-defined]
+            info = await side.saver.aget_thread(thread_id)
             counts[thread_id] = info.checkpoints if info is not None else 0
     return keys, counts
 

@@ -246,15 +246,15 @@ async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOption
                       counts: KindCounts, updated_after: datetime | None) -> None:  # fmt: skip
     """Copy saver threads, ``options.concurrency`` at a time (a thread's checkpoints in order):
     concurrent writes share the destination's group commits."""
-    endpoint = getattr(source, "endpoint", None)
-    pair = None if endpoint is None else bulk_pair(endpoint.saver, destination.saver)
+    reader: Any = getattr(getattr(source, "endpoint", None), "saver", None)
+    pair = None if reader is None else bulk_pair(reader, destination.saver)
     if pair is not None:  # both declare bulk_import: rows copied as stored
         async def fallback(thread_id: str) -> bool:
-            records = await read_thread(endpoint.saver, thread_id)
+            records = await read_thread(reader, thread_id)
             await _copy_saver_thread(source, destination, options, ledger, counts, thread_id, records)
             return thread_id not in counts.conflicts or options.on_conflict == "overwrite"
 
-        ids = thread_ids(endpoint.saver, updated_after=updated_after)
+        ids = thread_ids(reader, updated_after=updated_after)
         await copy_bulk(pair, ids, ledger, counts, options.progress, fallback)
         return
     done = ledger.done.get("saver", {})
