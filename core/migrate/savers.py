@@ -212,7 +212,7 @@ async def copy_bulk(pair: tuple[BulkSaver, BulkSaver], ids: AsyncIterator[str], 
     src, dst = pair
     done = ledger.done.get("saver", {})
     ours = ledger.begun.get("saver", set())
-    queue: asyncio.Queue[tuple[list[ThreadRows], list[str]] | None] = asyncio.Queue(maxsize=BULK_WORKERS)
+    queue: asyncio.Queue[tuple[list[ThreadRows], list[str]] | None] = asyncio.Queue(maxsize=1)
 
     async def work() -> None:
         while (item := await queue.get()) is not None:
