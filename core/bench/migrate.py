@@ -74,7 +74,7 @@ async def populate(path: Path, threads: int, turns: int, events: int) -> int:
                       "content": f"event {i}"} for i in range(events)], user_id=None)  # fmt: skip
 
         await asyncio.gather(*(thread(n) for n in range(threads)))
-        return sum([1 async for _ in side.saver.alist(None)])
+        return await _checkpoint_count(side.saver)
 
 
 async def _naive(source: str, destination: str) -> int:
@@ -188,11 +188,21 @@ def _resume(case: dict[str, Any], source: str, destination: str, ledger: Path) -
     }
 
 
+async def _checkpoint_count(saver: Any) -> int:
+    """The checkpoints a saver holds, summed over its thread index (nothing decoded)."""
+    total, cursor = 0, None
+    while True:
+        page = await saver.alist_threads(limit=500, cursor=cursor)
+        total += sum(info.checkpoints for info in page.threads)
+        if (cursor := page.next_cursor) is None:
+            return total
+
+
 async def _dest_checkpoints(destination: str) -> int:
     from runstore.migrate.endpoints import open_endpoint
 
     async with open_endpoint(destination, ["saver"], create=False) as side:
-        return sum([1 async for _ in side.saver.alist(None)])
+        return await _checkpoint_count(side.saver)
 
 
 def _peak_rss_bytes() -> int:
