@@ -45,3 +45,18 @@ def test_migrate_rows_become_one_entry_per_size_with_ratios(tmp_path: Path) -> N
     shown = fit(entries, columns, 120)
     assert [c.key for c in shown.columns][:4] == ["threads", "turns", "source_checkpoints", "x_naive"]
     assert shown.rows[0][3] == "12.0"
+
+
+def test_the_command_refuses_unknown_methods_and_tiny_sizes_before_running(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from runstore.bench.cli import bench_group
+
+    out = tmp_path / "migrate.jsonl"
+    for argv, message in ((["--methods", "runstore,copy"], "unknown methods ['copy']"),
+                          (["--threads", "1"], "at least 2 threads")):  # fmt: skip
+        result = CliRunner().invoke(bench_group, ["migrate", *argv, "-o", str(out), "-q"])
+        assert result.exit_code == 2 and message in result.output
+    assert not out.exists(), "nothing runs and no file is written"
+    hidden = CliRunner().invoke(bench_group, ["migrate", "--help"]).output
+    assert "--postgres-url" in hidden and "--postgres " not in hidden
