@@ -244,8 +244,9 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
 
 async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                       counts: KindCounts, updated_after: datetime | None) -> None:  # fmt: skip
-    """Copy saver threads, ``options.concurrency`` at a time (a thread's checkpoints in order):
-    concurrent writes share the destination's group commits."""
+    """Copy saver threads: as stored rows when both savers declare ``bulk_import``
+    (`copy_bulk`), else ``options.concurrency`` at a time (a thread's checkpoints in
+    order), whose writes share the destination's group commits."""
     reader: Any = getattr(getattr(source, "endpoint", None), "saver", None)
     pair = None if reader is None else bulk_pair(reader, destination.saver)
     if pair is not None:  # both declare bulk_import: rows copied as stored

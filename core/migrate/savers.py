@@ -1,4 +1,5 @@
-"""Savers as a migration source and destination, through LangGraph's saver API only.
+"""Savers as a migration source and destination: LangGraph's saver API, or stored rows
+where both savers declare ``bulk_import``.
 
 Reading: the thread ids (the thread index where the saver keeps one, else one pass of
 ``alist(None)``), then per thread every checkpoint of every namespace oldest first
@@ -9,6 +10,10 @@ them come along as pending writes, so delta history answers the same after the c
 Writing: ``aput`` under the original parent id plus ``aput_writes`` per task with the
 original task ids (every LangGraph saver accepts both), skipping checkpoints the
 destination already holds, so a re-run copies nothing twice.
+
+Bulk (`copy_bulk`): between two savers declaring ``bulk_import`` with the same serde,
+pages of threads are exported as stored rows and imported insert-if-absent, many
+threads per destination transaction (`runstore.checkpoint.bulk`).
 """
 
 from __future__ import annotations
