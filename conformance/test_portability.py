@@ -4,7 +4,8 @@ Savers (through LangGraph's API, so every saver takes part): real graphs in full
 delta mode with a fork, a child namespace and pending writes in special slots are
 copied into the memory reference, which must answer exactly like the backend (state,
 history, delta history, pending writes), then copied back into the backend under new
-thread ids, which must answer the same again. Event stores declaring ``bulk_import``:
+thread ids, which must answer the same again; savers declaring ``bulk_import`` export
+their rows and import them back. Event stores declaring ``bulk_import``:
 a feed with a gap is exported into the memory reference and imported back, seqs,
 times, owners and all. Stores declaring ``bulk_import``: namespaces at several depths,
 nested values and TTL items exported into the memory reference answer the same there
@@ -106,6 +107,39 @@ def test_saver_data_leaves_for_the_memory_reference_and_comes_back(saver_target:
                     f"contract: no lock-in: thread {thread_id!r} ({mode}) imported back into the backend answers "
                     "differently (state, history, parent links, delta history or pending writes)"
                 )
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("bulk_import")
+def test_saver_rows_leave_as_stored_and_come_back(saver_target: Any) -> None:
+    """A saver declaring ``bulk_import`` exports the suite's threads as stored rows; a
+    deleted thread imported back from them answers as before, with its record's times,
+    and a second import inserts nothing."""
+
+    async def body(saver: Any) -> None:
+        threads = await _write(saver, fresh_id("lockin-rows"))
+        ids = list(threads)
+        before = {t: (await _view(saver, t, m), await saver.aget_thread(t)) for t, m in threads.items()}
+        exported = await saver.aexport_thread_rows(ids)
+        assert [rows.thread_id for rows in exported] == ids, "contract: no lock-in: every live thread exports"
+        for thread_id in ids:
+            await saver.adelete_thread(thread_id)
+        assert await saver.aheld_thread_ids(ids) == set()
+        imported = await saver.aimport_thread_rows(exported)
+        assert [(i.checkpoints, i.writes) for i in imported] == [(len(r.checkpoints), len(r.writes)) for r in exported]
+        for thread_id, mode in threads.items():
+            view, info = before[thread_id]
+            assert await _view(saver, thread_id, mode) == view, (
+                f"contract: no lock-in: thread {thread_id!r} ({mode}) imported from its stored rows answers "
+                "differently (state, history, parent links, delta history or pending writes)"
+            )
+            again = await saver.aget_thread(thread_id)
+            assert (again.created_at, again.updated_at, again.status, again.checkpoints, again.writes) == (
+                info.created_at, info.updated_at, info.status, info.checkpoints, info.writes
+            ), f"contract: no lock-in: thread {thread_id!r}'s record after an import differs from the exported one"
+        twice = await saver.aimport_thread_rows(exported)
+        assert all(i.checkpoints == i.writes == 0 for i in twice), "contract: no lock-in: a second import inserts nothing"
 
     saver_target.run(body)
 

@@ -63,7 +63,9 @@ CAPABILITIES: dict[str, str] = {
     "index fields with InvalidStoreInputError naming the problem, writing nothing",
     "cache_max_entries": "history cache holds at most checkpoint_cache.max_entries entries and evicts "
     "the least recently used first (a get is a use)",
-    "bulk_import": "event store lists its threads, reads a feed across owners and writes records "
+    "bulk_import": "saver exports threads as stored rows and imports many threads in one transaction "
+    "with their record's times (runstore.checkpoint.bulk.BulkSaver: aexport_thread_rows, "
+    "aheld_thread_ids, aimport_thread_rows); event store lists its threads, reads a feed across owners and writes records "
     "back under their original seq, created_at and owner (runstore.events.bulk.BulkEventStore); run "
     "store lists its threads, exports a thread's runs as stored and imports them with their statuses, "
     "times and fencing counters (aexport_run_thread_ids, aexport_runs, aimport_runs); both "
@@ -100,7 +102,7 @@ CAPABILITY_KINDS: dict[str, frozenset[Kind]] = {
     "store_ordered_batch": _STORE,
     "store_namespace_cleanup": _STORE,
     "checked_store_input": _STORE,
-    "bulk_import": frozenset({Kind.EVENTS, Kind.RUNS, Kind.STORE}),
+    "bulk_import": frozenset({Kind.SAVER, Kind.EVENTS, Kind.RUNS, Kind.STORE}),
     "cache_max_entries": frozenset({Kind.HISTORY_CACHE}),
 }
 

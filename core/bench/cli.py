@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,10 @@ import click
 
 from runstore.bench.common import BenchSchemaError, dumps, read_jsonl
 from runstore.bench.matrix import DEFAULT_PAYLOAD_CAP_BYTES, NO_CACHE, PEERS, plan_checkpoint
+from runstore.bench.migrate import METHODS, run_migrate_bench
+from runstore.bench.reporter import RichReporter
 from runstore.bench.runner import (
     Outcome,
-    Reporter,
     RunOptions,
     default_postgres_url,
     default_redis_url,
@@ -68,65 +69,6 @@ def _settings(_ctx: click.Context, _param: click.Parameter, value: Sequence[str]
 def _default_output(bench: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("bench-results") / f"{bench}-{stamp}.jsonl"
-
-
-class RichReporter(Reporter):
-    """A progress bar on stderr while cases run (on an interactive terminal; in a log, one
-    plain line per case instead); warnings printed as they happen."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        from runstore.cli.console import err_console
-
-        self.console = err_console
-        self.quiet = quiet
-        self._progress: Any = None
-        self._task: Any = None
-
-    def start(self, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-        from runstore.cli.console import progress_bar
-
-        if self.quiet:
-            return
-        self._progress = progress_bar(
-            TextColumn("{task.description}", style="bold", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}", markup=False),
-            console=self.console,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task("cases", total=total, last="")
-
-    def case_started(self, label: str) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=label[:70])
-
-    def case_finished(self, label: str, row: Mapping[str, Any]) -> None:
-        if self._progress is None:
-            return
-        status = row.get("status")
-        extra = ""
-        if row.get("turns_per_s") is not None:
-            extra = f"{row['turns_per_s']:.1f} turns/s"
-        self._progress.update(self._task, advance=1, last=f"{status} {extra}")
-        if self._progress.disable:
-            seconds = row.get("case_seconds")
-            took = f" in {seconds:.1f}s" if isinstance(seconds, int | float) else ""
-            self.console.print(f"{label}: {status} {extra}{took}", highlight=False, soft_wrap=True)
-
-    def warn(self, message: str) -> None:
-        from runstore.cli.console import styled
-        from runstore.redaction import redact
-
-        self.console.print(styled(("warning:", "yellow"), f" {redact(message)}"), highlight=False)
-
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
 
 def print_summary(
@@ -713,13 +655,37 @@ def load_cmd(
     _finish(outcome, as_json=as_json)
 
 
-def _attach_migrate() -> None:
-    from runstore.bench.migrate import migrate_bench_cmd
+@bench_group.command("migrate")
+@click.option("--threads", "sizes", callback=_ints, default="200,2000", show_default=True,
+              help="Source sizes in threads, comma-separated.")  # fmt: skip
+@click.option("--turns", type=int, default=17, show_default=True, help="Graph turns per thread (3 checkpoints each).")
+@click.option("--events", type=int, default=100, show_default=True, help="Events per thread.")
+@click.option("--methods", callback=_strs_option, default=",".join(METHODS), show_default=True,
+              help="runstore (the migrate engine), naive (alist/aput/aput_writes loop), resume (SIGKILL + rerun, "
+              "smallest size only).")  # fmt: skip
+@click.option("--naive-max-threads", type=int, default=None,
+              help="Skip the naive loop above this many threads (its row says so).")  # fmt: skip
+@click.option("--postgres-url", default=None, help="PostgreSQL server; each case gets a fresh schema (dropped after).")
+@click.option("--postgres", "postgres_alias", default=None, hidden=True)
+@functools.partial(_common_run_options, repetitions=1)
+def migrate_bench_cmd(sizes: list[int], turns: int, events: int, methods: list[str], naive_max_threads: int | None,
+                      postgres_url: str | None, postgres_alias: str | None, output: Path | None, repetitions: int,
+                      run_options: RunOptions, as_json: bool, quiet: bool) -> None:  # fmt: skip
+    """sqlite -> PostgreSQL: `runstore migrate` vs a naive alist/aput/aput_writes loop
+    (checkpoints/s, peak RSS per size) and a SIGKILLed migration resumed."""
 
-    bench_group.add_command(migrate_bench_cmd)
-
-
-_attach_migrate()
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown or not methods:
+        raise click.BadParameter(f"unknown methods {unknown}; accepted: {', '.join(METHODS)}", param_hint="--methods")
+    if not sizes or min(sizes) < 2:
+        raise click.BadParameter("give sizes of at least 2 threads", param_hint="--threads")
+    run_options.postgres_url = postgres_url or postgres_alias or default_postgres_url()
+    outcome = run_migrate_bench(
+        sizes=sizes, turns=turns, events=events, methods=methods, naive_max_threads=naive_max_threads,
+        output=output or _default_output("migrate"), options=run_options, repetitions=repetitions,
+        argv=_redacted_argv(), reporter=RichReporter(quiet=quiet or as_json),
+    )  # fmt: skip
+    _finish(outcome, as_json=as_json)
 
 
 @bench_group.command("summarize")

@@ -82,6 +82,7 @@ class Summary:
     checkpoint: list[dict[str, Any]] = field(default_factory=list)
     measurements: list[dict[str, Any]] = field(default_factory=list)
     load: list[dict[str, Any]] = field(default_factory=list)
+    migrate: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -90,6 +91,7 @@ class Summary:
             "checkpoint": self.checkpoint,
             "measurements": self.measurements,
             "load": self.load,
+            "migrate": self.migrate,
             "warnings": self.warnings,
         }
 
@@ -394,19 +396,66 @@ def summarize_load(files: Sequence[BenchFile], summary: Summary) -> None:
         )  # fmt: skip
 
 
+#: Migrate metrics reported as medians over repetitions.
+MIGRATE_METRICS = ("checkpoints_per_s", "seconds", "checkpoints", "source_checkpoints", "peak_rss_bytes")
+
+
+def summarize_migrate(files: Sequence[BenchFile], summary: Summary) -> None:
+    """Fill ``summary.migrate``: one entry per source size (threads, turns) with the medians of
+    the ``runstore`` and ``naive`` cases, ``x_naive`` (runstore / naive checkpoints/s) and
+    ``rss_vs_smallest`` (runstore's peak RSS / its peak RSS at the file's smallest size),
+    plus the ``resume`` case's counts (every repetition's, summed)."""
+    for file_index, bench_file in enumerate(files):
+        rows = [r for r in _usable([r for r in bench_file.rows if r.get("bench") == "migrate"], summary,
+                                   bench_file.path) if r.get("status") != "skipped"]  # fmt: skip
+        bad = [r for r in rows if r.get("status") != "ok"]
+        if bad:
+            summary.warnings.append(f"{bench_file.path}: {len(bad)} migrate row(s) not ok left out: "
+                                    + ", ".join(str(r.get("case_id")) for r in bad))  # fmt: skip
+        groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+        for row in rows:
+            if row.get("status") == "ok":
+                key = (row.get("threads"), row.get("turns"))
+                groups.setdefault(key, {}).setdefault(str(row.get("method")), []).append(row)
+        entries = []
+        for (threads, turns), methods in sorted(groups.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0] or 0)):
+            entry: dict[str, Any] = {"file": bench_file.path, "file_index": file_index, "threads": threads,
+                                     "turns": turns}  # fmt: skip
+            for method in ("runstore", "naive"):
+                medians = _medians(methods.get(method, []), MIGRATE_METRICS)
+                entry["source_checkpoints"] = entry.get("source_checkpoints") or medians.get("source_checkpoints")
+                entry[f"{method}_per_s"] = medians.get("checkpoints_per_s")
+                entry[f"{method}_rss_bytes"] = medians.get("peak_rss_bytes")
+                entry[f"{method}_n"] = len(methods.get(method, []))
+            entry["x_naive"] = _ratio(entry["runstore_per_s"], entry["naive_per_s"])
+            resumed = methods.get("resume", [])
+            if resumed:
+                entry["resume_runs"] = len(resumed)
+                for count in ("missing", "duplicated", "mismatched"):
+                    entry[f"resume_{count}"] = sum(int(r.get(count) or 0) for r in resumed)
+            entries.append(entry)
+        for entry in entries:
+            smallest = min((e for e in entries if e["turns"] == entry["turns"] and e.get("runstore_rss_bytes")),
+                           key=lambda e: e["threads"], default=None)  # fmt: skip
+            if smallest is not None and smallest is not entry:
+                entry["rss_vs_smallest"] = _ratio(entry.get("runstore_rss_bytes"), smallest["runstore_rss_bytes"])
+        summary.migrate.extend(entries)
+
+
 def summarize(files: Sequence[BenchFile]) -> Summary:
     """Summarize every benchmark in ``files``."""
     summary = Summary()
     summarize_checkpoint(files, summary)
     summarize_measurements(files, summary)
     summarize_load(files, summary)
+    summarize_migrate(files, summary)
     return summary
 
 
 def to_csv(summary: Summary) -> str:
     """Both summaries as CSV (every key, one section per benchmark family)."""
     out = io.StringIO()
-    for entries in (summary.checkpoint, summary.measurements, summary.load):
+    for entries in (summary.checkpoint, summary.measurements, summary.load, summary.migrate):
         if not entries:
             continue
         keys: list[str] = []

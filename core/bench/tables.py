@@ -135,6 +135,24 @@ LOAD_COLUMNS: tuple[Column, ...] = (
 )
 
 
+#: The migrate table: per source size, runstore against the naive loop, then memory.
+MIGRATE_COLUMNS: tuple[Column, ...] = (
+    Column("threads", "threads", keep=True),
+    Column("turns", "turns", keep=True),
+    Column("checkpoints", "source_checkpoints", _digits(0)),
+    Column("x naive", "x_naive", _digits(1)),
+    Column("runstore\nckpt/s", "runstore_per_s", _digits(0)),
+    Column("naive\nckpt/s", "naive_per_s", _digits(0)),
+    Column("RSS MiB\nrunstore", "runstore_rss_bytes", lambda v: "-" if v is None else f"{v / 2**20:.1f}"),
+    Column("RSS x\nsmallest", "rss_vs_smallest", _digits(3)),
+    Column("RSS MiB\nnaive", "naive_rss_bytes", lambda v: "-" if v is None else f"{v / 2**20:.1f}"),
+    Column("resume\nmissing", "resume_missing", _digits(0)),
+    Column("resume\nduplicated", "resume_duplicated", _digits(0)),
+    Column("resume\nmismatched", "resume_mismatched", _digits(0)),
+    Column("n", "runstore_n"),
+)
+
+
 def tables(summary: Summary) -> list[tuple[str, list[dict[str, Any]], tuple[Column, ...]]]:
     """(title, entries, columns) of each non-empty table of ``summary``."""
     return [
@@ -143,6 +161,7 @@ def tables(summary: Summary) -> list[tuple[str, list[dict[str, Any]], tuple[Colu
             ("checkpoint", summary.checkpoint, CHECKPOINT_COLUMNS),
             ("events / streams / runs", summary.measurements, MEASUREMENT_COLUMNS),
             ("load", summary.load, LOAD_COLUMNS),
+            ("migrate", summary.migrate, MIGRATE_COLUMNS),
         )
         if entries
     ]

@@ -50,6 +50,10 @@ def _runner(bench: str) -> Callable[[dict[str, Any]], Coroutine[Any, Any, dict[s
         from runstore.bench.load import run_load_case
 
         return run_load_case
+    if bench == "migrate":
+        from runstore.bench.migrate import run_migrate_case
+
+        return run_migrate_case
     if bench == "selftest":
         return _selftest_case
     raise ValueError(f"unknown benchmark {bench!r}")
@@ -78,6 +82,7 @@ _WARM_IMPORTS = {
     "runs": ("runstore.loader", "runstore.runs.sql"),
     "threads": ("runstore.loader", "runstore.sweeper"),
     "load": ("langchain_core.messages", "langgraph.graph", "runstore.loader"),
+    "migrate": ("runstore.migrate.transfer", "runstore.loader"),
 }
 
 

@@ -31,7 +31,14 @@ from runstore.migrate.endpoints import Endpoint
 from runstore.migrate.fingerprints import fingerprint
 from runstore.migrate.ledger import Ledger
 from runstore.migrate.records import CheckpointRecord
-from runstore.migrate.savers import held_checkpoints, write_record
+from runstore.migrate.savers import (
+    bulk_pair,
+    copy_bulk,
+    held_checkpoints,
+    read_thread,
+    thread_ids,
+    write_record,
+)
 
 OnConflict = Literal["fail", "skip", "overwrite"]
 #: How far before a pass's start the next pass looks for changed threads (clock skew
@@ -279,8 +286,20 @@ async def migrate(source: Any, destination: Endpoint, options: MigrateOptions) -
 
 async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                       counts: KindCounts, updated_after: datetime | None) -> None:  # fmt: skip
-    """Copy saver threads, ``options.concurrency`` at a time (a thread's checkpoints in order):
-    concurrent writes share the destination's group commits."""
+    """Copy saver threads: as stored rows when both savers declare ``bulk_import``
+    (`copy_bulk`), else ``options.concurrency`` at a time (a thread's checkpoints in
+    order), whose writes share the destination's group commits."""
+    reader: Any = getattr(getattr(source, "endpoint", None), "saver", None)
+    pair = None if reader is None else bulk_pair(reader, destination.saver)
+    if pair is not None:  # both declare bulk_import: rows copied as stored
+        async def fallback(thread_id: str) -> bool:
+            records = await read_thread(reader, thread_id)
+            await _copy_saver_thread(source, destination, options, ledger, counts, thread_id, records)
+            return thread_id not in counts.conflicts or options.on_conflict == "overwrite"
+
+        ids = thread_ids(reader, updated_after=updated_after)
+        await copy_bulk(pair, ids, ledger, counts, options.progress, fallback)
+        return
     done = ledger.done.get("saver", {})
     queue: asyncio.Queue[tuple[str, list[CheckpointRecord]] | None] = asyncio.Queue(maxsize=options.concurrency)
 

@@ -1,4 +1,5 @@
-"""Savers as a migration source and destination, through LangGraph's saver API only.
+"""Savers as a migration source and destination: LangGraph's saver API, or stored rows
+where both savers declare ``bulk_import``.
 
 Reading: the thread ids (the thread index where the saver keeps one, else one pass of
 ``alist(None)``), then per thread every checkpoint of every namespace oldest first
@@ -9,15 +10,21 @@ them come along as pending writes, so delta history answers the same after the c
 Writing: ``aput`` under the original parent id plus ``aput_writes`` per task with the
 original task ids (every LangGraph saver accepts both), skipping checkpoints the
 destination already holds, so a re-run copies nothing twice.
+
+Bulk (`copy_bulk`): between two savers declaring ``bulk_import`` with the same serde,
+pages of threads are exported as stored rows and imported insert-if-absent, many
+threads per destination transaction (`runstore.checkpoint.bulk`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 
+from runstore.checkpoint.bulk import BulkSaver, ThreadRows, rows_bytes
 from runstore.checkpoint.contracts import ThreadIndexSaver
 from runstore.checkpoint.forwarding import unwrap_saver
 from runstore.migrate.fingerprints import fingerprint
@@ -162,3 +169,99 @@ async def held_checkpoints(saver: BaseCheckpointSaver[Any], thread_id: str) -> d
     """``(namespace, checkpoint_id) -> fingerprint`` of what the destination holds for the thread."""
     records = await read_thread(saver, thread_id)
     return {(r.checkpoint_ns, r.checkpoint_id): fingerprint(r, saver.serde) for r in records}
+
+
+# -- bulk_import: rows copied as stored between two savers declaring it -------------------
+
+#: Threads per bulk import (one destination transaction; their rows held at once).
+BULK_THREADS = 32
+#: Bulk imports in flight at once (each holds one batch).
+BULK_WORKERS = 3
+
+
+def same_serde(a: Any, b: Any) -> bool:
+    """Whether bytes ``a`` stored load with ``b`` as they do with ``a``: the same object,
+    or the same class with the same settings (a cipher key or any other object must be
+    the very same one)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        settings = [{k: v for k, v in vars(s).items() if not callable(v)} for s in (a, b)]
+    except TypeError:
+        return False
+    return bool(settings[0] == settings[1])
+
+
+def bulk_pair(source: BaseCheckpointSaver[Any], destination: BaseCheckpointSaver[Any]) -> tuple[BulkSaver, BulkSaver] | None:
+    """The two savers to copy rows between, if both declare ``bulk_import`` and share a
+    serde; ``None``: go through ``aput``/``aput_writes``."""
+    src, dst = unwrap_saver(source), unwrap_saver(destination)
+    if isinstance(src, BulkSaver) and isinstance(dst, BulkSaver) and same_serde(source.serde, destination.serde):
+        return src, dst
+    return None
+
+
+async def copy_bulk(pair: tuple[BulkSaver, BulkSaver], ids: AsyncIterator[str], ledger: Any, counts: Any,
+                    progress: Any, fallback: Callable[[str], Awaitable[bool]]) -> None:  # fmt: skip
+    """Copy the threads ``ids`` names as stored rows, `BULK_THREADS` per destination
+    transaction, `BULK_WORKERS` transactions at once while the next pages are read.
+
+    A thread the destination already holds that this migration did not begin goes
+    through ``fallback`` (the per-checkpoint path, which compares it and applies
+    ``--on-conflict``; it answers whether the thread was written) and then through the
+    import too, which adds nothing but the source's times. ``ledger`` and ``counts``
+    are the engine's (`Ledger`, `KindCounts`).
+    """
+    src, dst = pair
+    done = ledger.done.get("saver", {})
+    ours = ledger.begun.get("saver", set())
+    queue: asyncio.Queue[tuple[list[ThreadRows], list[str]] | None] = asyncio.Queue(maxsize=1)
+
+    async def work() -> None:
+        while (item := await queue.get()) is not None:
+            exported, foreign = item
+            kept = [rows for rows in exported if rows.thread_id not in foreign or await fallback(rows.thread_id)]
+            for rows in kept:
+                ledger.begin("saver", rows.thread_id)
+            sizes = {rows.thread_id: (len(rows.checkpoints), rows_bytes(rows)) for rows in kept}
+            for imported in await dst.aimport_thread_rows(kept):
+                ledger.finish("saver", imported.thread_id)
+                if imported.thread_id in foreign:
+                    continue  # the fallback counted it
+                total, size = sizes[imported.thread_id]
+                counts.copied += imported.checkpoints
+                counts.present += total - imported.checkpoints
+                counts.writes += imported.writes
+                counts.bytes += size if imported.checkpoints else 0
+            if progress is not None:
+                progress("saver", counts.threads, counts.copied)
+
+    async def read(batch: list[str]) -> None:
+        held = await dst.aheld_thread_ids(batch)
+        foreign = [t for t in batch if t in held and t not in ours]
+        await queue.put((await src.aexport_thread_rows(batch), foreign))
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(BULK_WORKERS):
+                group.create_task(work())
+            # A worker's failure cancels this loop (the task group), and the others with it.
+            batch: list[str] = []
+            async for thread_id in ids:
+                if thread_id in done:
+                    continue
+                counts.threads += 1
+                batch.append(thread_id)
+                if len(batch) == BULK_THREADS:
+                    await read(batch)
+                    batch = []
+            if batch:
+                await read(batch)
+            for _ in range(BULK_WORKERS):
+                await queue.put(None)
+    except BaseExceptionGroup as failed:
+        if len(failed.exceptions) == 1:  # the caller sees the error itself (a conflict, a lost server)
+            raise failed.exceptions[0] from failed
+        raise

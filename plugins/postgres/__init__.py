@@ -52,6 +52,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "typed_filters",
             "global_list_order",
             "checked_ids",
+            "bulk_import",
         ],
         drivers=DRIVERS,
         extra="postgres",

@@ -59,6 +59,7 @@ from runstore.twins import ensure_off_loop
 from runstore.urls import BackendURL
 
 from . import sql
+from .bulk import BulkRows
 from .connections import PostgresCalls, Statement, one_at_a_time, run_statement_batch
 from .engine import FromEngine, shared_database
 from .history import walk_range
@@ -77,7 +78,7 @@ R = TypeVar("R")
 __all__ = ["COMPONENT", "SCHEMA_MIGRATIONS", "PostgresSaver"]
 
 
-class PostgresSaver(ThreadRecords, BaseCheckpointSaver[str], FromEngine):
+class PostgresSaver(BulkRows, ThreadRecords, BaseCheckpointSaver[str], FromEngine):
     """LangGraph checkpoint saver on PostgreSQL (asyncpg), delta-safe, with sync twins.
 
     Open it with `PostgresSaver.open` (or ``runstore.open``); sync methods must be

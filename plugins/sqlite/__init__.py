@@ -48,6 +48,7 @@ def runstore_register_savers(registry: SaverRegistry) -> None:
             "typed_filters",
             "global_list_order",
             "checked_ids",
+            "bulk_import",
         ],
         description="aiosqlite checkpoint saver: sqlite:///path/app.db",
     )

@@ -67,6 +67,7 @@ from runstore.twins import ensure_off_loop
 
 from . import ops, sql
 from .adapter import WorkerConnection
+from .bulk import SqliteBulkRows
 from .commits import FileCommits
 from .connections import SyncConnection, open_worker
 from .errors import translated_error, translated_errors
@@ -143,7 +144,7 @@ class _State:
         return await self.worker.run(fn, *args)
 
 
-class SqliteSaver(BaseCheckpointSaver[str], Standalone):
+class SqliteSaver(SqliteBulkRows, BaseCheckpointSaver[str], Standalone):
     """LangGraph checkpoint saver on a sqlite file: ``sqlite:///path/app.db``.
 
     Open it with `SqliteSaver.open` (or through `runstore.open`); it shares its

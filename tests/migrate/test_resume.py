@@ -20,17 +20,18 @@ from runstore.urls import BackendURL
 
 from .data import event_view, saver_view
 
-THREADS = 40
+THREADS = 200
 
 
-def kill_part_way(command: list[str], ledger: Path, cwd: Path, done: str = '"done": "saver"') -> tuple[int, str]:
-    """Run ``command``; SIGKILL it once the ledger records 3 threads (lines ``done``) done
-    (mid-thread, as it happens)."""
+def kill_part_way(command: list[str], ledger: Path, cwd: Path, done: str = '"done": "saver"',
+                  *, count: int = 3) -> tuple[int, str]:
+    """Run ``command``; SIGKILL it once the ledger records ``count`` threads (lines ``done``)
+    done (mid-thread, as it happens)."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
-            if ledger.exists() and ledger.read_text().count(done) >= 3:
+            if ledger.exists() and ledger.read_text().count(done) >= count:
                 os.kill(child.pid, signal.SIGKILL)
                 break
             time.sleep(0.005)
