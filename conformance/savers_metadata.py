@@ -2,7 +2,8 @@
 
 `reference_match` is written from the documented rule (docs/savers.md, "Metadata
 filters"), independently of `runstore.checkpoint.filters`, so the suite checks the
-implementations against the words rather than against themselves. The generated
+implementations against the words rather than against themselves; `JSON_FORMS` and
+`NO_JSON_FORM` are the stored forms and refusals the docs list, written out. The generated
 metadata holds only values JSON keeps as they are (no tuples, NaN or integers
 beyond ±2**53, whose comparison with floats JSON leaves open), so the reference
 can read it as put.
@@ -10,6 +11,12 @@ can read it as put.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
+import math
+import uuid
 from typing import Any
 
 from hypothesis import strategies as st
@@ -116,3 +123,81 @@ def metadata_and_filters(draw: Any) -> tuple[list[dict[str, Any]], dict[str, Any
     """Metadata of a few checkpoints and a filter drawn from them (`_filter_for`)."""
     stored = draw(st.lists(metadata, min_size=1, max_size=5))
     return stored, _filter_for(draw, stored)
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+    y: list[int]
+
+
+class _Model:
+    """Stands for any other object (a pydantic model, say): stored as its ``str``."""
+
+    def __str__(self) -> str:
+        return "Model(a=1)"
+
+
+_UUID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+#: Metadata values and the JSON form every saver reads back (docs/savers.md, "Rows"),
+#: written out here rather than computed, so the suite checks the words.
+JSON_FORMS: dict[str, tuple[Any, Any]] = {
+    "an int beyond 64 bits": (2**64, "18446744073709551616"),
+    "a negative int beyond 64 bits": (-(2**63) - 1, "-9223372036854775809"),
+    "the largest 64-bit int": (2**63 - 1, 2**63 - 1),
+    "NaN": (math.nan, None),
+    "infinity": (math.inf, None),
+    "minus infinity": (-math.inf, None),
+    "a naive datetime": (datetime.datetime(2024, 1, 2, 3, 4, 5, 6), "2024-01-02T03:04:05.000006"),
+    "an aware datetime": (
+        datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+        "2024-01-02T03:04:05+02:00",
+    ),
+    "a date": (datetime.date(2024, 1, 2), "2024-01-02"),
+    "a UUID": (_UUID, "12345678-1234-5678-1234-567812345678"),
+    "bytes": (b"ab", "b'ab'"),
+    "a tuple": ((1, "a", (2,)), [1, "a", [2]]),
+    "a set": ({3, 1, 2}, [1, 2, 3]),
+    "an int beyond 64 bits in a set": ({2**70}, ["1180591620717411303424"]),
+    "a dict with non-str keys": ({1: "a", "n": {2: 3, None: 4}}, {"1": "a", "n": {"2": 3, "null": 4}}),
+    "an Enum": (_Color.RED, "red"),
+    "a Decimal": (decimal.Decimal("1.50"), "1.50"),
+    "a dataclass": (_Point(1, [2]), {"x": 1, "y": [2]}),
+    "another object": (_Model(), "Model(a=1)"),
+}
+#: Filtering by these matches nothing (the filter rule: NaN and infinities never match).
+UNMATCHABLE = {"NaN", "infinity", "minus infinity"}
+
+
+def _self_holding() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+#: Metadata values with no JSON form every saver stores alike: refused with
+#: `InvalidSaverInputError` saying what is wrong and what is accepted.
+NO_JSON_FORM: dict[str, Any] = {
+    "a dict key with no JSON text (a tuple)": {(1, 2): 3},
+    "two dict keys with one JSON text (1 and '1')": {1: "a", "1": "b"},
+    "a list holding itself": _self_holding(),
+}
+
+
+def same_json(got: Any, expected: Any) -> bool:
+    """``got`` equals the decoded JSON value ``expected``, types included (a bool is not
+    an int, a tuple not a list), objects whatever their key order."""
+    if type(got) is not type(expected):
+        return False
+    if isinstance(expected, list):
+        return len(got) == len(expected) and all(
+            same_json(g, e) for g, e in zip(got, expected, strict=True)
+        )
+    if isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(same_json(got[k], expected[k]) for k in expected)
+    return bool(got == expected)

@@ -43,7 +43,8 @@ CAPABILITIES: dict[str, str] = {
     "global_list_order": "saver's list() without a thread_id spans every thread in one order, "
     "(checkpoint_id, thread_id, checkpoint_ns) descending, with before and limit on that order",
     "checked_ids": "saver refuses ids, namespaces, task ids, channels and metadata no backend can "
-    "store (a NUL, a lone surrogate) with InvalidSaverInputError naming the field, writing nothing",
+    "store (a NUL, a lone surrogate, keys with no or colliding JSON text) with "
+    "InvalidSaverInputError naming the field, writing nothing; metadata reads back in its JSON form",
     "replay": "stream bridge replays retained events to late subscribers",
     "store_clock": "store reads time from its `clock` attribute (a runstore.clock Clock): "
     "created_at kept across updates, updated_at set by each put",

@@ -43,6 +43,8 @@ SUITES: dict[str, list[Case]] = {
              "ids that are prefixes of other ids (or hold LIKE wildcards) name exactly one"),
         Case("broken-lenient-metadata", S, "unstorable_metadata",
              "contract: metadata no saver can store alike"),
+        Case("broken-python-metadata", S, "json_form",
+             "contract: metadata reads back in its JSON form"),
     ],
     "test_events": [
         Case("broken-events-prefix-delete", "events_rules.py", "prefix_ids",

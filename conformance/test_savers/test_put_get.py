@@ -20,6 +20,7 @@ from ..savers_checks import (
     norm_writes,
     put_chain_with_metadata,
 )
+from ..savers_metadata import JSON_FORMS, NO_JSON_FORM, UNMATCHABLE, same_json
 from ..savers_model import (
     as_metadata,
     checkpoint_trees,
@@ -428,6 +429,82 @@ def test_unstorable_metadata_is_refused_and_nothing_is_written(saver_target: Any
         stored = await collect(saver, None, filter={"tag": tag})
         assert checkpoint_ids(stored) == [cid], (
             f"contract: a put refused for its metadata writes nothing; the thread holds {checkpoint_ids(stored)}"
+        )
+
+    saver_target.run(body)
+
+
+@pytest.mark.requires("checked_ids")
+def test_metadata_reads_back_in_its_json_form(saver_target: Any) -> None:
+    """Metadata reads back in the JSON form every saver stores (savers.md "Rows"): an int
+    beyond 64 bits as its text, NaN and infinities as null, a datetime, date or UUID as
+    its ISO or hex text, tuples and sets as arrays, non-str keys as their text, an Enum as
+    its value, other objects as their str; alike from get_tuple and list, and a filter by
+    the value as put finds it (with ``typed_filters``). Values with no such form are
+    refused with InvalidSaverInputError saying what is accepted; nothing written."""
+    from runstore.errors import InvalidSaverInputError
+
+    async def body(saver: Saver) -> None:
+        thread, tag = new_thread_id(), new_thread_id("tag")
+        ids: dict[str, str] = {}
+        parent: str | None = None
+        for label, (value, _) in JSON_FORMS.items():
+            cid = new_checkpoint_id()
+            try:
+                await saver.aput(
+                    config_for(thread, parent), make_checkpoint(cid, {}, {}),
+                    as_metadata({"tag": tag, "case": label, "v": value}), {},
+                )
+            except Exception as exc:
+                raise AssertionError(
+                    named(f"contract: metadata reads back in its JSON form: put of {label} "
+                          f"({value!r:.60}) raised {type(exc).__name__}: {exc}")
+                ) from exc
+            ids[label] = parent = cid
+        listed = {item.metadata.get("case"): item.metadata for item in await collect(saver, config_for(thread))}
+        for label, (value, expected) in JSON_FORMS.items():
+            got = await saver.aget_tuple(config_for(thread, ids[label]))
+            assert got is not None, f"contract: get_tuple finds the checkpoint holding {label}"
+            for how, metadata in (("get_tuple", got.metadata), ("list", listed.get(label, {}))):
+                assert same_json(metadata.get("v"), expected), named(
+                    f"contract: metadata reads back in its JSON form: {label} ({value!r:.60}) "
+                    f"-> {metadata.get('v')!r:.80} from {how}, expected {expected!r}"
+                )
+            if not saver_target.has("typed_filters"):
+                continue
+            wanted = [] if label in UNMATCHABLE else [ids[label]]
+            for shown, flt in (("as put", value), ("in its JSON form", expected)):
+                if flt is None:
+                    continue
+                found = checkpoint_ids(await collect(saver, config_for(thread), filter={"v": flt}))
+                assert found == wanted, named(
+                    f"contract: metadata reads back in its JSON form: filter by {label} {shown} "
+                    f"({flt!r:.60}) found {len(found)} checkpoint(s), expected {len(wanted)}"
+                )
+        for label, value in NO_JSON_FORM.items():
+            try:
+                await saver.aput(
+                    config_for(thread, parent), make_checkpoint(new_checkpoint_id(), {}, {}),
+                    as_metadata({"tag": tag, "v": value}), {},
+                )
+            except InvalidSaverInputError as exc:
+                assert "metadata" in str(exc) and "accepted" in str(exc), named(
+                    f"contract: metadata with no JSON form ({label}) is refused saying what is "
+                    f"accepted: {exc}"
+                )
+            except Exception as exc:
+                raise AssertionError(
+                    named(f"contract: metadata with no JSON form ({label}) is refused with "
+                          f"InvalidSaverInputError, not {type(exc).__name__}: {exc}")
+                ) from exc
+            else:
+                raise AssertionError(named(
+                    f"contract: metadata with no JSON form ({label}) is refused with "
+                    "InvalidSaverInputError (it was stored)"
+                ))
+        stored = await collect(saver, None, filter={"tag": tag})
+        assert sorted(checkpoint_ids(stored)) == sorted(ids.values()), named(
+            "contract: a put refused for metadata with no JSON form writes nothing"
         )
 
     saver_target.run(body)

@@ -46,6 +46,7 @@ from runstore.checkpoint.rules import check_put, check_put_writes, checkpoint_co
 from runstore.errors import InvalidSaverInputError
 
 __all__ = [
+    "ACCEPTED_JSON",
     "BLOBS",
     "CHECKPOINTS",
     "WRITES",
@@ -69,6 +70,7 @@ __all__ = [
     "metadata_text",
     "next_version",
     "stored_json",
+    "UnstorableJSONError",
     "version_text",
 ]
 
@@ -194,24 +196,66 @@ def next_version(current: str | int | float | None) -> str:
 #: Integers JSON metadata keeps as numbers; others are stored as their text.
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-_JSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+_JSON_OPTIONS = orjson.OPT_SORT_KEYS
+#: orjson's nesting limit, which the slow path's walk keeps too (so a value that refers
+#: to itself is refused there as well, not a `RecursionError`).
+_MAX_DEPTH = 254
+#: What stored metadata (and a filter value) may hold, for error messages.
+ACCEPTED_JSON = (
+    "accepted: dicts, lists, tuples and sets of str, int, float, bool and None, plus "
+    "values stored as their JSON form (datetime/date/time as ISO text, UUID as text, an "
+    "Enum as its value, a dataclass as an object, an integer beyond 64 bits and any other "
+    "object as its str); dict keys: str, int, float, bool, None, datetime, date, time, "
+    "UUID or Enum, distinct once written as JSON text"
+)
+
+
+class UnstorableJSONError(ValueError):
+    """A value has no JSON form every saver stores alike; the message says what is wrong."""
 
 
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, set | frozenset):
-        return sorted(obj, key=repr)
+        return [_bounded(v, 1) for v in sorted(obj, key=repr)]
     # Metadata must stay queryable JSON; anything else is stored as its text.
     return str(obj)
 
 
-def _bounded_ints(value: Any) -> Any:
-    """``value`` with every int outside the signed 64-bit range replaced by its text."""
+def _key_text(key: Any) -> str:
+    """The JSON text orjson writes for a non-str dict key."""
+    try:
+        text = orjson.dumps({key: 0}, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:
+        if isinstance(key, int) and not isinstance(key, bool):
+            return str(key)  # beyond 64 bits: its digits, as a value of that size
+        raise UnstorableJSONError(
+            f"a dict key of type {type(key).__name__} ({key!r:.60}) has no JSON text"
+        ) from None
+    return cast(str, next(iter(orjson.loads(text))))
+
+
+def _bounded(value: Any, depth: int) -> Any:
+    """``value`` ready for orjson: ints outside the signed 64-bit range and non-str dict
+    keys replaced by their text; `UnstorableJSONError` for keys that collide as text."""
+    if depth > _MAX_DEPTH:
+        raise UnstorableJSONError(f"it is nested more than {_MAX_DEPTH} levels deep or refers to itself")
     if isinstance(value, int) and not isinstance(value, bool):
         return value if INT64_MIN <= value <= INT64_MAX else str(value)
     if isinstance(value, Mapping):
-        return {k: _bounded_ints(v) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        keys: dict[str, Any] = {}
+        for k, v in value.items():
+            text = k if isinstance(k, str) else _key_text(k)
+            if text in out:
+                raise UnstorableJSONError(
+                    f"two keys of one dict, {keys[text]!r:.60} and {k!r:.60}, are both "
+                    f"{text!r} as JSON text"
+                )
+            keys[text] = k
+            out[text] = _bounded(v, depth + 1)
+        return out
     if isinstance(value, list | tuple):
-        return [_bounded_ints(v) for v in value]
+        return [_bounded(v, depth + 1) for v in value]
     return value
 
 
@@ -219,17 +263,41 @@ def dump_json(value: Any) -> str:
     """Canonical JSON text (sorted keys, compact) of stored metadata and filter documents.
 
     Values JSON cannot hold become their ``str``; integers outside the signed 64-bit
-    range become their text (every SQL dialect can compare those numbers exactly).
+    range become their text (every SQL dialect can compare those numbers exactly);
+    non-str dict keys become their JSON text. Raises `UnstorableJSONError` for what has
+    no such form: a lone surrogate, a key with no text or two keys with the same text,
+    nesting beyond 254 levels (or a value holding itself).
     """
     try:
-        # 53-bit strict: the common case needs one pass; bigger ints take the slow path.
+        # Strict: str keys and 53-bit ints take one pass; the rest takes the walk below.
         return orjson.dumps(
             value, default=_json_default, option=_JSON_OPTIONS | orjson.OPT_STRICT_INTEGER
         ).decode()
-    except orjson.JSONEncodeError:
-        return orjson.dumps(
-            _bounded_ints(value), default=_json_default, option=_JSON_OPTIONS
-        ).decode()
+    except orjson.JSONEncodeError as exc:
+        reason = str(exc)
+    if "surrogates" not in reason and "Recursion" not in reason:
+        try:
+            return orjson.dumps(
+                _bounded(value, 0), default=_json_default, option=_JSON_OPTIONS | orjson.OPT_NON_STR_KEYS
+            ).decode()
+        except orjson.JSONEncodeError as exc:
+            reason = str(exc)
+    raise UnstorableJSONError(_unstorable_reason(reason))
+
+
+def _unstorable_reason(orjson_error: str) -> str:
+    """What an orjson error says is wrong, in the words of the saver docs."""
+    if "surrogates" in orjson_error:
+        return "a string holds a lone surrogate (not valid Unicode)"
+    if "Recursion" in orjson_error:
+        return f"it is nested more than {_MAX_DEPTH} levels deep or refers to itself"
+    if "64-bit" in orjson_error:
+        # Only inside what orjson writes natively: the walk reaches dicts, lists, tuples, sets.
+        return (
+            "an integer beyond 64 bits inside a dataclass (dicts, lists, tuples and sets "
+            "store such integers as text)"
+        )
+    return f"a value could not be written as JSON nor as its str ({orjson_error})"
 
 
 def stored_json(value: Any) -> Any:
@@ -242,19 +310,16 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def metadata_text(merged: Mapping[str, Any]) -> str:
-    """The stored JSON text of merged metadata.
+    """The stored JSON text of merged metadata (`dump_json`), the same on every saver.
 
-    Raises `InvalidSaverInputError` for metadata no saver can store alike: strings
-    with a lone surrogate (no JSON encoder takes them) or a NUL character (PostgreSQL
-    JSON refuses it; LangGraph already strips NUL from top-level string values).
+    Raises `InvalidSaverInputError` saying what is wrong and what is accepted for
+    metadata no saver can store alike: what `dump_json` refuses, and a NUL character
+    (PostgreSQL JSON refuses it; LangGraph already strips NUL from top-level string values).
     """
     try:
         text = dump_json(merged)
-    except orjson.JSONEncodeError as exc:
-        raise InvalidSaverInputError(
-            f"metadata cannot be stored as JSON ({exc}); accepted: values whose strings are "
-            "valid Unicode (no lone surrogates)"
-        ) from exc
+    except UnstorableJSONError as exc:
+        raise InvalidSaverInputError(f"metadata cannot be stored as JSON: {exc}; {ACCEPTED_JSON}") from exc
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise InvalidSaverInputError(
             "metadata contains a NUL character (\\x00) in a key or string, which no saver "

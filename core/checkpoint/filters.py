@@ -30,7 +30,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runstore.checkpoint.codec import INT64_MAX, INT64_MIN, dump_json, stored_json
+from runstore.checkpoint.codec import (
+    ACCEPTED_JSON,
+    INT64_MAX,
+    INT64_MIN,
+    UnstorableJSONError,
+    dump_json,
+    stored_json,
+)
+from runstore.errors import InvalidSaverInputError
 
 __all__ = ["FilterTerm", "filter_terms", "json_equal", "metadata_matches"]
 
@@ -60,7 +68,8 @@ class FilterTerm:
 
 
 def filter_terms(filter: Mapping[str, Any] | None) -> list[FilterTerm]:
-    """The terms of ``filter``, one per key; raises `TypeError` for a key that is not a str."""
+    """The terms of ``filter``, one per key; raises `TypeError` for a key that is not a str
+    and `InvalidSaverInputError` for a value with no stored form (`codec.dump_json`)."""
     terms: list[FilterTerm] = []
     for key, value in (filter or {}).items():
         if not isinstance(key, str):
@@ -80,7 +89,12 @@ def _term(key: str, value: Any) -> FilterTerm:
         return FilterTerm(key, "number", value)
     if isinstance(value, str):
         return FilterTerm(key, "text", value, "text")
-    stored = stored_json(value)
+    try:
+        stored = stored_json(value)
+    except UnstorableJSONError as exc:
+        raise InvalidSaverInputError(
+            f"metadata filter value for {key!r} has no JSON form: {exc}; {ACCEPTED_JSON}"
+        ) from exc
     if isinstance(stored, dict):
         return FilterTerm(key, "json", stored, "object")
     if isinstance(stored, list):

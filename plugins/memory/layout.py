@@ -47,11 +47,13 @@ class Entry:
 
     skeleton: dict[str, Any]
     versions: dict[str, Any]
-    metadata: Typed
+    # The metadata's stored JSON text (`codec.metadata_text`), the SQL savers' column:
+    # reads decode it, so every saver returns the same JSON form.
+    metadata: str
     parent: str | None
     run_id: Any
-    # The metadata as the SQL savers store it (JSON form), for filters and the
-    # delta counters (`saverbase.delta_channels`).
+    # That text decoded, for filters and the delta counters (`rules.delta_channels`);
+    # never handed to callers.
     stored_metadata: dict[str, Any] = field(default_factory=dict)
     # The saver's clock at the first put of this id (microseconds since the epoch).
     created_at: int = 0

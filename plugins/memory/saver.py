@@ -3,8 +3,10 @@
 Layout per ``(thread_id, checkpoint_ns)``: checkpoint skeletons (everything but the
 channel values) by id plus a sorted id list, channel value blobs keyed by
 ``(channel, version)`` as LangGraph's version semantics require, and pending writes per
-checkpoint keyed by ``(task_id, slot)``. Channel values, writes and metadata go
-through ``self.serde`` so custom and encrypted serializers behave as on disk.
+checkpoint keyed by ``(task_id, slot)``. Channel values and writes go through
+``self.serde`` so custom and encrypted serializers behave as on disk; metadata is kept
+as the SQL savers' JSON text (`codec.metadata_text`) and read back decoded, so every
+built-in saver returns the same values (docs/savers.md, "Rows").
 
 The structures (`runstore.plugins.memory.layout`) and every method that reads or
 changes them are guarded by the saver's one lock (`layout.locked`); the thread index,
@@ -33,7 +35,6 @@ from langgraph.checkpoint.base import (
     PendingWrite,
     SerializerProtocol,
     get_checkpoint_id,
-    get_checkpoint_metadata,
 )
 
 from runstore.checkpoint import codec
@@ -161,7 +162,7 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
         return CheckpointTuple(
             config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
-            metadata=loads(entry.metadata),
+            metadata=codec.decode_metadata(entry.metadata),
             parent_config=(
                 checkpoint_config(thread_id, checkpoint_ns, entry.parent)
                 if entry.parent
@@ -263,8 +264,7 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
             config, checkpoint, new_versions
         )
         fence = config_fence(config)
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        # Raises for metadata JSON cannot hold, before anything is stored.
+        # Raises for metadata no saver can store alike, before anything is stored.
         metadata_text = codec.metadata_text(codec.merged_metadata(config, metadata))
         stored_metadata = orjson.loads(metadata_text)
         now = clock_micros(self.clock)
@@ -293,7 +293,7 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
         ns.entries[checkpoint_id] = Entry(
             skeleton=skeleton,
             versions=skeleton["channel_versions"],
-            metadata=dumps(full_metadata),
+            metadata=metadata_text,
             parent=parent,
             run_id=None if run_id is None else str(run_id),
             stored_metadata=stored_metadata,
@@ -417,10 +417,8 @@ class MemorySaver(ThreadRecords, BaseCheckpointSaver[str], Standalone):
             stored = renamed_thread_metadata(entry.stored_metadata, source, target)
             if stored is None:
                 continue
-            full = renamed_thread_metadata(self.serde.loads_typed(entry.metadata), source, target)
             entry.stored_metadata = stored
-            if full is not None:
-                entry.metadata = self.serde.dumps_typed(full)
+            entry.metadata = codec.metadata_text(stored)
             entry.size += len(target) - len(source)
 
     @locked

@@ -17,7 +17,10 @@ way a careful author might. The suite must fail each by the rule's name:
 - ``broken-rescan-ignored``: a sweep takes ``rescan=True`` and ignores it, so a changed
   policy reaches a thread already swept only at its next write;
 - ``broken-lenient-metadata``: metadata no saver can store alike (a lone surrogate, a
-  nested NUL) is cleaned up and stored instead of refused.
+  nested NUL) is cleaned up and stored instead of refused;
+- ``broken-python-metadata``: metadata is kept through the serde, as put, so it reads
+  back as Python objects (NaN, a datetime, a UUID) where the SQL savers return its JSON
+  form.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_metadata,
+)
 
 from runstore.checkpoint.policy import RetentionPolicy, ThreadSwept
 from runstore.checkpoint.rules import FENCE_KEY
@@ -34,7 +43,7 @@ from runstore.checkpoint.threads import Removed, ThreadPage
 from runstore.errors import InvalidSaverInputError
 from runstore.hookspecs import hookimpl
 from runstore.options import BackendOptions
-from runstore.plugins.memory.layout import footprint
+from runstore.plugins.memory.layout import Namespace, Typed, footprint
 from runstore.plugins.memory.saver import MemorySaver
 from runstore.registry import SaverRegistry
 from runstore.urls import BackendURL
@@ -159,6 +168,33 @@ class LenientMetadataSaver(MemorySaver):
             return super().put(config, checkpoint, _cleaned(metadata), new_versions)
 
 
+class PythonMetadataSaver(MemorySaver):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._as_put: dict[tuple[str, str, str], Typed] = {}
+
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        # BUG (on purpose): metadata goes through the serde as put, not the SQL savers' JSON
+        # (where msgpack cannot, an int beyond 64 bits, the JSON form is kept).
+        try:
+            typed: Typed | None = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        except TypeError:
+            typed = None
+        stored = super().put(config, checkpoint, metadata, new_versions)
+        c = stored["configurable"]
+        if typed is not None:
+            self._as_put[(c["thread_id"], c["checkpoint_ns"], c["checkpoint_id"])] = typed
+        return stored
+
+    def _tuple(self, thread_id: str, checkpoint_ns: str, ns: Namespace, checkpoint_id: str) -> CheckpointTuple:
+        found = super()._tuple(thread_id, checkpoint_ns, ns, checkpoint_id)
+        typed = self._as_put.get((thread_id, checkpoint_ns, checkpoint_id))
+        return found if typed is None else found._replace(metadata=self.serde.loads_typed(typed))
+
+
 class CopyKeepsTombstoneSaver(MemorySaver):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         before = self._records.get(target_thread_id)
@@ -182,6 +218,7 @@ SAVERS: dict[str, type[MemorySaver]] = {
     "broken-sweep-once": SweepOnceSaver,
     "broken-prefix-delete": PrefixDeleteSaver,
     "broken-lenient-metadata": LenientMetadataSaver,
+    "broken-python-metadata": PythonMetadataSaver,
     "broken-rescan-ignored": RescanIgnoredSaver,
     "broken-copy-keeps-tombstone": CopyKeepsTombstoneSaver,
 }

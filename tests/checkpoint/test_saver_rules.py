@@ -147,6 +147,42 @@ def test_metadata_no_saver_can_store_is_refused(metadata: dict[str, Any], refuse
         assert codec.metadata_text(metadata).startswith("{")
 
 
+def _holding_itself() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ({"a": "x\ud800"}, "lone surrogate"),
+        ({"a": {(1, 2): 3}}, "dict key of type tuple"),
+        ({"a": {1: "x", "1": "y"}}, "two keys of one dict, 1 and '1'"),
+        ({"a": {None: 1, float("nan"): 2}}, "are both 'null'"),
+        ({"a": _holding_itself(), "b": 2**70}, "refers to itself"),
+        ({"a": _holding_itself()}, "refers to itself"),
+    ],
+)
+def test_metadata_with_no_json_form_says_what_and_what_is_accepted(metadata: dict[str, Any], says: str) -> None:
+    """Each refusal names its cause and the accepted values, never a raw TypeError or
+    RecursionError (whichever error orjson meets first)."""
+    with pytest.raises(InvalidSaverInputError, match="accepted") as caught:
+        codec.metadata_text(metadata)
+    assert says in str(caught.value)
+
+
+def test_big_ints_anywhere_the_walk_reaches_are_text() -> None:
+    """Ints beyond 64 bits in sets, tuples and keys are stored as text, not refused."""
+    stored = codec.stored_json({"s": {2**70, 1}, "t": (2**64,), "k": {2**65: 1}})
+    assert stored == {"s": [1, str(2**70)], "t": [str(2**64)], "k": {str(2**65): 1}}
+
+
+def test_filter_value_with_no_json_form_is_refused_naming_the_key() -> None:
+    with pytest.raises(InvalidSaverInputError, match="'when'"):
+        filter_terms({"when": {(1,): 2}})
+
+
 @pytest.mark.parametrize(
     ("versions", "bad"),
     [
