@@ -1,6 +1,6 @@
 """The ``alist(filter=...)`` rule every runstore saver applies, in one place.
 
-Metadata is stored as JSON (`codec.stored_metadata`): values JSON cannot hold are
+Metadata is stored as JSON (`codec.stored_json`): values JSON cannot hold are
 stored as their ``str``, tuples and sets as arrays, integers outside the signed 64-bit
 range as text, NaN and infinities as ``null``. A filter is a mapping of top-level
 metadata keys to wanted values, and a checkpoint matches when every key matches:
@@ -122,7 +122,7 @@ def json_equal(stored: Any, wanted: Any) -> bool:
 
 
 def metadata_matches(metadata: Mapping[str, Any], terms: list[FilterTerm]) -> bool:
-    """Whether stored-form ``metadata`` (`codec.stored_metadata`) satisfies every term."""
+    """Whether stored-form ``metadata`` (`codec.stored_json`) satisfies every term."""
     return all(_term_matches(metadata, term) for term in terms)
 
 
