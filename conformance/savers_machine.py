@@ -56,8 +56,9 @@ def fired(name: str) -> None:
 class SaverMachine(RuleBasedStateMachine):
     """Random saver operations checked against `SaverModel` after every step.
 
-    Threads, two namespaces each; puts on the latest or an older parent (forks), with
-    now and then a checkpoint id older than the head (written late); pending writes;
+    Threads (the first two ids ``t`` and ``t0``), two namespaces each; puts on the latest
+    or an older parent (forks), with now and then a checkpoint id older than the head
+    (written late); pending writes;
     get by id; list with thread, namespace, filter, before and limit; and, as declared,
     copy_thread, prune, delete_for_runs and the sync twins (each call picks the sync or
     the async API). ``mode`` is ``full`` (every channel stores a value or keeps its
@@ -530,7 +531,7 @@ class ThreadIndexSaverMachine(SaverMachine):
         )
         self.last_contract = "a write refused on a deleted thread stores nothing"
         if deleted_now:
-            self.last_contract = f"{self.deleted[-1][3] if self.deleted else 'delete_thread'} removes every namespace of the thread and nothing else; {self.last_contract}"
+            self.last_contract = f"delete_thread removes every namespace of the thread and nothing else; {self.last_contract}"
 
     @precondition(lambda self: self.target.has("fencing"))
     @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20),
