@@ -73,6 +73,19 @@ class EventStoreMachine(RuleBasedStateMachine):
         self.model = {t: ThreadModel() for t in self.threads}
         #: (thread, seq) -> the owner the event was written with
         self.owners: dict[tuple[str, int], str | None] = {}
+        #: threads a delete has removed events from (listings after it are labelled)
+        self.deleted: set[str] = set()
+
+    def past_the_end(self, rows: list[dict[str, Any]], what: str, read: Any) -> None:
+        """A page after the last of ``rows`` (what ``read(after_seq)`` could show) is empty."""
+        if not rows:
+            return
+        fired(f"{what}: a page after the last row")
+        got = self.call(read(rows[-1]["seq"]))
+        assert got == [], (
+            f"contract: {what} after_seq={rows[-1]['seq']} (the last row it could show) is an empty page; "
+            f"got seqs {[r['seq'] for r in got]}"
+        )
 
     def call(self, coro: Awaitable[Any]) -> Any:
         return self.session.run(coro)
@@ -136,13 +149,19 @@ class EventStoreMachine(RuleBasedStateMachine):
         for record in got:
             self._add(record, owner)
 
-    @rule(t=st.integers(0, 1), event=events, owner=st.sampled_from(OWNERS))
-    def put_if_absent(self, t: int, event: dict[str, Any], owner: str | None) -> None:
+    @rule(t=st.integers(0, 1), event=events, owner=st.sampled_from(OWNERS), again=st.booleans())
+    def put_if_absent(self, t: int, event: dict[str, Any], owner: str | None, again: bool) -> None:
         event = {"thread_id": self.threads[t], **event}
         model = self.model[event["thread_id"]]
+        if again and model.records:
+            # Half the time the key of the thread's last event: a duplicate to refuse.
+            event.update(run_id=model.records[-1]["run_id"], event_type=model.records[-1]["event_type"])
         existing = model.find_key(event["run_id"], event["event_type"])
         got, created = self.call(self.store.put_if_absent(**event, user_id=owner))
         if existing is not None:
+            fired("put_if_absent of an existing key")
+            if self.owners.get((event["thread_id"], existing["seq"])) != owner:
+                fired("put_if_absent of a key another owner wrote")
             assert created is False and core(got) == existing, (
                 "contract: put_if_absent returns the existing (thread, run, event_type) record "
                 f"with created=False\n got: {core(got)} created={created}\n existing: {existing}"
@@ -168,6 +187,10 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"first `limit` above it, both the first `limit` between them\n got seqs: "
             f"{[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
         )
+        self.past_the_end(
+            self.model[thread].messages, "list_messages",
+            lambda last: self.store.list_messages(thread, limit=limit + 1, after_seq=last, user_id=None),
+        )  # fmt: skip
 
     @rule(
         t=st.integers(0, 1),
@@ -193,12 +216,19 @@ class EventStoreMachine(RuleBasedStateMachine):
             "category, filters applied before the limit, event_types=[] matching nothing\n"
             f" got seqs: {[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
         )
+        self.past_the_end(
+            self.model[thread].run_events(run), "list_events",
+            lambda last: self.store.list_events(thread, run, limit=limit + 1, after_seq=last, user_id=None),
+        )  # fmt: skip
 
-    @rule(t=st.integers(0, 1), run=st.sampled_from(RUNS), limit=limits, before=cursors, after=cursors)
+    @rule(t=st.integers(0, 1), run=st.sampled_from(RUNS), limit=limits, before=cursors, after=cursors,
+          latest=st.booleans())
     def list_messages_by_run(
-        self, t: int, run: str, limit: int, before: int | None, after: int | None
+        self, t: int, run: str, limit: int, before: int | None, after: int | None, latest: bool
     ) -> None:
         thread = self.threads[t]
+        if latest and self.model[thread].messages:
+            run = self.model[thread].messages[-1]["run_id"]  # half the time a run with messages
         got = self.call(
             self.store.list_messages_by_run(
                 thread, run, limit=limit, before_seq=before, after_seq=after, user_id=None
@@ -211,6 +241,10 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"(limit={limit}, before_seq={before}, after_seq={after}; cursors exclusive)\n"
             f" got seqs: {[r['seq'] for r in got]}\n expected: {[r['seq'] for r in expected]}"
         )
+        self.past_the_end(
+            rows, "list_messages_by_run",
+            lambda last: self.store.list_messages_by_run(thread, run, limit=limit + 1, after_seq=last, user_id=None),
+        )  # fmt: skip
 
     @rule(t=st.integers(0, 1), runs=st.one_of(st.none(), st.sets(st.sampled_from([*RUNS, "run-x"]))))
     def last_visible_ai(self, t: int, runs: set[str] | None) -> None:
@@ -266,6 +300,8 @@ class EventStoreMachine(RuleBasedStateMachine):
             records = [r for r in records if self.owners.get((thread, r["seq"])) == owner]
         seen = ThreadModel(records=list(records))
         fired("every read as one owner")
+        if any(self.owners.get((thread, r["seq"])) != owner for r in self.model[thread].records):
+            fired("every read as one owner, with events of others in the thread")
         where = f"contract: owner_filter: every read is scoped to the owner ({owner!r} through owner_scope)"
         ids = set(MESSAGE_IDS)
         identities = {f"message:{m}" for m in MESSAGE_IDS} | {"tool:call_1", "tool:call_2"}
@@ -280,6 +316,13 @@ class EventStoreMachine(RuleBasedStateMachine):
         got = call(self.store.list_messages(thread, limit=10_000))
         assert [core(r) for r in got] == seen.messages, f"{where}: list_messages"
         assert call(self.store.count_messages(thread)) == len(seen.messages), f"{where}: count_messages"
+        if len(seen.messages) > 1:
+            # A page from a cursor: the scope holds on paged reads, not only whole listings.
+            after = seen.messages[0]["seq"]
+            got = call(self.store.list_messages(thread, limit=2, after_seq=after))
+            assert [core(r) for r in got] == page(seen.messages, 2, None, after), (
+                f"{where}: list_messages(limit=2, after_seq={after})"
+            )
         assert list(call(self.store.list_runs(thread))) == run_summaries(seen.records), (
             f"{where}: list_runs (runs, event and message counts, first and last seq)"
         )
@@ -311,6 +354,7 @@ class EventStoreMachine(RuleBasedStateMachine):
         expected = len(model.run_events(run))
         assert got == expected, f"contract: delete_by_run returns how many events it deleted ({got} != {expected})"
         model.records = [r for r in model.records if r["run_id"] != run]
+        self.deleted.add(thread)
         fired("delete_by_run")
 
     @precondition(lambda self: any(m.records for m in self.model.values()))
@@ -323,6 +367,7 @@ class EventStoreMachine(RuleBasedStateMachine):
             f"contract: delete_by_thread returns how many events it deleted ({got} != {len(model.records)})"
         )
         model.records = []
+        self.deleted.add(thread)
         fired("delete_by_thread")
 
     # -- invariants -----------------------------------------------------------------
@@ -331,6 +376,8 @@ class EventStoreMachine(RuleBasedStateMachine):
     def thread_matches_model(self) -> None:
         for thread in self.threads:
             model = self.model[thread]
+            if thread in self.deleted:
+                fired("invariant: listings and counts after a delete")
             count = self.call(self.store.count_messages(thread, user_id=None))
             assert count == len(model.messages), (
                 f"contract: count_messages counts the thread's message events ({count} != {len(model.messages)})"
@@ -341,6 +388,10 @@ class EventStoreMachine(RuleBasedStateMachine):
             assert [core(r) for r in got] == model.messages, (
                 "contract: a thread holds exactly what was written and not deleted"
             )
+            self.past_the_end(
+                model.messages, "invariant: list_messages",
+                lambda last, thread=thread: self.store.list_messages(thread, limit=10, after_seq=last, user_id=None),
+            )  # fmt: skip
             runs = list(self.call(self.store.list_runs(thread, user_id=None)))
             assert runs == run_summaries(model.records), (
                 "contract: list_runs counts each run of the thread (events, messages, first and last "

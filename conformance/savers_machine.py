@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, _DeltaSnapshot
 
 from runstore.checkpoint.rules import FENCE_KEY
-from runstore.errors import StaleFenceError, ThreadDeletedError
+from runstore.errors import InvalidSaverInputError, StaleFenceError, ThreadDeletedError
 
 from .savers_checks import Saver, checkpoint_ids, collect, norm_writes
 from .savers_model import (
@@ -56,8 +56,9 @@ def fired(name: str) -> None:
 class SaverMachine(RuleBasedStateMachine):
     """Random saver operations checked against `SaverModel` after every step.
 
-    Threads, two namespaces each; puts on the latest or an older parent (forks), with
-    now and then a checkpoint id older than the head (written late); pending writes;
+    Threads (the first two ids ``t`` and ``t0``), two namespaces each; puts on the latest
+    or an older parent (forks), with now and then a checkpoint id older than the head
+    (written late); pending writes;
     get by id; list with thread, namespace, filter, before and limit; and, as declared,
     copy_thread, prune, delete_for_runs and the sync twins (each call picks the sync or
     the async API). ``mode`` is ``full`` (every channel stores a value or keeps its
@@ -72,9 +73,11 @@ class SaverMachine(RuleBasedStateMachine):
         self.saver: Saver = session.backend
         self.target = session.target
         self.tag = new_thread_id("machine")
+        # The second thread's id extends the first's (``t``/``t0``): every thread-scoped
+        # call, delete and listing must name exactly one thread.
         self.threads: list[str] = []
-        for _ in range(2):
-            self.threads.append(self.new_thread())
+        first = self.new_thread()
+        self.threads += [first, first + "0"]
         self.runs = [new_thread_id("run"), new_thread_id("run")]
         self.model = SaverModel()
         self.versions: dict[tuple[str, str, str], Any] = {}
@@ -216,6 +219,8 @@ class SaverMachine(RuleBasedStateMachine):
             values[ch] = (
                 _DeltaSnapshot(marker) if choice == "snapshot" else marker if choice == "plain" else EMPTY
             )
+        if base is not None and base.id != self.model.ids(tid, ns_name)[0]:
+            fired("fork (put on an older parent)")
         cid = self.late_ids.pop() if late and self.late_ids else new_checkpoint_id()
         if cid in self.model.ns(tid, ns_name):
             cid = new_checkpoint_id()
@@ -315,6 +320,10 @@ class SaverMachine(RuleBasedStateMachine):
     def list_thread(self, thread: int, ns: int | None, kind: str | None, before: int | None,
                     limit: int | None, use_sync: bool) -> None:
         tid = self.threads[thread]
+        if tid in self.tombstones:
+            fired("list a deleted thread while its tombstone stands")
+        elif self.deleted:
+            fired("list a thread after a delete")
         namespaces = _MACHINE_NAMESPACES if ns is None else [_MACHINE_NAMESPACES[ns]]
         rows = [(cid, n) for n in namespaces for cid in self.model.ids(tid, n)]
         kwargs: dict[str, Any] = {}
@@ -356,6 +365,8 @@ class SaverMachine(RuleBasedStateMachine):
     @rule(kind=st.one_of(st.none(), st.sampled_from(["x", "y"])), use_sync=st.booleans())
     def list_everywhere(self, kind: str | None, use_sync: bool) -> None:
         flt: dict[str, Any] = {"tag": self.tag}
+        if self.tombstones:
+            fired("list every thread while a tombstone stands")
         if kind is not None:
             flt["kind"] = kind
         got = sorted(
@@ -448,6 +459,8 @@ class SaverMachine(RuleBasedStateMachine):
         if root:
             self.tombstones[tid] = root[0]
         fired("delete_thread")
+        if any(other != tid and other.startswith(tid) for other in self.model.threads):
+            fired("delete_thread of an id another live thread extends")
         self.forget(before, "delete_thread", "delete_thread removes every namespace of the thread and nothing else")
 
     # -- invariants -------------------------------------------------------------------
@@ -455,6 +468,8 @@ class SaverMachine(RuleBasedStateMachine):
     @invariant()
     def every_checkpoint_matches(self) -> None:
         for tid in set(self.threads) | set(self.model.threads):
+            if tid in self.tombstones:
+                fired("invariant: a deleted thread listed against the model")
             for ns in _MACHINE_NAMESPACES:
                 listed = self.session.run(collect(self.saver, config_for(tid, ns=ns)))
                 assert checkpoint_ids(listed) == self.model.ids(tid, ns), (
@@ -488,7 +503,8 @@ class ThreadIndexSaverMachine(SaverMachine):
     def write_to_a_deleted_thread(self, pick: int, special: str, on_put: bool) -> None:
         """A write continuing a deleted thread (deleted now, unless one is) is refused and
         leaves no record behind."""
-        if not self.tombstones:
+        deleted_now = not self.tombstones
+        if deleted_now:
             thread = pick % 2
             if not self.model.ids(self.threads[thread], ""):
                 return
@@ -514,6 +530,8 @@ class ThreadIndexSaverMachine(SaverMachine):
             "contract: a refused write leaves the thread record as it was (a deleted thread stays deleted)"
         )
         self.last_contract = "a write refused on a deleted thread stores nothing"
+        if deleted_now:
+            self.last_contract = f"delete_thread removes every namespace of the thread and nothing else; {self.last_contract}"
 
     @precondition(lambda self: self.target.has("fencing"))
     @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20),
@@ -552,6 +570,35 @@ class ThreadIndexSaverMachine(SaverMachine):
         )
         self.last_contract = "a write refused for a stale token stores nothing"
 
+    @precondition(lambda self: self.target.has("checked_ids"))
+    @rule(thread=st.integers(0, 1), ns=st.integers(0, 1), pick=st.integers(0, 20))
+    def unstorable_metadata(self, thread: int, ns: int, pick: int) -> None:
+        """A put whose metadata no saver can store alike (a lone surrogate) is refused, and
+        the thread's record reads as before it (the invariants: nothing listed either)."""
+        stored = self.stored(thread, ns, pick)
+        if stored is None:
+            return
+        tid, ns_name = self.threads[thread], _MACHINE_NAMESPACES[ns]
+        before = self.record(tid)
+        fired("unstorable metadata refused")
+        metadata = {"source": "loop", "step": next(self.counter), "tag": self.tag, "kind": "x", "note": "bad\ud800"}
+        try:
+            self.session.run(self.saver.aput(
+                config_for(tid, stored.id, ns_name), make_checkpoint(new_checkpoint_id(), {}, {}),
+                as_metadata(metadata), {}))
+        except InvalidSaverInputError:
+            pass
+        else:
+            raise AssertionError(
+                "contract: metadata no saver can store alike (a lone surrogate) is refused with "
+                f"InvalidSaverInputError (namespace {ns_name!r}; it was stored)"
+            )
+        after = self.record(tid)
+        assert after == before, (
+            f"contract: a refused write leaves the thread record as it was\n before: {before}\n after:  {after}"
+        )
+        self.last_contract = "a put refused for its metadata stores nothing"
+
     @invariant()
     def thread_index_matches(self) -> None:
         """With ``thread_index``: each thread's record (or its absence, deleted or never
@@ -575,6 +622,8 @@ class ThreadIndexSaverMachine(SaverMachine):
                 f"checkpoint; last operation: {self.last_contract})"
             )
         fired("thread index checked against the model")
+        if self.tombstones:
+            fired("thread index checked while a tombstone stands")
         listed = {
             t.thread_id
             for t in self.session.run(

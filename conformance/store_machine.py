@@ -11,11 +11,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp
 
 from runstore.clock import ManualClock
+from runstore.store import matches_labels
 
 from .events_model import fresh_id
 from .store_model import StoreModel
@@ -61,6 +63,10 @@ class StoreMachine(RuleBasedStateMachine):
             self.store.clock = self.clock
         self.ttl = self.target.has("store_ttl") and self.clock is not None
         self.steps = 0
+        #: namespaces a delete left without a live item (listings over them are labelled)
+        self.emptied: set[tuple[str, ...]] = set()
+        #: whether a delete removed a live item in this example
+        self.deleted = False
 
     def teardown(self) -> None:
         for ns, key in list(self.model.items):
@@ -87,6 +93,19 @@ class StoreMachine(RuleBasedStateMachine):
             f"label) and cut to max_depth labels: got {sorted(found)}, expected {sorted(expected)}"
         )
 
+    def label_listing(self, what: str, prefix: tuple[str, ...]) -> None:
+        """Label a read over what a delete (or, after every step, an expiry) changed: how
+        often each is drawn."""
+        now = self.now()
+        live = self.model.live(now)
+        under = [k for k in self.model.items if matches_labels(k[0], "prefix", prefix)]
+        if what.startswith("invariant") and any(k not in live for k in under):
+            event(f"store machine: {what} over an expired, unswept item")
+        if self.deleted:
+            event(f"store machine: {what} after a delete")
+        if any(matches_labels(ns, "prefix", prefix) and not any(k[0] == ns for k in live) for ns in self.emptied):
+            event(f"store machine: {what} over a namespace a delete emptied")
+
     def draw_filter(self, data: st.DataObject) -> dict[str, Any] | None:
         """A filter the store declares it evaluates: plain equality always, comparisons and
         nested keys when declared."""
@@ -96,6 +115,8 @@ class StoreMachine(RuleBasedStateMachine):
         if self.target.has("store_nested_filters"):
             kinds += ["dotted", "nested", "nested_op"]
         kind = data.draw(st.sampled_from(kinds), label="filter kind")
+        if kind in ("dotted", "nested", "nested_op"):
+            event("store machine: a nested filter")
         value = data.draw(st.sampled_from(KINDS), label="kind value")
         bound = data.draw(st.integers(-21, 21), label="bound")
         tag = data.draw(st.sampled_from(TAGS), label="tag")
@@ -139,15 +160,25 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
-        namespace, key = self.ns(data), data.draw(st.sampled_from(KEYS), label="key")
+        # Mostly an item the model holds: a delete of a missing item changes nothing to
+        # check afterwards.
+        namespace, key = self.pick(data)
         self.session.run(self.store.adelete(namespace, key))
+        if self.model.get(namespace, key, self.now()) is not None:
+            self.deleted = True
+            event("store machine: delete of a live item")
+            if not any(ns == namespace and k != key for ns, k in self.model.live(self.now())):
+                self.emptied.add(namespace)
         self.model.delete(namespace, key)
 
     @precondition(lambda self: self.clock is not None)
-    @rule(seconds=st.sampled_from([30, 60, 90]))
+    @rule(seconds=st.sampled_from([30, 60, 90, 150]))
     def advance(self, seconds: int) -> None:
         assert self.clock is not None
+        live = len(self.model.live(self.now()))
         self.clock.advance(seconds)
+        if len(self.model.live(self.now())) < live:
+            event("store machine: advance expires an item")
 
     @precondition(lambda self: self.ttl)
     @rule()
@@ -195,6 +226,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.store.asearch(prefix, filter=filter, limit=limit, offset=offset, refresh_ttl=refresh)
         )
         expected = self.model.search(prefix, filter, self.now())
+        self.label_listing("search", prefix)
         keys = keys_of(got)
         assert len(set(keys)) == len(keys), f"contract: a search page lists each item once: {keys}"
         extra = sorted(set(keys) - expected.keys())
@@ -212,11 +244,17 @@ class StoreMachine(RuleBasedStateMachine):
             if refresh:
                 self.model.refresh(ns, key, self.now())
 
+    # Paging needs several items to page through, and half the time no filter to thin them.
+    @precondition(lambda self: len(self.model.live(self.now())) >= 2)
     @rule(data=st.data())
     def page_through(self, data: st.DataObject) -> None:
-        prefix, filter = self._scope(data), self.draw_filter(data)
+        prefix = self._scope(data)
+        filter = self.draw_filter(data) if data.draw(st.booleans(), label="filtered") else None
         size = data.draw(st.integers(1, 3), label="page size")
         expected = self.model.search(prefix, filter, self.now())
+        stamps = [item.updated_at for item in expected.values()]
+        if len(expected) > size and len(set(stamps)) < len(stamps):
+            event("store machine: pages through items tied on updated_at")
         seen: list[tuple[tuple[str, ...], str]] = []
         for offset in range(0, len(expected) + size, size):
             page = keys_of(
@@ -244,6 +282,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.store.alist_namespaces(prefix=prefix, suffix=suffix, max_depth=max_depth, limit=100)
         )
         what = f"list_namespaces(prefix={prefix}, suffix={suffix}, max_depth={max_depth})"
+        self.label_listing("list_namespaces", prefix)
         self.check_listing(got, prefix, suffix, max_depth, what)
 
     @invariant()
@@ -257,9 +296,29 @@ class StoreMachine(RuleBasedStateMachine):
             f"contract: search returns every live item under the prefix that match the filter None: "
             f"got {sorted(keys_of(everything))}, expected {sorted(expected)}"
         )
+        self.label_listing("invariant: search and list_namespaces", self.root)
         max_depth = [None, 1, 2, 3, 4][self.steps % 5]
         got = self.session.run(self.store.alist_namespaces(prefix=self.root, max_depth=max_depth, limit=100))
         self.check_listing(got, self.root, None, max_depth, f"list_namespaces(prefix={self.root}, max_depth={max_depth})")
+        if self.steps % 3 == 0:
+            self.page_root(expected)
+
+    def page_root(self, expected: dict[tuple[tuple[str, ...], str], Any]) -> None:
+        """Every item under the root in pages of two: items put at one instant tie on
+        updated_at, and pages must still neither repeat nor skip one of them."""
+        stamps = [item.updated_at for item in expected.values()]
+        if len(expected) > 2 and len(set(stamps)) < len(stamps):
+            event("store machine: invariant: pages through items tied on updated_at")
+        seen: list[tuple[tuple[str, ...], str]] = []
+        for offset in range(0, len(expected) + 2, 2):
+            page = keys_of(self.session.run(self.store.asearch(self.root, limit=2, offset=offset, refresh_ttl=False)))
+            seen += page
+            if len(page) < 2:
+                break
+        assert len(seen) == len(set(seen)) and set(seen) == expected.keys(), (
+            f"contract: search pages (limit=2, offset 0, 2, ...) never repeat an item and together list "
+            f"every live item under the prefix: got {seen}, expected {sorted(expected)}"
+        )
 
     @precondition(lambda self: self.target.has("store_ordered_batch"))
     @rule(data=st.data(), value=values())
