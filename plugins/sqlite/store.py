@@ -34,6 +34,7 @@ from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.store.base import StoreBase, store_config
 from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.vectorcache import VectorCache
 from runstore.urls import BackendURL
 
 from . import store_ops, vectors
@@ -72,6 +73,9 @@ class SqliteStore(StoreBase):
         self._reader: WorkerConnection | None = None
         self._writing = False
         self._vec = False
+        # Decoded vectors per namespace prefix, checked against the file's generation on
+        # every search (`runstore.store.vectorcache`); none without an index.
+        self._vectors = None if index is None else VectorCache()
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -135,7 +139,7 @@ class SqliteStore(StoreBase):
                 ctx = store_ops.Context(now, dims, self._vec, write=True)
                 outcome: store_ops.Outcome = await settle(commits.submit(store_ops.write_batch, steps, ctx))
             else:
-                ctx = store_ops.Context(now, dims, self._vec)
+                ctx = store_ops.Context(now, dims, self._vec, cache=self._vectors)
                 outcome = await commits.read(reader, store_ops.read_batch, steps, ctx)
                 if outcome.refresh:
                     await settle(commits.submit(store_ops.refresh, outcome.refresh))
