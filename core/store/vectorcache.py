@@ -71,11 +71,12 @@ class VectorCache:
         self._entries: OrderedDict[tuple[str, ...], Vectors] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, prefix: tuple[str, ...], generation: int, dims: int) -> Vectors | None:
-        """The vectors under ``prefix`` if they were read at ``generation`` with ``dims``."""
+    def get(self, prefix: tuple[str, ...], dims: int, generation: int | None = None) -> Vectors | None:
+        """The vectors under ``prefix`` with ``dims``, if read at ``generation`` (``None``:
+        whichever they were read at; the caller then checks it)."""
         with self._lock:
             entry = self._entries.get(prefix)
-            if entry is None or entry.generation != generation or entry.dims != dims:
+            if entry is None or entry.dims != dims or generation not in (None, entry.generation):
                 return None
             self._entries.move_to_end(prefix)
             return entry

@@ -30,7 +30,8 @@ from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.store.base import StoreBase, store_config
-from runstore.store.sqlbatch import prepare
+from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.vectorcache import VectorCache
 from runstore.urls import BackendURL
 
 from . import store_sql
@@ -69,6 +70,9 @@ class PostgresStore(StoreBase, FromEngine):
         )
         # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
         super().__init__(index=index, ttl=ttl)
+        # Decoded vectors per namespace prefix, checked against the database's vector
+        # generation on every search (`runstore.store.vectorcache`); none without an index.
+        self._vectors = None if index is None else VectorCache()
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -103,8 +107,9 @@ class PostgresStore(StoreBase, FromEngine):
         if not steps:
             return []
         dims = None if self.index_rules is None else self.index_rules.dims
-        ctx = store_sql.Context(to_micros(self.now()), dims)
         write = store_sql.writes(steps)
+        puts = any(isinstance(step, PutStep) for step in steps)
+        ctx = store_sql.Context(to_micros(self.now()), dims, None if puts else self._vectors)
         # One statement commits (or not) by itself: no BEGIN and COMMIT round trips.
         begin = None
         if not store_sql.one_statement(steps):

@@ -408,7 +408,7 @@ def _cached_nearest(
     generation is read in the batch's read transaction, so it matches what it sees."""
     assert ctx.cache is not None and ctx.dims is not None and step.query_vector is not None
     generation = conn.execute(f"SELECT n FROM {GENERATION}").fetchone()[0]
-    entry = ctx.cache.get(step.namespace_prefix, generation, ctx.dims)
+    entry = ctx.cache.get(step.namespace_prefix, ctx.dims, generation)
     if entry is None:
         params: list[Any] = []
         vector_prefix = prefix_condition("v.prefix", step.namespace_prefix, params)
