@@ -320,6 +320,11 @@ def test_semantic_search_sees_other_writers_at_once(opener: Callable[..., Opened
     # An item no longer embedded (put with index=False) is no longer ranked by its vector.
     writer.put(("cached", str(int(after[0][1:]) % 2)), after[0], {"text": "x"}, index=False)
     assert reader.search(("cached",), query=query, limit=5)[0].key == after[1]
+    # A sweep (which folds PostgreSQL's change log) changes no ranking; later writes still count.
+    writer.sweep_expired()
+    assert reader.search(("cached",), query=query, limit=5)[0].key == after[1]
+    writer.put(("cached", "0"), "back", {"text": query})
+    assert reader.search(("cached",), query=query, limit=1)[0].key == "back"
 
 
 # --- one batch, one transaction --------------------------------------------------------
