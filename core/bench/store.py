@@ -32,7 +32,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ class _Vectors:
         self._by_text = {_value(i)["text"]: self.matrix[i] for i in range(items)}
         self._by_text.update({f"query {q}": self.queries[q] for q in range(queries)})
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self._by_text[t].tolist() for t in texts]
 
 

@@ -6,10 +6,12 @@ the item and replaces its vectors, a read refreshes the expiries of what it retu
 So a single op is one round trip; a batch of several runs its statements in order
 inside one ``BEGIN`` ... ``COMMIT`` (`PostgresStore.abatch`).
 
-Vectors are float32 ``bytea`` (no server extension needed). A semantic search reads the
-candidates' vectors and ranks them with numpy on the client (`runstore.store.sqlbatch.rank`):
-measured on 10,000 384-dimension vectors, that took about 36 ms where scoring
-``float4[]`` arrays in SQL (``unnest``) took about 640 ms.
+Vectors are float32 ``bytea`` (no server extension needed). A semantic search ranks the
+vectors on the client with numpy: from the store's vector cache (`_nearest`, valid at the
+generation summed from ``runstore_store_vector_changes``, which a trigger appends to on
+every write to the vectors), else by reading the candidates' vectors
+(`runstore.store.sqlbatch.rank`): measured on 10,000 384-dimension vectors, that took
+about 36 ms where scoring ``float4[]`` arrays in SQL (``unnest``) took about 640 ms.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ class SqliteStore(StoreBase):
     """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
 
     ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with
-    sqlite-vec, `runstore.plugins.sqlite.vectors`); ``ttl`` is LangGraph's `TTLConfig`.
+    vectors cached in memory, sqlite-vec when those cannot decide:
+    `runstore.plugins.sqlite.store_ops`); ``ttl`` is LangGraph's `TTLConfig`.
     """
 
     #: URL query options the store accepts (none).

@@ -6,10 +6,13 @@ writes runs as one op of the file's write queue (`runstore.plugins.sqlite.commit
 a batch that only reads runs in one read transaction (one snapshot), and hands back
 the items whose expiry a read refreshes, which the store then writes in one op.
 
-Vectors are float32 blobs in ``runstore_store_vectors`` (sqlite-vec's layout). With
-sqlite-vec's functions on the connection (`runstore.plugins.sqlite.vectors`) a semantic
-search ranks inside SQL (``vec_distance_cosine``); without them it reads the candidates'
-vectors and ranks them with numpy (`Scorer`), with the same result.
+Vectors are float32 blobs in ``runstore_store_vectors`` (sqlite-vec's layout). A
+semantic search finds the nearest vectors in the store's vector cache
+(`runstore.store.vectorcache`, valid at the file's generation in
+``runstore_store_generation``, which triggers bump on every write to the vectors). When
+those cannot decide the page, it ranks inside SQL with sqlite-vec's functions on the
+connection (`runstore.plugins.sqlite.vectors`, ``vec_distance_cosine``), or without them
+reads the candidates' vectors and ranks them with numpy (`Scorer`), with the same result.
 """
 
 from __future__ import annotations
