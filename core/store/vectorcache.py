@@ -66,9 +66,11 @@ class VectorCache:
 
     Thread-safe: a store's reads may run on more than one connection thread."""
 
-    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(self, budget: int = DEFAULT_BUDGET, *, track_reloads: bool = False) -> None:
         self.budget = budget
+        self._track = track_reloads
         self._entries: OrderedDict[tuple[str, ...], Vectors] = OrderedDict()
+        self._reloaded: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
 
     def get(self, prefix: tuple[str, ...], dims: int, generation: int | None = None) -> Vectors | None:
@@ -82,14 +84,23 @@ class VectorCache:
             return entry
 
     def put(self, prefix: tuple[str, ...], entry: Vectors) -> None:
-        """Keep ``entry`` for ``prefix`` (not when it alone exceeds the budget)."""
+        """Keep ``entry`` for ``prefix`` (not when it alone exceeds the budget); with
+        ``track_reloads``, `reloaded` then holds ``prefix`` until taken."""
         with self._lock:
+            if self._track:
+                self._reloaded.add(prefix)
             self._entries.pop(prefix, None)
             if entry.matrix.nbytes > self.budget:
                 return
             self._entries[prefix] = entry
             while sum(e.matrix.nbytes for e in self._entries.values()) > self.budget:
                 self._entries.popitem(last=False)
+
+    def reloaded(self) -> list[tuple[str, ...]]:
+        """The prefixes whose vectors were read since the last call (each once)."""
+        with self._lock:
+            taken, self._reloaded = list(self._reloaded), set()
+            return taken
 
     def clear(self) -> None:
         """Forget every prefix."""

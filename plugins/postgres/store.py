@@ -18,8 +18,9 @@ waits for its call to commit or roll back (`runstore.cancellation.settle`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -38,6 +39,8 @@ from . import store_sql
 from .connections import PostgresCalls
 from .engine import URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
+
+log = logging.getLogger(__name__)
 
 BACKEND = "postgres memory store"
 _CLOSED = "this postgres memory store is closed"
@@ -72,7 +75,7 @@ class PostgresStore(StoreBase, FromEngine):
         super().__init__(index=index, ttl=ttl)
         # Decoded vectors per namespace prefix, checked against the database's vector
         # generation on every search (`runstore.store.vectorcache`); none without an index.
-        self._vectors = None if index is None else VectorCache()
+        self._vectors = None if index is None else VectorCache(track_reloads=True)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -119,7 +122,25 @@ class PostgresStore(StoreBase, FromEngine):
                 lambda conn: store_sql.run_steps(conn, steps, ctx), operation="batch", write=write, begin=begin
             )
         )
+        if self._vectors is not None:
+            await self._fold(self._vectors.reloaded())
         return results
+
+    async def _fold(self, prefixes: Sequence[tuple[str, ...]]) -> None:
+        """Fold the change log under prefixes whose vectors a search just read again, so
+        the next searches sum a row per namespace, not one per write (10,000 rows cost
+        about 2 ms a search). Only an optimization: a failure is logged, not raised."""
+        for prefix in prefixes:
+
+            async def fold(conn: Any, prefix: tuple[str, ...] = prefix) -> None:
+                await store_sql.fold(conn, prefix)
+
+            try:
+                await settle(
+                    self._leases.run(fold, operation="fold vector changes", write=True, idempotent=True)
+                )
+            except Exception as exc:  # the search has its answer; the next sweep folds
+                log.debug("%s: folding the vector change log failed: %s", BACKEND, exc)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """`abatch` from another thread than the store's event loop."""

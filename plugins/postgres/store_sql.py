@@ -267,13 +267,23 @@ async def sweep(conn: Any, now: int) -> int:
 )
 SELECT count(*) FROM gone"""
     swept = int(await conn.fetchval(sql(text), now))
-    # The change log folded to one row per namespace: the sums, and so the generations,
-    # stay what they were (a concurrent fold deletes only the rows its snapshot saw).
-    await conn.execute(
-        f"""WITH folded AS (DELETE FROM {CHANGES} RETURNING prefix, weight)
-INSERT INTO {CHANGES} (prefix, weight) SELECT prefix, sum(weight) FROM folded GROUP BY prefix"""
-    )
+    await fold(conn, ())
     return swept
+
+
+async def fold(conn: Any, prefix: tuple[str, ...]) -> None:
+    """Fold the change log under ``prefix`` (``()``: all of it) to one row per namespace:
+    the sums, and so the generations, stay what they were (a concurrent fold deletes
+    only the rows its snapshot saw), and summing them reads fewer rows."""
+    params: list[Any] = []
+    where = prefix_condition("prefix", prefix, params)
+    await conn.execute(
+        sql(
+            f"""WITH folded AS (DELETE FROM {CHANGES} WHERE {where} RETURNING prefix, weight)
+INSERT INTO {CHANGES} (prefix, weight) SELECT prefix, sum(weight) FROM folded GROUP BY prefix"""
+        ),
+        *params,
+    )
 
 
 async def _get(conn: Any, step: GetStep, ctx: Context) -> Item | None:
