@@ -12,7 +12,8 @@ other in that process:
 - ``semantic_search``: ``--queries`` ``asearch(query=...)`` calls, ``limit=10``, over
   ``--items`` items embedded as ``--dims``-dimension vectors (an embeddings function
   handing out precomputed random vectors, so no model is timed), next to a numpy
-  brute-force scan of the same vectors held in memory (backend ``numpy``).
+  brute-force scan of the same vectors held in memory (backend ``numpy``), which embeds
+  its query through the same wrapper, so the embedding call costs both sides alike.
 
 After the puts both databases are analyzed (``ANALYZE``: the planner statistics a
 database that has run a while has; a fresh PostgreSQL table planned a filtered search
@@ -31,7 +32,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ class _Vectors:
         self._by_text = {_value(i)["text"]: self.matrix[i] for i in range(items)}
         self._by_text.update({f"query {q}": self.queries[q] for q in range(queries)})
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self._by_text[t].tolist() for t in texts]
 
 
@@ -198,12 +199,19 @@ def _semantic_call(store: Any, prefix: str, items: int, queries: int) -> Call:
 
 
 def _numpy_call(vectors: _Vectors) -> Call:
-    """The brute-force reference: cosine of a query against every vector held in memory."""
+    """The brute-force reference: cosine of a query against every vector held in memory.
+
+    The query is embedded through the same wrapper the stores use (LangGraph's
+    ``ensure_embeddings``, which runs a plain function on an executor thread), so the
+    embedding costs both sides alike."""
+    from langgraph.store.base import ensure_embeddings
+
+    embeddings = ensure_embeddings(vectors.embed)
     matrix = vectors.matrix
     norms = np.linalg.norm(matrix, axis=1)
 
     async def scan(q: int) -> None:
-        query = vectors.queries[q % len(vectors.queries)]
+        query = np.asarray(await embeddings.aembed_query(f"query {q % len(vectors.queries)}"), dtype=np.float32)
         scores = (matrix @ query) / (norms * float(np.linalg.norm(query)))
         top = np.argpartition(-scores, K)[:K]
         top[np.argsort(-scores[top])]

@@ -166,9 +166,11 @@ class FilterSql:
         else:
             return None
         if self.equal_needs_type(wanted):
-            kind = self._type_in(path, names, params)
+            # The comparison first: it rules out most rows, and the type check (another
+            # parse of the value on sqlite) then runs only on the rows it kept.
             equal = f"COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE)"
-            return f"({kind} AND {equal})"
+            kind = self._type_in(path, names, params)
+            return f"({equal} AND {kind})"
         return f"COALESCE({self.member(path, params)} = {self.operand(wanted, params)}, FALSE)"
 
     def _type_in(self, path: tuple[str, ...], names: tuple[str, ...], params: list[Any]) -> str:

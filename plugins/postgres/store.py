@@ -18,8 +18,9 @@ waits for its call to commit or roll back (`runstore.cancellation.settle`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,7 +30,8 @@ from runstore.clock import to_micros
 from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.store.base import StoreBase, store_config
-from runstore.store.sqlbatch import prepare
+from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.vectorcache import VectorCache
 from runstore.urls import BackendURL
 
 from . import store_sql
@@ -37,6 +39,8 @@ from .connections import PostgresCalls
 from .engine import URL_OPTIONS, FromEngine, shared_database
 from .settings import PostgresTimeouts
 from .store_bulk import PostgresStoreBulk
+
+log = logging.getLogger(__name__)
 
 BACKEND = "postgres memory store"
 _CLOSED = "this postgres memory store is closed"
@@ -71,6 +75,9 @@ class PostgresStore(PostgresStoreBulk, StoreBase, FromEngine):
         )
         # The checked index and TTL rules, the clock (tests swap in a `ManualClock`).
         super().__init__(index=index, ttl=ttl)
+        # Decoded vectors per namespace prefix, checked against the database's vector
+        # generation on every search (`runstore.store.vectorcache`); none without an index.
+        self._vectors = None if index is None else VectorCache(track_reloads=True)
 
     @classmethod
     async def open(
@@ -104,8 +111,9 @@ class PostgresStore(PostgresStoreBulk, StoreBase, FromEngine):
         if not steps:
             return []
         dims = None if self.index_rules is None else self.index_rules.dims
-        ctx = store_sql.Context(to_micros(self.now()), dims)
         write = store_sql.writes(steps)
+        puts = any(isinstance(step, PutStep) for step in steps)
+        ctx = store_sql.Context(to_micros(self.now()), dims, None if puts else self._vectors)
         # One statement commits (or not) by itself: no BEGIN and COMMIT round trips.
         begin = None
         if not store_sql.one_statement(steps):
@@ -115,7 +123,25 @@ class PostgresStore(PostgresStoreBulk, StoreBase, FromEngine):
                 lambda conn: store_sql.run_steps(conn, steps, ctx), operation="batch", write=write, begin=begin
             )
         )
+        if self._vectors is not None:
+            await self._fold(self._vectors.reloaded())
         return results
+
+    async def _fold(self, prefixes: Sequence[tuple[str, ...]]) -> None:
+        """Fold the change log under prefixes whose vectors a search just read again, so
+        the next searches sum a row per namespace, not one per write (10,000 rows cost
+        about 2 ms a search). Only an optimization: a failure is logged, not raised."""
+        for prefix in prefixes:
+
+            async def fold(conn: Any, prefix: tuple[str, ...] = prefix) -> None:
+                await store_sql.fold(conn, prefix)
+
+            try:
+                await settle(
+                    self._leases.run(fold, operation="fold vector changes", write=True, idempotent=True)
+                )
+            except Exception as exc:  # the search has its answer; the next sweep folds
+                log.debug("%s: folding the vector change log failed: %s", BACKEND, exc)
 
     async def asweep_expired(self) -> int:
         """Delete the items whose TTL has passed (and their vectors); return how many."""

@@ -6,10 +6,12 @@ the item and replaces its vectors, a read refreshes the expiries of what it retu
 So a single op is one round trip; a batch of several runs its statements in order
 inside one ``BEGIN`` ... ``COMMIT`` (`PostgresStore.abatch`).
 
-Vectors are float32 ``bytea`` (no server extension needed). A semantic search reads the
-candidates' vectors and ranks them with numpy on the client (`runstore.store.sqlbatch.rank`):
-measured on 10,000 384-dimension vectors, that took about 36 ms where scoring
-``float4[]`` arrays in SQL (``unnest``) took about 640 ms.
+Vectors are float32 ``bytea`` (no server extension needed). A semantic search ranks the
+vectors on the client with numpy: from the store's vector cache (`_nearest`, valid at the
+generation summed from ``runstore_store_vector_changes``, which a trigger appends to on
+every write to the vectors), else by reading the candidates' vectors
+(`runstore.store.sqlbatch.rank`): measured on 10,000 384-dimension vectors, that took
+about 36 ms where scoring ``float4[]`` arrays in SQL (``unnest``) took about 640 ms.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ from runstore.store.sqlbatch import (
     search_item_of,
 )
 from runstore.store.sqlplan import FilterSql, decode_namespace, prefix_condition
+from runstore.store.vectorcache import VectorCache, decode
 from runstore.validation import dumps
 
 from .engine import POSTGRES
 
 ITEMS = "runstore_store_items"
 VECTORS = "runstore_store_vectors"
+CHANGES = "runstore_store_vector_changes"
 COMPONENT = "store"
 
 MIGRATIONS: list[Migration] = [
@@ -77,7 +81,33 @@ MIGRATIONS: list[Migration] = [
 )""",
         ],
         "memory store items and their embedded fields",
-    )
+    ),
+    Migration(
+        2,
+        [
+            # One row per change to the vectors (a trigger, so every writer in every
+            # process counts), summed per namespace range: the generation the searches'
+            # vector cache is valid at. Rows are only inserted, never updated, so writers
+            # never wait on each other; the sweep folds them into one row per namespace
+            # (same sums).
+            f"CREATE TABLE {CHANGES} (prefix BYTEA NOT NULL, weight BIGINT NOT NULL DEFAULT 1)",
+            f"CREATE INDEX {CHANGES}_prefix ON {CHANGES} (prefix) INCLUDE (weight)",
+            f"""CREATE FUNCTION {VECTORS}_changed() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        INSERT INTO {CHANGES} (prefix) VALUES (OLD.prefix);
+    END IF;
+    IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.prefix <> OLD.prefix) THEN
+        INSERT INTO {CHANGES} (prefix) VALUES (NEW.prefix);
+    END IF;
+    RETURN NULL;
+END $$""",
+            f"CREATE TRIGGER {VECTORS}_changed AFTER INSERT OR UPDATE OR DELETE ON {VECTORS} "
+            f"FOR EACH ROW EXECUTE FUNCTION {VECTORS}_changed()",
+        ],
+        "a change log of the embedded fields (vector cache validity)",
+    ),
 ]
 
 #: The order of a search without a query (and of ties among equal scores).
@@ -142,10 +172,12 @@ def sql(text: str) -> str:
 
 @dataclass(frozen=True)
 class Context:
-    """The batch's time and the index's dimensions."""
+    """The batch's time, the index's dimensions and the store's vector cache (``None``
+    in a batch that writes: its uncommitted changes must never be cached)."""
 
     now: int
     dims: int | None
+    cache: VectorCache | None = None
 
 
 #: Writing an item (an expired one's created_at restarts).
@@ -234,7 +266,24 @@ async def sweep(conn: Any, now: int) -> int:
     DELETE FROM {VECTORS} v USING gone WHERE v.prefix = gone.prefix AND v.key = gone.key
 )
 SELECT count(*) FROM gone"""
-    return int(await conn.fetchval(sql(text), now))
+    swept = int(await conn.fetchval(sql(text), now))
+    await fold(conn, ())
+    return swept
+
+
+async def fold(conn: Any, prefix: tuple[str, ...]) -> None:
+    """Fold the change log under ``prefix`` (``()``: all of it) to one row per namespace:
+    the sums, and so the generations, stay what they were (a concurrent fold deletes
+    only the rows its snapshot saw), and summing them reads fewer rows."""
+    params: list[Any] = []
+    where = prefix_condition("prefix", prefix, params)
+    await conn.execute(
+        sql(
+            f"""WITH folded AS (DELETE FROM {CHANGES} WHERE {where} RETURNING prefix, weight)
+INSERT INTO {CHANGES} (prefix, weight) SELECT prefix, sum(weight) FROM folded GROUP BY prefix"""
+        ),
+        *params,
+    )
 
 
 async def _get(conn: Any, step: GetStep, ctx: Context) -> Item | None:
@@ -321,6 +370,10 @@ async def _ranked(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
     """A semantic search whose filter the SQL decides: only the candidates' vectors travel;
     the page's items are read once ranked, then unembedded items fill what is left."""
     assert step.query_vector is not None and ctx.dims is not None
+    if ctx.cache is not None:
+        top = await _nearest(conn, step, ctx, ctx.cache)
+        if top is not None:
+            return top
     params: list[Any] = []
     where = _where(step, ctx, params)
     vectors = await conn.fetch(
@@ -330,7 +383,7 @@ async def _ranked(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
         ),
         *params,
     )
-    ranked = rank_keys(vectors, step.query_vector, ctx.dims)
+    ranked, embedded = rank_keys(vectors, step.query_vector, ctx.dims, step.offset + step.limit)
     wanted = ranked[step.offset : step.offset + step.limit]
     found: list[Any] = []
     if wanted:
@@ -343,12 +396,12 @@ async def _ranked(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
         )  # fmt: skip
         by_key = {(r[0], r[1]): r for r in rows}
         found = [(*by_key[(p, k)], score) for p, k, score in wanted if (p, k) in by_key]
-    missing = step.offset + step.limit - len(ranked)
+    missing = step.offset + step.limit - embedded
     if len(found) < step.limit and missing > 0:
         params = []
         where = _where(step, ctx, params)
         params.append(ctx.dims * 4)
-        params.extend([min(missing, step.limit - len(found)), max(0, step.offset - len(ranked))])
+        params.extend([min(missing, step.limit - len(found)), max(0, step.offset - embedded)])
         found += await conn.fetch(
             sql(
                 f"SELECT {_COLUMNS}, NULL::float8 FROM {ITEMS} i WHERE {where} AND NOT EXISTS ("
@@ -358,6 +411,86 @@ async def _ranked(conn: Any, step: SearchStep, ctx: Context) -> list[Any]:
             *params,
         )
     return found
+
+
+#: How many vectors `_nearest` reads per result it needs (room for filtered-out items).
+_OVERFETCH = 4
+
+
+def _generation(step: SearchStep, params: list[Any]) -> str:
+    """SQL for the vector generation under the search's prefix (the change log's sum)."""
+    where = prefix_condition("c.prefix", step.namespace_prefix, params)
+    return f"(SELECT COALESCE(sum(c.weight), 0)::bigint FROM {CHANGES} c WHERE {where})"
+
+
+async def _nearest(conn: Any, step: SearchStep, ctx: Context, cache: VectorCache) -> list[Any] | None:
+    """The page from the nearest cached vectors alone, or ``None`` when they cannot decide
+    it (then `_ranked` reads every vector). Fetching the 10,000 vectors of a prefix for
+    each query cost about 150 ms; the cache (`runstore.store.vectorcache`) is checked
+    against the generation in the same statement that reads the candidates' items, so
+    both come from one snapshot. The candidates are the nearest ``_OVERFETCH`` times the
+    needed vectors; if enough of them pass the filter and the last one read scores below
+    the last one kept (no tie cut off), that is the page."""
+    assert step.query_vector is not None and ctx.dims is not None
+    wanted = step.offset + step.limit
+    if step.limit == 0:
+        return []
+    fetch = wanted * _OVERFETCH + 16
+    entry = cache.get(step.namespace_prefix, ctx.dims)  # checked against the generation below
+    for _ in range(2):
+        if entry is None:
+            entry = await _load_vectors(conn, step, ctx.dims)
+            if entry is None:
+                return None
+            cache.put(step.namespace_prefix, entry)
+        nearest = entry.nearest(step.query_vector, fetch)
+        if nearest is None:
+            return None  # every vector would be read: the unembedded items may be needed too
+        best: dict[tuple[bytes, str], float] = {}
+        for prefix, key, score in nearest:
+            best.setdefault((prefix, key), score)  # the first is the item's best (descending)
+        params: list[Any] = []
+        generation = _generation(step, params)
+        params.extend([[p for p, _ in best], [k for _, k in best]])
+        where = _where(step, ctx, params)
+        rows = await conn.fetch(
+            sql(
+                f"SELECT {generation}, r.* FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                f"SELECT {_COLUMNS} FROM unnest(?::bytea[], ?::text[]) AS t(p, k) "
+                f"JOIN {ITEMS} i ON i.prefix = t.p AND i.key = t.k WHERE {where}) AS r ON TRUE"
+            ),
+            *params,
+        )
+        if rows[0][0] != entry.generation:
+            entry = None  # another writer changed the vectors since they were read
+            continue
+        kept = sorted(
+            ((*row[1:], best[(row[1], row[2])]) for row in rows if row[1] is not None),
+            key=lambda r: (-r[6], -int(r[4]), r[0], r[1]),
+        )
+        if len(kept) < wanted or not kept[wanted - 1][6] > nearest[-1][2]:
+            return None
+        return kept[step.offset : wanted]
+    return None
+
+
+async def _load_vectors(conn: Any, step: SearchStep, dims: int) -> Any:
+    """Every vector under the search's prefix with its generation, one snapshot; ``None``
+    when there are none."""
+    params: list[Any] = []
+    generation = _generation(step, params)
+    vector_prefix = prefix_condition("v.prefix", step.namespace_prefix, params)
+    params.append(dims * 4)
+    rows = await conn.fetch(
+        sql(
+            f"SELECT {generation}, v.prefix, v.key, v.embedding FROM {VECTORS} v "
+            f"WHERE {vector_prefix} AND length(v.embedding) = ?"
+        ),
+        *params,
+    )
+    if not rows:
+        return None
+    return decode(int(rows[0][0]), dims, [(r[1], r[2], r[3]) for r in rows])
 
 
 async def _refresh(conn: Any, keys: Sequence[tuple[bytes, str]], ctx: Context) -> None:

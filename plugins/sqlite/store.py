@@ -33,6 +33,7 @@ from runstore.options import BackendOptions
 from runstore.sql.migrations import Migration, ensure_schema
 from runstore.store.base import StoreBase, store_config
 from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.vectorcache import VectorCache
 from runstore.urls import BackendURL
 
 from . import store_ops, vectors
@@ -49,7 +50,8 @@ class SqliteStore(SqliteStoreBulk, StoreBase):
     """LangGraph `BaseStore` in a sqlite file: filters in SQL, TTL, semantic search.
 
     ``index={"dims", "embed", "fields"}`` enables semantic search (ranked with
-    sqlite-vec, `runstore.plugins.sqlite.vectors`); ``ttl`` is LangGraph's `TTLConfig`.
+    vectors cached in memory, sqlite-vec when those cannot decide:
+    `runstore.plugins.sqlite.store_ops`); ``ttl`` is LangGraph's `TTLConfig`.
     """
 
     closed_message = _CLOSED
@@ -74,6 +76,9 @@ class SqliteStore(SqliteStoreBulk, StoreBase):
         self._reader: WorkerConnection | None = None
         self._writing = False
         self._vec = False
+        # Decoded vectors per namespace prefix, checked against the file's generation on
+        # every search (`runstore.store.vectorcache`); none without an index.
+        self._vectors = None if index is None else VectorCache()
 
     @classmethod
     async def open(
@@ -136,7 +141,7 @@ class SqliteStore(SqliteStoreBulk, StoreBase):
                 ctx = store_ops.Context(now, dims, self._vec, write=True)
                 outcome: store_ops.Outcome = await settle(commits.submit(store_ops.write_batch, steps, ctx))
             else:
-                ctx = store_ops.Context(now, dims, self._vec)
+                ctx = store_ops.Context(now, dims, self._vec, cache=self._vectors)
                 outcome = await commits.read(reader, store_ops.read_batch, steps, ctx)
                 if outcome.refresh:
                     await settle(commits.submit(store_ops.refresh, outcome.refresh))

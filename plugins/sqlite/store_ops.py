@@ -6,17 +6,20 @@ writes runs as one op of the file's write queue (`runstore.plugins.sqlite.commit
 a batch that only reads runs in one read transaction (one snapshot), and hands back
 the items whose expiry a read refreshes, which the store then writes in one op.
 
-Vectors are float32 blobs in ``runstore_store_vectors`` (sqlite-vec's layout). With
-sqlite-vec's functions on the connection (`runstore.plugins.sqlite.vectors`) a semantic
-search ranks inside SQL (``vec_distance_cosine``); without them it reads the candidates'
-vectors and ranks them with numpy (`Scorer`), with the same result.
+Vectors are float32 blobs in ``runstore_store_vectors`` (sqlite-vec's layout). A
+semantic search finds the nearest vectors in the store's vector cache
+(`runstore.store.vectorcache`, valid at the file's generation in
+``runstore_store_generation``, which triggers bump on every write to the vectors). When
+those cannot decide the page, it ranks inside SQL with sqlite-vec's functions on the
+connection (`runstore.plugins.sqlite.vectors`, ``vec_distance_cosine``), or without them
+reads the candidates' vectors and ranks them with numpy (`Scorer`), with the same result.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langgraph.store.base import Item, Result
@@ -36,10 +39,12 @@ from runstore.store.sqlbatch import (
     search_item_of,
 )
 from runstore.store.sqlplan import FilterSql, decode_namespace, prefix_condition
+from runstore.store.vectorcache import VectorCache, decode
 from runstore.validation import loads
 
 ITEMS = "runstore_store_items"
 VECTORS = "runstore_store_vectors"
+GENERATION = "runstore_store_generation"
 COMPONENT = "store"
 
 MIGRATIONS: list[Migration] = [
@@ -68,7 +73,22 @@ MIGRATIONS: list[Migration] = [
 )""",
         ],
         "memory store items and their embedded fields",
-    )
+    ),
+    Migration(
+        2,
+        [
+            f"CREATE TABLE {GENERATION} (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL)",
+            f"INSERT INTO {GENERATION} (id, n) VALUES (0, 0)",
+            # Every change to the vectors, by any writer in any process, counts: the
+            # searches' vector cache is valid only at the generation it was read at.
+            *(
+                f"CREATE TRIGGER {VECTORS}_{event.lower()} AFTER {event} ON {VECTORS} "
+                f"BEGIN UPDATE {GENERATION} SET n = n + 1; END"
+                for event in ("INSERT", "UPDATE", "DELETE")
+            ),
+        ],
+        "a generation counter of the embedded fields (vector cache validity)",
+    ),
 ]
 
 #: The order of a search without a query (and of ties among equal scores).
@@ -129,13 +149,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Context:
-    """The batch's time, the index's dimensions, whether sqlite-vec ranks in SQL and
-    whether the batch runs in a write transaction (refreshes are then written at once)."""
+    """The batch's time, the index's dimensions, whether sqlite-vec ranks in SQL,
+    whether the batch runs in a write transaction (refreshes are then written at once)
+    and the store's vector cache."""
 
     now: int
     dims: int | None
     vec: bool
     write: bool = False
+    cache: VectorCache | None = None
 
 
 def write_batch(conn: sqlite3.Connection, steps: Sequence[Step], ctx: Context) -> Outcome:
@@ -147,7 +169,8 @@ def write_batch(conn: sqlite3.Connection, steps: Sequence[Step], ctx: Context) -
 def read_batch(conn: sqlite3.Connection, steps: Sequence[Step], ctx: Context) -> Outcome:
     """Run read-only ``steps`` in one read transaction; expiries to refresh handed back."""
     if conn.in_transaction:
-        return _run(conn, steps, ctx)
+        # Someone else's transaction, which may yet roll back: no vector cache (`_cached`).
+        return _run(conn, steps, replace(ctx, cache=None))
     conn.execute("BEGIN")
     try:
         return _run(conn, steps, ctx)
@@ -287,7 +310,7 @@ def _value(row: Sequence[Any]) -> Any:
 def _ranked(conn: sqlite3.Connection, step: SearchStep, ctx: Context) -> list[Any]:
     """A semantic search: items by their best field's cosine similarity, unembedded ones last."""
     assert step.query_vector is not None and ctx.dims is not None
-    if ctx.vec and step.rendered.exact:
+    if step.rendered.exact and (ctx.vec or _cached(ctx)):
         top = _nearest(conn, step, ctx)
         if top is not None:
             return top
@@ -330,33 +353,40 @@ def _nearest(conn: sqlite3.Connection, step: SearchStep, ctx: Context) -> list[A
     (expiry and filter checked in SQL). If enough of them pass and the last vector read
     scores below the last one kept (no tie cut off), that is the page; otherwise the
     full query decides (unembedded items to fill in, or a filter that dropped too many).
+    The nearest vectors come from the store's vector cache when it may be used
+    (`runstore.store.vectorcache`), else from sqlite-vec.
     """
     assert step.query_vector is not None and ctx.dims is not None
     wanted = step.offset + step.limit
     if step.limit == 0:
         return []
-    params: list[Any] = [step.query_vector.tobytes()]
-    vector_prefix = prefix_condition("v.prefix", step.namespace_prefix, params)
     fetch = wanted * _OVERFETCH + 16
-    params.extend([ctx.dims * 4, fetch])
-    nearest = conn.execute(
-        f"SELECT v.prefix, v.key, COALESCE(1.0 - vec_distance_cosine(v.embedding, ?), 0.0) AS score "
-        f"FROM {VECTORS} v WHERE {vector_prefix} AND length(v.embedding) = ? "
-        "ORDER BY score DESC LIMIT ?",
-        params,
-    ).fetchall()
-    if len(nearest) < fetch:
+    if _cached(ctx):
+        nearest = _cached_nearest(conn, step, ctx, fetch)
+    else:
+        params: list[Any] = [step.query_vector.tobytes()]
+        vector_prefix = prefix_condition("v.prefix", step.namespace_prefix, params)
+        params.extend([ctx.dims * 4, fetch])
+        nearest = conn.execute(
+            f"SELECT v.prefix, v.key, COALESCE(1.0 - vec_distance_cosine(v.embedding, ?), 0.0) AS score "
+            f"FROM {VECTORS} v WHERE {vector_prefix} AND length(v.embedding) = ? "
+            "ORDER BY score DESC LIMIT ?",
+            params,
+        ).fetchall()
+    if nearest is None or len(nearest) < fetch:
         return None  # every vector was read: the unembedded items may be needed too
     best: dict[tuple[bytes, str], float] = {}
     for prefix, key, score in nearest:
         best.setdefault((prefix, key), score)  # the first is the item's best (descending)
-    params = []
-    where = _where(step, ctx, params)
     pairs = list(best)
+    params = [v for pair in pairs for v in pair]
     marks = ", ".join("(?, ?)" for _ in pairs)
-    params.extend(v for pair in pairs for v in pair)
+    where = _where(step, ctx, params)
+    # CROSS JOIN keeps the candidates outside: one primary-key lookup each, where an IN
+    # list let the planner walk the prefix's whole range (5 ms for 10,000 items).
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM {ITEMS} i WHERE {where} AND (i.prefix, i.key) IN (VALUES {marks})",
+        f"WITH c(p, k) AS (VALUES {marks}) SELECT {_COLUMNS} FROM c CROSS JOIN {ITEMS} i "
+        f"ON i.prefix = c.p AND i.key = c.k WHERE {where}",
         params,
     ).fetchall()
     kept = sorted(
@@ -366,6 +396,34 @@ def _nearest(conn: sqlite3.Connection, step: SearchStep, ctx: Context) -> list[A
     if len(kept) < wanted or not kept[wanted - 1][6] > nearest[-1][2]:
         return None
     return kept[step.offset : wanted]
+
+
+def _cached(ctx: Context) -> bool:
+    # Never inside a write transaction: it may see (and would cache) changes that are
+    # then rolled back, under a generation a later commit reuses.
+    return ctx.cache is not None and not ctx.write
+
+
+def _cached_nearest(
+    conn: sqlite3.Connection, step: SearchStep, ctx: Context, fetch: int
+) -> list[tuple[bytes, str, float]] | None:
+    """`_nearest`'s vectors from the cache, (re)loaded when the generation moved on; the
+    generation is read in the batch's read transaction, so it matches what it sees."""
+    assert ctx.cache is not None and ctx.dims is not None and step.query_vector is not None
+    generation = conn.execute(f"SELECT n FROM {GENERATION}").fetchone()[0]
+    entry = ctx.cache.get(step.namespace_prefix, ctx.dims, generation)
+    if entry is None:
+        params: list[Any] = []
+        vector_prefix = prefix_condition("v.prefix", step.namespace_prefix, params)
+        params.append(ctx.dims * 4)
+        rows = conn.execute(
+            f"SELECT v.prefix, v.key, v.embedding FROM {VECTORS} v WHERE {vector_prefix} "
+            "AND length(v.embedding) = ?",
+            params,
+        ).fetchall()
+        entry = decode(generation, ctx.dims, rows)
+        ctx.cache.put(step.namespace_prefix, entry)
+    return entry.nearest(step.query_vector, fetch)
 
 
 def _list(conn: sqlite3.Connection, step: ListStep, ctx: Context) -> list[tuple[str, ...]]:

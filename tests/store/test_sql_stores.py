@@ -296,6 +296,37 @@ def test_semantic_search_ranks_like_a_numpy_scan(opener: Callable[..., Opened], 
         assert half == [k for k in ranked if int(k[1:]) < 60][:3]
 
 
+def test_semantic_search_sees_other_writers_at_once(opener: Callable[..., Opened]) -> None:
+    """The decoded vectors a store keeps between searches never hide another store's
+    (another connection's) put, re-embed or delete: the next search ranks with them."""
+    index = {"dims": DIMS, "embed": embed, "fields": ["text"]}
+    reader, writer = opener(index=index).store, opener(index=index).store
+    texts = [f"memory number {i}" for i in range(100)]
+    writer.batch([PutOp(("cached", str(i % 2)), f"k{i}", {"text": t}) for i, t in enumerate(texts)])
+    query = "memory number 7"
+    first = [i.key for i in reader.search(("cached",), query=query, limit=5)]
+    assert first[0] == "k7"
+    again = [i.key for i in reader.search(("cached",), query=query, limit=5)]
+    assert again == first
+    # A new item embedded exactly as the query ranks first.
+    writer.put(("cached", "1"), "new", {"text": query})
+    assert [i.key for i in reader.search(("cached",), query=query, limit=5)][:2] in (["k7", "new"], ["new", "k7"])
+    # Deleted items are gone; a re-embedded one moves.
+    writer.delete(("cached", "1"), "new")
+    writer.delete(("cached", "1"), "k7")
+    writer.put(("cached", "1"), "k7", {"text": "something else entirely"})
+    after = [i.key for i in reader.search(("cached",), query=query, limit=5)]
+    assert "new" not in after and "k7" not in after and after == [k for k in first if k != "k7"][:4] + after[4:]
+    # An item no longer embedded (put with index=False) is no longer ranked by its vector.
+    writer.put(("cached", str(int(after[0][1:]) % 2)), after[0], {"text": "x"}, index=False)
+    assert reader.search(("cached",), query=query, limit=5)[0].key == after[1]
+    # A sweep (which folds PostgreSQL's change log) changes no ranking; later writes still count.
+    writer.sweep_expired()
+    assert reader.search(("cached",), query=query, limit=5)[0].key == after[1]
+    writer.put(("cached", "0"), "back", {"text": query})
+    assert reader.search(("cached",), query=query, limit=1)[0].key == "back"
+
+
 # --- one batch, one transaction --------------------------------------------------------
 
 
