@@ -15,12 +15,15 @@ because an embedding is a function of that config (model, dims, fields), not dat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from langgraph.store.base import PutOp
 
 from runstore.errors import InvalidStoreInputError
+from runstore.store.indexing import IndexRules
+from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.sqlplan import FilterSql
 
 #: The keys of a store record, in the order archives write them.
 RECORD_KEYS = ("namespace", "key", "value", "created_at", "updated_at", "ttl_minutes", "expires_at")
@@ -71,6 +74,28 @@ def check_record(record: Mapping[str, Any]) -> dict[str, Any]:
 def put_ops(records: Sequence[Mapping[str, Any]]) -> list[PutOp]:
     """The records as puts (so the store's own checks and embedding apply to them)."""
     return [PutOp(tuple(r["namespace"]), r["key"], r["value"], None, r["ttl_minutes"]) for r in records]
+
+
+async def prepare_import(
+    records: Sequence[Mapping[str, Any]], index: IndexRules | None, filters: FilterSql
+) -> list[tuple[PutStep, dict[str, Any]]]:
+    """A SQL store's ``aimport_items`` input: each record checked (`check_record`) beside its
+    put step, prepared as a put of the store is (its checks, embedded by ``index``)."""
+    checked = [check_record(r) for r in records]
+    steps = await prepare(put_ops(checked), index, filters)
+    return [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
+
+
+def exported_items(
+    namespace: Sequence[str], rows: Iterable[Sequence[Any]], decode: Callable[[Any], Any]
+) -> list[dict[str, Any]]:
+    """``aexport_items`` records from a SQL store's ``(key, value, created_at, updated_at,
+    ttl_minutes, expires_at)`` rows; ``decode`` turns a stored value into its dict."""
+    return [
+        {"namespace": list(namespace), "key": key, "value": decode(value), "created_at": created,
+         "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
+        for key, value, created, updated, ttl, expires in rows
+    ]  # fmt: skip
 
 
 def _is_int(value: Any) -> bool:

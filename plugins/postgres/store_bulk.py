@@ -3,7 +3,7 @@ out in key order and back in with their own times and expiry.
 
 An import is one transaction: each record is written where no live item holds its key
 (``overwrite``: always) and, when it was, its vectors replaced by the ones this store's
-``index`` config embedded beforehand (`runstore.store.sqlbatch.prepare`).
+``index`` config embedded beforehand (`runstore.store.bulk.prepare_import`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
-from runstore.store.bulk import check_record, put_ops
-from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.bulk import exported_items, prepare_import
+from runstore.store.sqlbatch import PutStep
 from runstore.store.sqlplan import decode_namespace, encode_namespace
 from runstore.validation import loads
 
@@ -108,19 +108,13 @@ class PostgresStoreBulk:
         else:
             text, params = _ITEMS_AFTER, (prefix, after_key, now, limit)
         rows = await store._leases.run(lambda conn: conn.fetch(sql(text), *params), operation="export items", idempotent=True)
-        return [
-            {"namespace": list(namespace), "key": key, "value": value if isinstance(value, dict) else loads(value),
-             "created_at": created, "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
-            for key, value, created, updated, ttl, expires in rows
-        ]  # fmt: skip
+        return exported_items(namespace, rows, lambda value: value if isinstance(value, dict) else loads(value))
 
     async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
         store = cast(_Store, self)
-        checked = [check_record(r) for r in records]
-        steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
-        rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
+        rows = await prepare_import(records, store.index_rules, FILTERS)
         if not rows:
             return 0
         now = to_micros(store.now())

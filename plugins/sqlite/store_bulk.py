@@ -3,7 +3,7 @@ in key order and back in with their own times and expiry.
 
 An import is one op of the file's write queue (one transaction): each record is
 written where no live item holds its key (``overwrite``: always), its vectors embedded
-by this store's ``index`` config beforehand (`runstore.store.sqlbatch.prepare`).
+by this store's ``index`` config beforehand (`runstore.store.bulk.prepare_import`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from runstore.cancellation import settle
 from runstore.clock import to_micros
-from runstore.store.bulk import check_record, put_ops
-from runstore.store.sqlbatch import PutStep, prepare
+from runstore.store.bulk import exported_items, prepare_import
+from runstore.store.sqlbatch import PutStep
 from runstore.store.sqlplan import decode_namespace, encode_namespace
 
 from .errors import translated_errors
@@ -120,19 +120,13 @@ class SqliteStoreBulk:
         prefix = encode_namespace(namespace)
         with translated_errors("sqlite memory store", "export items"):
             rows = await store._file.commits.read(reader, export_items, prefix, after_key, limit, to_micros(store.now()))
-        return [
-            {"namespace": list(namespace), "key": key, "value": loads(value), "created_at": created,
-             "updated_at": updated, "ttl_minutes": ttl, "expires_at": expires}
-            for key, value, created, updated, ttl, expires in rows
-        ]  # fmt: skip
+        return exported_items(namespace, rows, loads)
 
     async def aimport_items(self, records: Sequence[Mapping[str, Any]], *, overwrite: bool = False) -> int:
         """Write ``records`` as they were where no live item holds the key (``overwrite``:
         replacing one); one transaction; return how many were written."""
         store = cast(_Store, self)
-        checked = [check_record(r) for r in records]
-        steps = await prepare(put_ops(checked), store.index_rules, FILTERS)
-        rows = [(step, record) for step, record in zip(steps, checked, strict=True) if isinstance(step, PutStep)]
+        rows = await prepare_import(records, store.index_rules, FILTERS)
         if not rows:
             return 0
         with translated_errors("sqlite memory store", "import items"):
