@@ -170,7 +170,7 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
         from runstore.migrate.savers import thread_ids
 
         held_ids = {t async for t in thread_ids(destination.saver)}
-        ours = ledger.begun.get("saver", set())
+        ours = ledger.written.get("saver", set())
         if held_ids:
             async for thread_id, records in source.saver_threads(updated_after=updated_after):
                 if thread_id in held_ids and thread_id not in ours:
@@ -322,7 +322,7 @@ async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOption
 async def _copy_saver_thread(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                              counts: KindCounts, thread_id: str, records: list[CheckpointRecord]) -> None:  # fmt: skip
     saver = destination.saver
-    ours = ledger.begun.get("saver", set())
+    ours = ledger.written.get("saver", set())
     held = await held_checkpoints(saver, thread_id)
     if held and thread_id not in ours and _saver_conflict(records, held, source.serde):
         if options.on_conflict == "skip":
