@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -103,6 +103,8 @@ class MigrateOptions:
     #: The destination store's index config (LangGraph ``IndexConfig``): copied items are
     #: embedded with it as they are written. ``None``: they carry no vectors.
     store_index: Any = None
+    #: Runstore settings both sides open with (``None``: the defaults).
+    settings: Mapping[str, Any] | None = None
 
 
 def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:
