@@ -219,3 +219,21 @@ async def test_a_sigkilled_bulk_copy_into_postgres_resumes_to_exactly_one_copy(t
                 assert stored(mine) == stored(theirs)  # nothing missing, nothing twice
         for thread_id in ids[:: 17]:
             assert record(await b.saver.aget_thread(thread_id)) == record(await a.saver.aget_thread(thread_id))
+
+
+async def test_a_catch_up_adds_late_writes_on_a_checkpoint_it_copied_without_a_conflict(pair: tuple[str, str],
+                                                                                       tmp_path: Path) -> None:  # fmt: skip
+    source, destination = pair
+    async with open_endpoint(source, ["saver"]) as a, open_endpoint(destination, ["saver"]) as b:
+        await populate(a.saver)
+        first = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))
+        assert first.verified
+        # A task finishing after the copy: its write lands on a checkpoint the destination
+        # already holds (then a new checkpoint, so the thread index lists the thread).
+        head = await a.saver.aget_tuple({"configurable": {"thread_id": "thread-ns", "checkpoint_ns": ""}})
+        await a.saver.aput_writes(head.config, [("topic", "late")], "task-c", "")
+        await write_namespace_and_writes(a.saver)
+        second = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))  # on-conflict fail
+        assert second.verified and not any(second.mismatches.values()) and not second.counts["saver"].conflicts
+        assert await saver_view(b.saver, "thread-ns") == await saver_view(a.saver, "thread-ns")
+        assert record(await b.saver.aget_thread("thread-ns")) == record(await a.saver.aget_thread("thread-ns"))
