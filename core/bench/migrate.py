@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from runstore.bench.runner import RunOptions
 from runstore.urls import BackendURL
 
 METHODS = ("runstore", "naive", "resume")
+#: Runstore settings (``--set KEY=VALUE``), applied to the source and the destination.
+Settings = Mapping[str, Any]
 #: Graph runs in flight while a source is built (their writes share sqlite's group commits).
 POPULATE_CONCURRENCY = 16
 
@@ -77,12 +79,13 @@ async def populate(path: Path, threads: int, turns: int, events: int) -> int:
         return await _checkpoint_count(side.saver)
 
 
-async def _naive(source: str, destination: str) -> int:
+async def _naive(source: str, destination: str, settings: Settings) -> int:
     from runstore.migrate.endpoints import open_endpoint
     from runstore.migrate.savers import thread_ids
 
     copied = 0
-    async with open_endpoint(source, ["saver"], create=False) as src, open_endpoint(destination, ["saver"]) as dst:
+    async with (open_endpoint(source, ["saver"], create=False, settings=settings) as src,
+                open_endpoint(destination, ["saver"], settings=settings) as dst):  # fmt: skip
         async for thread_id in thread_ids(src.saver):
             items = [item async for item in src.saver.alist({"configurable": {"thread_id": thread_id}})]
             for item in reversed(items):
@@ -101,20 +104,21 @@ async def _naive(source: str, destination: str) -> int:
     return copied
 
 
-async def _runstore(source: str, destination: str, ledger: Path, *, verify: bool = False) -> Any:
+async def _runstore(source: str, destination: str, ledger: Path, settings: Settings, *, verify: bool = False) -> Any:
     from runstore.migrate.engine import MigrateOptions
     from runstore.migrate.transfer import run_migrate
 
-    options = MigrateOptions(kinds=(), destination_mode="delta", verify=verify, ledger=ledger)
+    options = MigrateOptions(kinds=(), destination_mode="delta", verify=verify, ledger=ledger, settings=settings)
     return await run_migrate(source, destination, options, ["saver"])
 
 
-async def _open_both(source: str, destination: str) -> None:
+async def _open_both(source: str, destination: str, settings: Settings) -> None:
     """Open both sides once before a clock starts (imports, the destination's schema)."""
     from runstore.migrate.endpoints import open_endpoint
     from runstore.migrate.transfer import run_migrate  # noqa: F401  (imported, not run)
 
-    async with open_endpoint(source, ["saver"], create=False), open_endpoint(destination, ["saver"]):
+    async with (open_endpoint(source, ["saver"], create=False, settings=settings),
+                open_endpoint(destination, ["saver"], settings=settings)):  # fmt: skip
         pass
 
 
@@ -157,7 +161,8 @@ def _resume(case: dict[str, Any], source: str, destination: str, ledger: Path) -
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     assert child.stdin is not None
     # The URLs go on stdin: a password never reaches a process's argv.
-    child.stdin.write(orjson.dumps({"source": source, "destination": destination, "ledger": str(ledger)}))
+    child.stdin.write(orjson.dumps({"source": source, "destination": destination, "ledger": str(ledger),
+                                    "settings": case.get("settings") or {}}))  # fmt: skip
     child.stdin.close()
     started = time.perf_counter()
     killed = False
@@ -172,7 +177,7 @@ def _resume(case: dict[str, Any], source: str, destination: str, ledger: Path) -
     child.wait()
     killed_after = time.perf_counter() - started
     done_at_kill = ledger.read_text(encoding="utf-8").count('"done": "saver"') if ledger.exists() else 0
-    report = asyncio.run(_runstore(source, destination, ledger, verify=True))
+    report = asyncio.run(_runstore(source, destination, ledger, case.get("settings") or {}, verify=True))
     theirs, their_counts = asyncio.run(_row_keys(source))
     mine, my_counts = asyncio.run(_row_keys(destination))
     duplicated = len(mine - theirs) + sum(1 for t, n in my_counts.items() if their_counts.get(t) != n)
@@ -198,10 +203,10 @@ async def _checkpoint_count(saver: Any) -> int:
             return total
 
 
-async def _dest_checkpoints(destination: str) -> int:
+async def _dest_checkpoints(destination: str, settings: Settings) -> int:
     from runstore.migrate.endpoints import open_endpoint
 
-    async with open_endpoint(destination, ["saver"], create=False) as side:
+    async with open_endpoint(destination, ["saver"], create=False, settings=settings) as side:
         return await _checkpoint_count(side.saver)
 
 
@@ -220,7 +225,9 @@ async def run_migrate_case(case: dict[str, Any]) -> dict[str, Any]:
     try:
         destination = BackendURL.parse(postgres).with_query(schema=schema).render(hide_password=False)
         source, method = case["source_url"], case["method"]
-        await _open_both(source, destination)
+        # --set KEY=VALUE: both sides open with it, as every runstore backend of the other benches does.
+        settings: Settings = case.get("settings") or {}
+        await _open_both(source, destination, settings)
         if method == "resume":
             # Blocking waits and asyncio.run inside: off this loop.
             result = await asyncio.to_thread(_resume, case, source, destination, ledger)
@@ -229,12 +236,12 @@ async def run_migrate_case(case: dict[str, Any]) -> dict[str, Any]:
                     **({} if ok else {"error": "the resumed copy is not exactly the source (or no kill happened)"})}  # fmt: skip
         started = time.perf_counter()
         if method == "naive":
-            copied = await _naive(source, destination)
+            copied = await _naive(source, destination, settings)
         else:
-            copied = (await _runstore(source, destination, ledger)).counts["saver"].copied
+            copied = (await _runstore(source, destination, ledger, settings)).counts["saver"].copied
         seconds = time.perf_counter() - started
         rss = _peak_rss_bytes()
-        held = await _dest_checkpoints(destination)
+        held = await _dest_checkpoints(destination, settings)
         out = {"checkpoints": copied, "seconds": seconds, "checkpoints_per_s": copied / seconds,
                "peak_rss_bytes": rss, "dest_checkpoints": held}  # fmt: skip
         if held != case["source_checkpoints"]:
@@ -285,7 +292,7 @@ def run_migrate_bench(*, sizes: Sequence[int], turns: int, events: int, methods:
 def _resume_child() -> None:
     """The migration a ``resume`` case kills: URLs and ledger read from stdin."""
     given = orjson.loads(sys.stdin.buffer.read())
-    asyncio.run(_runstore(given["source"], given["destination"], Path(given["ledger"])))
+    asyncio.run(_runstore(given["source"], given["destination"], Path(given["ledger"]), given.get("settings") or {}))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ starts with ``langgraph+`` opens LangGraph's own saver class, read-only:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,10 +77,11 @@ def served_kinds(url: str) -> tuple[str, ...]:
 
 
 @contextlib.asynccontextmanager
-async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True,
-                        store_index: Any = None) -> AsyncIterator[Endpoint]:  # fmt: skip
-    """Open ``url`` for ``kinds`` (`KindNotServedError` naming a kind it lacks); its store
-    with ``store_index`` (LangGraph ``IndexConfig``) when given."""
+async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True, store_index: Any = None,
+                        settings: Mapping[str, Any] | None = None) -> AsyncIterator[Endpoint]:  # fmt: skip
+    """Open ``url`` for ``kinds`` (`KindNotServedError` naming a kind it lacks) with
+    ``settings`` (runstore settings, e.g. ``{"sqlite": {"synchronous": "full"}}``); its
+    store with ``store_index`` (LangGraph ``IndexConfig``) when given."""
     if url.startswith(STOCK_PREFIX):
         unwanted = [kind for kind in kinds if kind not in STOCK_KINDS]
         if unwanted:
@@ -117,7 +118,7 @@ async def open_endpoint(url: str, kinds: Sequence[str], *, create: bool = True,
             )  # fmt: skip
         specs[kind] = spec
     # Full-mode settings: the saver opens unwrapped, so checkpoints are copied as stored.
-    async with BackendOptions.scope(Settings.load({"checkpoint_channel_mode": "full"})) as options:
+    async with BackendOptions.scope(Settings.load({**(settings or {}), "checkpoint_channel_mode": "full"})) as options:
         options.migrate = create
         if store_index is not None:
             from runstore.store.base import STORE_CONFIG_KEY

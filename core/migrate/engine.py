@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -103,6 +103,8 @@ class MigrateOptions:
     #: The destination store's index config (LangGraph ``IndexConfig``): copied items are
     #: embedded with it as they are written. ``None``: they carry no vectors.
     store_index: Any = None
+    #: Runstore settings both sides open with (``None``: the defaults).
+    settings: Mapping[str, Any] | None = None
 
 
 def check_kinds(source: Any, destination: Endpoint, kinds: tuple[str, ...]) -> None:
@@ -170,7 +172,7 @@ async def _prescan(source: Any, destination: Endpoint, options: MigrateOptions, 
         from runstore.migrate.savers import thread_ids
 
         held_ids = {t async for t in thread_ids(destination.saver)}
-        ours = ledger.begun.get("saver", set())
+        ours = ledger.written.get("saver", set())
         if held_ids:
             async for thread_id, records in source.saver_threads(updated_after=updated_after):
                 if thread_id in held_ids and thread_id not in ours:
@@ -322,7 +324,7 @@ async def _copy_saver(source: Any, destination: Endpoint, options: MigrateOption
 async def _copy_saver_thread(source: Any, destination: Endpoint, options: MigrateOptions, ledger: Ledger,
                              counts: KindCounts, thread_id: str, records: list[CheckpointRecord]) -> None:  # fmt: skip
     saver = destination.saver
-    ours = ledger.begun.get("saver", set())
+    ours = ledger.written.get("saver", set())
     held = await held_checkpoints(saver, thread_id)
     if held and thread_id not in ours and _saver_conflict(records, held, source.serde):
         if options.on_conflict == "skip":

@@ -44,7 +44,9 @@ class Ledger:
     #: Whether the last pass started was interrupted (so this one resumes it).
     resuming: bool = False
     done: dict[str, dict[str, int]] = field(default_factory=dict)
-    begun: dict[str, set[str]] = field(default_factory=dict)
+    #: Per kind, every thread any pass of this migration began writing (kept across
+    #: passes: a catch-up knows which destination threads are its own).
+    written: dict[str, set[str]] = field(default_factory=dict)
     #: Per event thread, the highest seq copied by any pass (a catch-up reads above it).
     event_seqs: dict[str, int] = field(default_factory=dict)
     _file: IO[str] | None = None
@@ -65,17 +67,16 @@ class Ledger:
                 if "started_at" in entry:
                     ledger.passes, open_pass = int(entry["pass"]), True
                     if not ledger.resuming:
-                        ledger.done, ledger.begun = {}, {}
+                        ledger.done = {}
                 elif "finished_at" in entry:
                     ledger.watermark, open_pass = entry["watermark"], False
-                    ledger.done, ledger.begun = {}, {}
+                    ledger.done = {}
                 elif "begin" in entry:
-                    ledger.begun.setdefault(entry["begin"], set()).add(entry["thread"])
+                    ledger.written.setdefault(entry["begin"], set()).add(entry["thread"])
                 elif "done" in entry:
                     ledger.done.setdefault(entry["done"], {})[entry["thread"]] = int(entry.get("seq", 0))
                     if entry["done"] == "events":
                         ledger.event_seqs[entry["thread"]] = int(entry.get("seq", 0))
-                    ledger.begun.get(entry["done"], set()).discard(entry["thread"])
                 ledger.resuming = open_pass
         return ledger
 
@@ -96,6 +97,7 @@ class Ledger:
 
     def begin(self, kind: str, thread_id: str) -> None:
         """Record that ``thread_id`` of ``kind`` is about to be written."""
+        self.written.setdefault(kind, set()).add(thread_id)
         self._write({"begin": kind, "thread": thread_id})
 
     def finish(self, kind: str, thread_id: str, seq: int = 0) -> None:

@@ -208,15 +208,17 @@ async def copy_bulk(pair: tuple[BulkSaver, BulkSaver], ids: AsyncIterator[str], 
     """Copy the threads ``ids`` names as stored rows, `BULK_THREADS` per destination
     transaction, `BULK_WORKERS` transactions at once while the next pages are read.
 
-    A thread the destination already holds that this migration did not begin goes
-    through ``fallback`` (the per-checkpoint path, which compares it and applies
-    ``--on-conflict``; it answers whether the thread was written) and then through the
-    import too, which adds nothing but the source's times. ``ledger`` and ``counts``
-    are the engine's (`Ledger`, `KindCounts`).
+    A thread some pass of this migration began (``ledger.written``: a catch-up's threads)
+    goes straight into the import, which adds only the rows it lacks. A thread the
+    destination already holds that this migration never wrote goes through ``fallback``
+    (the per-checkpoint path, which compares it and applies ``--on-conflict``; it
+    answers whether the thread was written) and then through the import too, which adds
+    nothing but the source's times. ``ledger`` and ``counts`` are the engine's
+    (`Ledger`, `KindCounts`).
     """
     src, dst = pair
     done = ledger.done.get("saver", {})
-    ours = ledger.begun.get("saver", set())
+    ours = ledger.written.get("saver", set())
     queue: asyncio.Queue[tuple[list[ThreadRows], list[str]] | None] = asyncio.Queue(maxsize=1)
 
     async def work() -> None:

@@ -55,14 +55,14 @@ async def run_migrate(source: str, destination: str, options: MigrateOptions, ki
     if options.ledger is None:
         options.ledger = default_path(source, destination)
     # Opened the way runstore.open opens it: a kind never written gets its empty tables.
-    async with open_endpoint(source, options.kinds) as src:
+    async with open_endpoint(source, options.kinds, settings=options.settings) as src:
         # Refusals the source alone decides come before the destination is opened (or created).
         await check_mode(LiveSource(src), options)
         # A dry run against a sqlite file that does not exist yet compares with an empty
         # store instead of creating the file.
         target = "memory://" if options.dry_run and _missing_file(destination) else destination
         async with open_endpoint(target, options.kinds, create=not options.dry_run or target != destination,
-                                 store_index=options.store_index) as dst:  # fmt: skip
+                                 store_index=options.store_index, settings=options.settings) as dst:  # fmt: skip
             dst.label = destination
             return await migrate(LiveSource(src), dst, options)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from runstore.checkpoint.bulk import ThreadRows
 from runstore.conformance.savers_graph import build_graph
+from runstore.migrate import engine
 from runstore.migrate.endpoints import Endpoint, open_endpoint
 from runstore.migrate.engine import MigrateOptions, migrate
 from runstore.migrate.savers import bulk_pair
@@ -86,6 +88,57 @@ async def test_rows_are_copied_as_stored_with_the_thread_index_times(pair: tuple
         again = await migrate(LiveSource(a), b, options(tmp_path))
         assert again.counts["saver"].copied == 0
         assert record(await b.saver.aget_thread("thread-delta")) == record(await a.saver.aget_thread("thread-delta"))
+
+
+async def change_source(saver: Any) -> dict[str, int]:
+    """New checkpoints on two threads, one of them a fork; return how many each gained."""
+    before = {t: len(await saver_view(saver, t)) for t in THREADS}
+    delta_config = {"configurable": {"thread_id": "thread-delta"},
+                    "metadata": {"runstore_checkpoint_channel_mode": "delta"}}  # fmt: skip
+    await build_graph("delta", 3, saver).ainvoke({"messages": [HumanMessage("catch up", id="delta-late")]}, delta_config)
+    graph = build_graph("full", 3, saver)
+    history = [s async for s in graph.aget_state_history({"configurable": {"thread_id": "thread-full"}})]
+    await graph.aupdate_state(history[2].config, {"messages": [HumanMessage("late fork", id="full-late-fork")]})
+    return {t: len(await saver_view(saver, t)) - before[t] for t in THREADS}
+
+
+async def test_a_catch_up_pass_imports_the_threads_it_copied_as_rows(pair: tuple[str, str], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    source, destination = pair
+    async with open_endpoint(source, ["saver"]) as a:
+        await populate(a.saver)
+    async with open_endpoint(source, ["saver"]) as a, open_endpoint(destination, ["saver"]) as b:
+        first = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))
+        assert first.verified and first.counts["saver"].threads == 3
+        gained = await change_source(a.saver)
+        assert gained["thread-delta"] > 0 and gained["thread-full"] == 1 and gained["thread-ns"] == 0
+        compared: list[str] = []
+        imported: list[str] = []
+        per_checkpoint = engine._copy_saver_thread
+        bulk_import = b.saver.aimport_thread_rows
+
+        async def spy_compare(*args: Any) -> None:
+            compared.append(args[5])
+            await per_checkpoint(*args)
+
+        async def spy_import(threads: Any) -> Any:
+            imported.extend(rows.thread_id for rows in threads)
+            return await bulk_import(threads)
+
+        monkeypatch.setattr(engine, "_copy_saver_thread", spy_compare)
+        monkeypatch.setattr(b.saver, "aimport_thread_rows", spy_import)
+        second = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))
+        assert second.pass_kind == "catch-up" and second.verified and not any(second.mismatches.values())
+        # Every changed thread went through the import alone: no checkpoint-by-checkpoint compare.
+        assert compared == [] and sorted(imported) == ["thread-delta", "thread-full"]
+        assert second.counts["saver"].copied == sum(gained.values())
+        assert second.counts["saver"].writes >= 1 and not second.counts["saver"].conflicts
+        for thread_id in THREADS:
+            assert record(await b.saver.aget_thread(thread_id)) == record(await a.saver.aget_thread(thread_id))
+            assert await saver_view(b.saver, thread_id) == await saver_view(a.saver, thread_id)
+        for theirs, mine in zip(await a.saver.aexport_thread_rows(THREADS), await b.saver.aexport_thread_rows(THREADS),
+                                strict=True):  # fmt: skip
+            assert stored(mine) == stored(theirs)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -166,3 +219,21 @@ async def test_a_sigkilled_bulk_copy_into_postgres_resumes_to_exactly_one_copy(t
                 assert stored(mine) == stored(theirs)  # nothing missing, nothing twice
         for thread_id in ids[:: 17]:
             assert record(await b.saver.aget_thread(thread_id)) == record(await a.saver.aget_thread(thread_id))
+
+
+async def test_a_catch_up_adds_late_writes_on_a_checkpoint_it_copied_without_a_conflict(pair: tuple[str, str],
+                                                                                       tmp_path: Path) -> None:  # fmt: skip
+    source, destination = pair
+    async with open_endpoint(source, ["saver"]) as a, open_endpoint(destination, ["saver"]) as b:
+        await populate(a.saver)
+        first = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))
+        assert first.verified
+        # A task finishing after the copy: its write lands on a checkpoint the destination
+        # already holds (then a new checkpoint, so the thread index lists the thread).
+        head = await a.saver.aget_tuple({"configurable": {"thread_id": "thread-ns", "checkpoint_ns": ""}})
+        await a.saver.aput_writes(head.config, [("topic", "late")], "task-c", "")
+        await write_namespace_and_writes(a.saver)
+        second = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))  # on-conflict fail
+        assert second.verified and not any(second.mismatches.values()) and not second.counts["saver"].conflicts
+        assert await saver_view(b.saver, "thread-ns") == await saver_view(a.saver, "thread-ns")
+        assert record(await b.saver.aget_thread("thread-ns")) == record(await a.saver.aget_thread("thread-ns"))
