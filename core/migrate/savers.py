@@ -46,9 +46,13 @@ async def thread_ids(saver: BaseCheckpointSaver[Any], *, updated_after: Any = No
     if isinstance(inner, ThreadIndexSaver):
         cursor: str | None = None
         while True:
-            page = await inner.alist_threads(limit=THREAD_PAGE, cursor=cursor, updated_after=updated_after)
+            # Every record is read and ``touched_at`` compared, not ``updated_at`` filtered:
+            # a pending write that lands after a pass (a task finishing late) moves only
+            # ``touched_at``, and the catch-up must copy it.
+            page = await inner.alist_threads(limit=THREAD_PAGE, cursor=cursor)
             for info in page.threads:
-                yield info.thread_id
+                if updated_after is None or info.touched_at > updated_after:
+                    yield info.thread_id
             cursor = page.next_cursor
             if cursor is None:
                 return

@@ -237,3 +237,18 @@ async def test_a_catch_up_adds_late_writes_on_a_checkpoint_it_copied_without_a_c
         assert second.verified and not any(second.mismatches.values()) and not second.counts["saver"].conflicts
         assert await saver_view(b.saver, "thread-ns") == await saver_view(a.saver, "thread-ns")
         assert record(await b.saver.aget_thread("thread-ns")) == record(await a.saver.aget_thread("thread-ns"))
+
+
+async def test_a_catch_up_copies_a_late_write_that_came_alone(pair: tuple[str, str], tmp_path: Path) -> None:
+    """A pending write after a pass, with no new checkpoint, moves only the thread's
+    ``touched_at``: the catch-up still finds the thread and copies the write."""
+    source, destination = pair
+    async with open_endpoint(source, ["saver"]) as a, open_endpoint(destination, ["saver"]) as b:
+        await populate(a.saver)
+        assert (await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))).verified
+        head = await a.saver.aget_tuple({"configurable": {"thread_id": "thread-ns", "checkpoint_ns": ""}})
+        await a.saver.aput_writes(head.config, [("topic", "alone")], "task-late", "")
+        second = await migrate(LiveSource(a), b, options(tmp_path, watermark_margin=timedelta(0)))
+        assert second.verified and not any(second.mismatches.values()), second.mismatches
+        assert await saver_view(b.saver, "thread-ns") == await saver_view(a.saver, "thread-ns")
+
