@@ -193,7 +193,7 @@ async def test_savers_without_bulk_import_or_another_serde_take_the_generic_path
 
 async def test_a_sigkilled_bulk_copy_into_postgres_resumes_to_exactly_one_copy(tmp_path: Path, postgres_url: str) -> None:
     source = BackendURL.for_file("sqlite", tmp_path / "a.db").render()
-    ids = [f"t{n:03d}" for n in range(160)]
+    ids = [f"t{n:03d}" for n in range(320)]
     async with open_endpoint(source, ["saver"]) as side:
         graph = build_graph("delta", 3, side.saver)
         for thread_id in ids:
@@ -205,8 +205,8 @@ async def test_a_sigkilled_bulk_copy_into_postgres_resumes_to_exactly_one_copy(t
     command = [sys.executable, "-m", "runstore.cli", "migrate", source, postgres_url, "--mode", "delta",
                "--kinds", "saver", "--ledger", str(ledger), "--no-verify", "--json"]  # fmt: skip
     # Threads finish in batches of 32, three batches in flight: a kill point in the first
-    # half leaves whole batches still to commit, so the child cannot finish before the kill.
-    returncode, stderr = kill_part_way(command, ledger, tmp_path, count=random.randint(1, len(ids) // 2))
+    # third leaves six batches or more still to commit, so the child cannot finish first.
+    returncode, stderr = kill_part_way(command, ledger, tmp_path, count=random.randint(1, len(ids) // 3))
     assert returncode == -signal.SIGKILL, f"the child ended on its own first: {stderr}"
     done_before = ledger.read_text().count('"done": "saver"')
     assert 1 <= done_before < len(ids)
