@@ -34,6 +34,7 @@ class _Store(Protocol):
     _file: SqliteFile
     _reader: WorkerConnection | None
     index_rules: IndexRules | None
+    closed_message: str
 
     def now(self) -> Any: ...
 
@@ -101,7 +102,7 @@ class SqliteStoreBulk:
         store = cast(_Store, self)
         reader = store._reader
         if reader is None:
-            raise RuntimeError("this sqlite memory store is closed")
+            raise RuntimeError(store.closed_message)
         start = None if after is None else encode_namespace(after)
         with translated_errors("sqlite memory store", "export namespaces"):
             found = await store._file.commits.read(reader, export_namespaces, start, limit, to_micros(store.now()))
@@ -116,7 +117,7 @@ class SqliteStoreBulk:
 
         reader = store._reader
         if reader is None:
-            raise RuntimeError("this sqlite memory store is closed")
+            raise RuntimeError(store.closed_message)
         prefix = encode_namespace(namespace)
         with translated_errors("sqlite memory store", "export items"):
             rows = await store._file.commits.read(reader, export_items, prefix, after_key, limit, to_micros(store.now()))
